@@ -1,0 +1,1 @@
+//! The hardening policy and the pure OCI spec rewriter.

@@ -1,0 +1,1 @@
+//! Integration and end-to-end test harness (real containerd, real runsc).
