@@ -1,1 +1,70 @@
-fn main() {}
+//! containerd-shim-gvisor-hardened-v1: containerd's runtime `io.containerd.gvisor-hardened.v1`.
+//!
+//! Every task runs under gVisor's runsc, and every spec is hardened by policy-injector before
+//! runsc sees it. The binary has three modes, chosen by containerd's argv: `start` (launch or
+//! reuse the pod's server), `delete` (clean up after a dead shim), and the server itself.
+
+mod audit;
+mod cgroup;
+mod cleanup;
+mod container;
+mod error;
+mod events;
+mod flags;
+mod logger;
+mod options;
+mod policy_source;
+mod process;
+mod reaper;
+mod rootfs;
+mod runsc;
+mod server;
+mod service;
+mod start;
+mod stdio;
+mod task;
+
+use std::process::ExitCode;
+
+use containerd_shim_protos::protobuf::Message;
+
+fn main() -> ExitCode {
+    let flags = match flags::parse(std::env::args_os().skip(1)) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("containerd-shim-gvisor-hardened-v1: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match flags.action {
+        flags::Action::Version => {
+            println!(
+                "containerd-shim-gvisor-hardened-v1 {} (runtime io.containerd.gvisor-hardened.v1)",
+                env!("CARGO_PKG_VERSION")
+            );
+            Ok(())
+        }
+        flags::Action::Start => start::run(&flags)
+            .map_err(anyhow::Error::from)
+            .and_then(|reply| start::reply(&reply).map_err(Into::into)),
+        flags::Action::Delete => cleanup::run(&flags).and_then(|resp| {
+            let bytes = resp.write_to_bytes()?;
+            start::reply(&bytes).map_err(Into::into)
+        }),
+        flags::Action::Serve => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(server::serve(flags))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, the whole cause chain: containerd shows it to the user.
+            eprintln!("containerd-shim-gvisor-hardened-v1: {e:#}");
+            log::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,55 @@
+# Shared helpers for the hack/ scripts. Source it; do not run it.
+# Everything here is idempotent: a second run installs nothing and changes nothing.
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
+
+# Debian packages the build, the tests, the demo and the benches need.
+APT_PACKAGES=(
+  containerd runc runsc busybox-static protobuf-compiler
+  containernetworking-plugins iproute2 jq hyperfine python3-pip gcc libc6-dev
+  ca-certificates curl
+)
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+require_root() {
+  [ "$(id -u)" = 0 ] || die "run me as root (the sandbox runtime needs it): sudo $0"
+}
+
+# Installs the Debian packages that are missing; `apt-get update` only when something is.
+ensure_packages() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  # Debian's containerd package starts the system daemon; our tests and demo use private
+  # instances and never touch it, so leave it as the package left it.
+}
+
+# A Rust toolchain: the machine's if present, else rustup (needs network to static.rust-lang.org).
+ensure_rust() {
+  if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+  if ! command -v cargo >/dev/null 2>&1; then
+    log "installing the Rust toolchain with rustup"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c clippy,rustfmt
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+}
+
+# Python packages for the manifest checks.
+ensure_python_tools() {
+  if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
+    log "installing kubernetes-validate (PyPI)"
+    python3 -m pip install -q --disable-pip-version-check kubernetes-validate 2>/dev/null \
+      || python3 -m pip install -q --disable-pip-version-check --break-system-packages kubernetes-validate
+  fi
+}

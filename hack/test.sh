@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit tests, and the integration and end-to-end tests
+# against a private containerd and real runsc. Run as root on Debian/Ubuntu; installs what is
+# missing first.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+require_root
+ensure_packages
+ensure_rust
+cd "$REPO_ROOT"
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+log "cargo clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets -- -D warnings
+log "build"
+cargo build --workspace --bins
+log "tests (unit, integration, end to end)"
+cargo test --workspace
+log "all tests passed"

@@ -1,0 +1,79 @@
+//! The long-lived shim server: ttrpc on the socket `start` bound, until Shutdown or SIGTERM.
+
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use containerd_shim::publisher::RemotePublisher;
+use containerd_shim_protos::ttrpc::r#async::transport::Listener;
+use containerd_shim_protos::ttrpc::r#async::Server;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::events::ContainerdSink;
+use crate::flags::Flags;
+use crate::reaper::Reaper;
+use crate::service::{Shim, ShimEnv};
+use crate::start::LISTEN_FD_ENV;
+
+fn listener(flags: &Flags) -> anyhow::Result<(UnixListener, Option<PathBuf>)> {
+    if let Ok(fd) = std::env::var(LISTEN_FD_ENV) {
+        let fd: i32 = fd.parse().context("bad listen fd")?;
+        // SAFETY: `start` passed us this listening socket as `fd` and nobody else owns it.
+        let l = unsafe { UnixListener::from_raw_fd(fd) };
+        let path = l
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(Path::to_path_buf));
+        return Ok((l, path));
+    }
+    anyhow::ensure!(!flags.socket.is_empty(), "no listening socket: run me through `start`");
+    let path = PathBuf::from(flags.socket.trim_start_matches("unix://"));
+    let l = UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
+    Ok((l, Some(path)))
+}
+
+pub async fn serve(flags: Flags) -> anyhow::Result<()> {
+    let bundle = std::env::current_dir().context("cwd")?;
+    crate::logger::init(&bundle, &flags.namespace, flags.debug);
+    let reaper = Reaper::install().context("installing the reaper")?;
+    let ttrpc_address =
+        std::env::var("TTRPC_ADDRESS").context("TTRPC_ADDRESS is not set (containerd sets it)")?;
+    let publisher = RemotePublisher::new(&ttrpc_address)
+        .await
+        .with_context(|| format!("connecting to containerd events at {ttrpc_address}"))?;
+    let shim = Arc::new(Shim::new(ShimEnv {
+        namespace: flags.namespace.clone(),
+        reaper,
+        events: Arc::new(ContainerdSink::new(publisher, flags.namespace.clone())),
+        node_policy: PathBuf::from(crate::policy_source::NODE_POLICY_PATH),
+    }));
+
+    let (std_listener, socket_path) = listener(&flags)?;
+    let listener = Listener::try_from(std_listener).context("ttrpc listener")?;
+    let mut server = Server::new()
+        .add_listener(listener)
+        .register_service(crate::task::services(shim.clone()));
+    server.start().await.context("starting the ttrpc server")?;
+    log::info!("shim serving {} (namespace {})", flags.id, flags.namespace);
+
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    tokio::select! {
+        _ = shim.exit.cancelled() => log::info!("shutdown requested, exiting"),
+        _ = term.recv() => {
+            log::warn!("SIGTERM: tearing down every sandbox of this shim");
+            shim.terminate_all().await;
+        }
+        _ = int.recv() => {
+            log::warn!("SIGINT: tearing down every sandbox of this shim");
+            shim.terminate_all().await;
+        }
+    }
+    let _ = server.shutdown().await;
+    if let Some(path) = socket_path {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}

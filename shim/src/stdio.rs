@@ -1,0 +1,442 @@
+//! A process's standard streams: containerd's fifos, handed to runsc, and the console socket.
+//!
+//! stdout/stderr fifos are opened O_RDWR (never blocks, whether or not the client has opened its
+//! end yet) and passed to runsc as its own stdout/stderr, which runsc hands to the sandboxed
+//! process: output flows from the sandbox to the client with no copy in the shim, so it is
+//! complete and in order. The shim drops its copies right after runsc has them, or the client
+//! would never see EOF.
+//!
+//! stdin is forwarded through a pipe, because end-of-input is an explicit event (CloseIO): the
+//! shim reads the fifo while holding a write end of it open itself, so the client closing its end
+//! early does not end the stream; CloseIO drops the shim's write end and the sandbox sees EOF.
+//!
+//! With a terminal, runsc creates the pty and sends its master over a unix socket
+//! (`--console-socket`); the shim copies between the master and the fifos and resizes it.
+
+use std::fs::{File, OpenOptions};
+use std::io::{IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StdioError {
+    #[error("opening {what} fifo {path}: {source}")]
+    Fifo {
+        what: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{what} {path:?} is not a fifo")]
+    NotAFifo { what: &'static str, path: String },
+    #[error("console socket {path}: {source}")]
+    ConsoleSocket {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("runsc did not send the terminal within {0:?}")]
+    ConsoleTimeout(Duration),
+    #[error("pipe: {0}")]
+    Pipe(std::io::Error),
+    #[error("resizing the terminal: {0}")]
+    Resize(std::io::Error),
+}
+
+/// The stream paths containerd gave for a process (empty = not attached).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StdioPaths {
+    pub stdin: String,
+    pub stdout: String,
+    pub stderr: String,
+    pub terminal: bool,
+}
+
+/// Opens a fifo containerd created, refusing anything else at that path: a client that names a
+/// regular file or a device would otherwise have the root-owned shim write to it.
+fn open_fifo(what: &'static str, path: &str, read: bool, write: bool) -> Result<File, StdioError> {
+    let err = |source| StdioError::Fifo {
+        what,
+        path: path.to_string(),
+        source,
+    };
+    let file = OpenOptions::new()
+        .read(read)
+        .write(write)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(err)?;
+    let meta = file.metadata().map_err(err)?;
+    use std::os::unix::fs::FileTypeExt;
+    if !meta.file_type().is_fifo() {
+        return Err(StdioError::NotAFifo {
+            what,
+            path: path.to_string(),
+        });
+    }
+    set_blocking(&file).map_err(err)?;
+    Ok(file)
+}
+
+fn set_blocking(f: &impl AsRawFd) -> std::io::Result<()> {
+    // SAFETY: plain fcntl on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn pipe() -> Result<(File, File), StdioError> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 fills both descriptors on success; we take ownership right away.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(StdioError::Pipe(std::io::Error::last_os_error()));
+    }
+    Ok(unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) })
+}
+
+fn null() -> Stdio {
+    Stdio::null()
+}
+
+/// What runsc receives as its own stdin/stdout/stderr.
+pub struct RunscStdio {
+    pub stdin: Stdio,
+    pub stdout: Stdio,
+    pub stderr: Stdio,
+}
+
+impl RunscStdio {
+    pub fn null() -> Self {
+        RunscStdio {
+            stdin: null(),
+            stdout: null(),
+            stderr: null(),
+        }
+    }
+}
+
+/// The shim's side of a process's streams, alive as long as the process.
+#[derive(Default)]
+pub struct ProcessIo {
+    /// Our write end of the stdin fifo: dropping it (CloseIO) lets EOF through.
+    stdin_holder: Mutex<Option<File>>,
+    console: Mutex<Option<Arc<File>>>,
+    /// Threads copying terminal output to the client; joined before the exit is announced.
+    /// (stdin forwarders are not here: they may wait on a client forever.)
+    output_copiers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl ProcessIo {
+    /// Prepares non-terminal streams; returns what runsc must get.
+    pub fn open_pipes(&self, paths: &StdioPaths) -> Result<RunscStdio, StdioError> {
+        let mut runsc = RunscStdio::null();
+        if !paths.stdout.is_empty() {
+            runsc.stdout = open_fifo("stdout", &paths.stdout, true, true)?.into();
+        }
+        if !paths.stderr.is_empty() {
+            runsc.stderr = open_fifo("stderr", &paths.stderr, true, true)?.into();
+        }
+        if !paths.stdin.is_empty() {
+            let (read_end, write_end) = pipe()?;
+            self.forward_stdin(&paths.stdin, write_end)?;
+            runsc.stdin = read_end.into();
+        }
+        Ok(runsc)
+    }
+
+    fn forward_stdin(&self, fifo: &str, mut sink: File) -> Result<(), StdioError> {
+        let mut source = open_fifo("stdin", fifo, true, false)?;
+        let holder = open_fifo("stdin", fifo, false, true)?;
+        *self.stdin_holder.lock().unwrap() = Some(holder);
+        std::thread::spawn(move || {
+            // Ends when every writer (client and holder) is gone, or the sandbox closed its end;
+            // dropping `sink` then gives the sandboxed process EOF.
+            let _ = std::io::copy(&mut source, &mut sink);
+        });
+        Ok(())
+    }
+
+    /// CloseIO: end of input.
+    pub fn close_stdin(&self) {
+        self.stdin_holder.lock().unwrap().take();
+    }
+
+    /// Wires a terminal whose master runsc sent over the console socket.
+    pub fn attach_console(&self, master: File, paths: &StdioPaths) -> Result<(), StdioError> {
+        let master = Arc::new(master);
+        if !paths.stdout.is_empty() {
+            let mut out = open_fifo("stdout", &paths.stdout, true, true)?;
+            let mut m = clone_file(&master)?;
+            self.output_copiers.lock().unwrap().push(std::thread::spawn(move || {
+                // Ends with EIO once the sandbox closed the terminal's last slave descriptor.
+                let _ = std::io::copy(&mut m, &mut out);
+            }));
+        }
+        if !paths.stdin.is_empty() {
+            let mut source = open_fifo("stdin", &paths.stdin, true, false)?;
+            let holder = open_fifo("stdin", &paths.stdin, false, true)?;
+            *self.stdin_holder.lock().unwrap() = Some(holder);
+            let mut m = clone_file(&master)?;
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut source, &mut m);
+            });
+        }
+        *self.console.lock().unwrap() = Some(master);
+        Ok(())
+    }
+
+    pub fn resize(&self, width: u32, height: u32) -> Result<(), StdioError> {
+        let console = self.console.lock().unwrap();
+        let Some(master) = console.as_ref() else {
+            return Err(StdioError::Resize(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "process has no terminal",
+            )));
+        };
+        let size = libc::winsize {
+            ws_row: height as u16,
+            ws_col: width as u16,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ reads a winsize struct we own.
+        if unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &size) } < 0 {
+            return Err(StdioError::Resize(std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// Waits until the output copiers drained what the process wrote (terminal output), so the
+    /// exit event does not overtake the last bytes.
+    pub fn wait_output(&self) {
+        let handles: Vec<_> = self.output_copiers.lock().unwrap().drain(..).collect();
+        for h in handles {
+            let _ = h.join();
+        }
+    }
+
+    /// Releases everything the shim holds for this process.
+    pub fn close(&self) {
+        self.close_stdin();
+        self.console.lock().unwrap().take();
+    }
+}
+
+fn clone_file(f: &File) -> Result<File, StdioError> {
+    f.try_clone().map_err(StdioError::Pipe)
+}
+
+/// A listening socket runsc connects to, to send the terminal master.
+pub struct ConsoleSocket {
+    listener: UnixListener,
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ConsoleSocket {
+    /// Socket paths are limited to 108 bytes, so they live in a short private directory rather
+    /// than in the (possibly deep) bundle.
+    pub fn new() -> Result<Self, StdioError> {
+        let err = |source| StdioError::ConsoleSocket {
+            path: PathBuf::from("/run/gvisor-hardened/console"),
+            source,
+        };
+        std::fs::create_dir_all("/run/gvisor-hardened/console").map_err(err)?;
+        let dir = tempfile::Builder::new()
+            .prefix("c")
+            .tempdir_in("/run/gvisor-hardened/console")
+            .map_err(err)?;
+        let path = dir.path().join("s");
+        let listener = UnixListener::bind(&path).map_err(|source| StdioError::ConsoleSocket {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(ConsoleSocket {
+            listener,
+            path,
+            _dir: dir,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Receives the master descriptor. runsc sends it before `create`/`exec` returns, so by the
+    /// time this is called the connection is already queued; the timeout only guards against a
+    /// runsc that exited without sending.
+    pub fn receive(self, timeout: Duration) -> Result<File, StdioError> {
+        let err = |source| StdioError::ConsoleSocket {
+            path: self.path.clone(),
+            source,
+        };
+        self.listener.set_nonblocking(false).map_err(err)?;
+        let fd = self.listener.as_raw_fd();
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one valid descriptor.
+        let ready = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
+        if ready == 0 {
+            return Err(StdioError::ConsoleTimeout(timeout));
+        }
+        let (stream, _) = self.listener.accept().map_err(err)?;
+        let mut buf = [0u8; 4096];
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let mut cmsg = nix::cmsg_space!([RawFd; 1]);
+        let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
+            .map_err(|e| err(e.into()))?;
+        for c in msg.cmsgs().map_err(|e| err(e.into()))? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                if let Some(&master) = fds.first() {
+                    // SAFETY: SCM_RIGHTS installed a fresh descriptor in our table.
+                    let file = unsafe { File::from(OwnedFd::from_raw_fd(master)) };
+                    for &extra in &fds[1..] {
+                        unsafe { libc::close(extra) };
+                    }
+                    return Ok(file);
+                }
+            }
+        }
+        Err(err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "no descriptor in the console message",
+        )))
+    }
+}
+
+/// Reads a pid file runsc wrote.
+pub fn read_pid_file(path: &Path) -> std::io::Result<i32> {
+    let mut s = String::new();
+    File::open(path)?.read_to_string(&mut s)?;
+    s.trim()
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{path:?}: {e}")))
+}
+
+/// Writes `bytes` and flushes; used for small state files in the bundle.
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_data()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::stat::Mode;
+
+    fn fifo(dir: &Path, name: &str) -> String {
+        let p = dir.join(name);
+        nix::unistd::mkfifo(&p, Mode::from_bits_truncate(0o600)).unwrap();
+        p.to_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn regular_file_in_place_of_a_fifo_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("stdout");
+        std::fs::write(&p, "").unwrap();
+        let paths = StdioPaths {
+            stdout: p.to_str().unwrap().into(),
+            ..Default::default()
+        };
+        assert!(matches!(
+            ProcessIo::default().open_pipes(&paths),
+            Err(StdioError::NotAFifo { what: "stdout", .. })
+        ));
+    }
+
+    #[test]
+    fn missing_fifo_is_a_clear_error() {
+        let paths = StdioPaths {
+            stderr: "/nonexistent/stderr".into(),
+            ..Default::default()
+        };
+        let err = ProcessIo::default().open_pipes(&paths).err().unwrap();
+        assert!(err.to_string().contains("stderr fifo /nonexistent/stderr"), "{err}");
+    }
+
+    #[test]
+    fn stdin_reaches_the_process_and_eof_follows_close_io() {
+        let dir = tempfile::tempdir().unwrap();
+        let stdin = fifo(dir.path(), "stdin");
+        let paths = StdioPaths {
+            stdin: stdin.clone(),
+            ..Default::default()
+        };
+        let io = ProcessIo::default();
+        let runsc = io.open_pipes(&paths).unwrap();
+        // The "client" writes and closes its end; the holder keeps the stream open.
+        let mut client = OpenOptions::new().write(true).open(&stdin).unwrap();
+        client.write_all(b"hello\n").unwrap();
+        drop(client);
+        // Stand-in for the sandboxed process reading its stdin.
+        let mut child = std::process::Command::new("cat")
+            .stdin(runsc.stdin)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        io.close_stdin();
+        let mut out = String::new();
+        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        assert!(child.wait().unwrap().success());
+        assert_eq!(out, "hello\n");
+    }
+
+    #[test]
+    fn stdout_fifo_is_handed_over_and_reaches_the_client() {
+        let dir = tempfile::tempdir().unwrap();
+        let stdout = fifo(dir.path(), "stdout");
+        let mut client = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&stdout)
+            .unwrap();
+        let paths = StdioPaths {
+            stdout: stdout.clone(),
+            ..Default::default()
+        };
+        let runsc = ProcessIo::default().open_pipes(&paths).unwrap();
+        let status = std::process::Command::new("echo")
+            .arg("out")
+            .stdout(runsc.stdout)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let mut buf = [0u8; 16];
+        let n = client.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"out\n");
+    }
+
+    #[test]
+    fn pid_file_parses_trimmed_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pid");
+        std::fs::write(&p, "1234\n").unwrap();
+        assert_eq!(read_pid_file(&p).unwrap(), 1234);
+        std::fs::write(&p, "x").unwrap();
+        assert!(read_pid_file(&p).is_err());
+    }
+}
