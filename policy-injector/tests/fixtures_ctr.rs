@@ -199,8 +199,10 @@ fn untouched_mount_fields_and_order_survive() {
 
 #[test]
 fn audit_mode_returns_every_fixture_unchanged() {
-    let mut policy = Policy::default();
-    policy.mode = policy_injector::Mode::Audit;
+    let policy = Policy {
+        mode: policy_injector::Mode::Audit,
+        ..Policy::default()
+    };
     for name in ACCEPTED.iter().chain(REJECTED.iter().map(|r| &r.0)) {
         let input = fixture(name);
         let h =
