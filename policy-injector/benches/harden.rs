@@ -8,7 +8,11 @@ fn bench(c: &mut Criterion) {
         serde_json::from_str(include_str!("../tests/fixtures/bench-cri-like.json"))
             .expect("fixture is JSON");
     let policy = Policy::default();
-    let ctx = Context::default();
+    // The pod's sandbox namespaces, as the shim would supply them.
+    let ctx = Context {
+        pod_namespace_paths: vec!["/proc/4242/ns/ipc".into(), "/proc/4242/ns/uts".into()],
+        ..Context::default()
+    };
     c.bench_function("harden_cri_like_spec", |b| {
         b.iter(|| harden(std::hint::black_box(&spec), &policy, &ctx).expect("accepted"))
     });

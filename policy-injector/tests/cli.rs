@@ -285,3 +285,24 @@ fn usage_errors_exit_nonzero() {
     let o = run(&["harden"]);
     assert_ne!(o.status.code(), Some(0));
 }
+
+#[test]
+fn pod_namespaces_given_on_the_command_line_may_be_joined() {
+    let f = fixture("bench-cri-like.json");
+    let without = run(&["harden", f.to_str().unwrap()]);
+    assert_eq!(without.status.code(), Some(2));
+    assert!(
+        stderr(&without).contains("linux.namespaces[ipc]"),
+        "{}",
+        stderr(&without)
+    );
+    let with = run(&[
+        "harden",
+        "--pod-namespace",
+        "/proc/4242/ns/ipc",
+        "--pod-namespace",
+        "/proc/4242/ns/uts",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(with.status.code(), Some(0), "{}", stderr(&with));
+}

@@ -215,3 +215,28 @@ fn audit_mode_returns_every_fixture_unchanged() {
         assert_eq!(rejected, !ACCEPTED.contains(name), "{name}");
     }
 }
+
+#[test]
+fn hand_written_cri_like_spec_is_hardened_for_its_pod() {
+    let ctx = Context {
+        pod_namespace_paths: vec!["/proc/4242/ns/ipc".into(), "/proc/4242/ns/uts".into()],
+        ..Context::default()
+    };
+    let policy = Policy::default();
+    let h = harden(&fixture("bench-cri-like.json"), &policy, &ctx).unwrap();
+    common::check_spec(&h.spec, &policy).unwrap();
+    let mounts = h.spec["mounts"].as_array().unwrap();
+    let at = |d: &str| mounts.iter().find(|m| m["destination"] == d).cloned();
+    assert!(at("/var/run/secrets/kubernetes.io/serviceaccount").is_none());
+    assert_eq!(at("/dev/shm").unwrap()["type"], "tmpfs");
+    assert_eq!(
+        at("/scratch").unwrap()["options"],
+        serde_json::json!(["rbind", "rprivate", "rw", "nosuid", "nodev"])
+    );
+    assert_eq!(
+        at("/etc/hosts").unwrap()["options"],
+        serde_json::json!(["rbind", "rprivate", "ro", "nosuid", "nodev"])
+    );
+    assert_eq!(h.spec["linux"]["resources"]["memory"]["limit"], 1i64 << 30);
+    assert_eq!(h.spec["linux"]["resources"]["cpu"]["quota"], 50000);
+}

@@ -9,10 +9,43 @@ use serde_json::{json, Map, Value};
 
 use policy_injector::{harden, harden_process, Action, Context, HardenError, Mode, Policy};
 
-const CAPS: &[&str] = &["CAP_CHOWN", "CAP_NET_RAW", "CAP_SYS_ADMIN", "CAP_NET_BIND_SERVICE", "CAP_KILL"];
-const ENV_NAMES: &[&str] = &["PATH", "HOME", "GITHUB_TOKEN", "db_password", "AWS_SECRET_ACCESS_KEY", "LANG", "MY_SECRET_X"];
-const RLIMITS: &[&str] = &["RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_CORE", "RLIMIT_NPROC", "RLIMIT_STACK"];
-const DESTS: &[&str] = &["/tmp", "/var/tmp", "/run", "/dev/shm", "/data", "/data/", "/cache", "/dev", "/dev/pts", "/srv/x", "/var/run/secrets/kubernetes.io/serviceaccount", "/a/../b"];
+const CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_NET_RAW",
+    "CAP_SYS_ADMIN",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_KILL",
+];
+const ENV_NAMES: &[&str] = &[
+    "PATH",
+    "HOME",
+    "GITHUB_TOKEN",
+    "db_password",
+    "AWS_SECRET_ACCESS_KEY",
+    "LANG",
+    "MY_SECRET_X",
+];
+const RLIMITS: &[&str] = &[
+    "RLIMIT_NOFILE",
+    "RLIMIT_FSIZE",
+    "RLIMIT_CORE",
+    "RLIMIT_NPROC",
+    "RLIMIT_STACK",
+];
+const DESTS: &[&str] = &[
+    "/tmp",
+    "/var/tmp",
+    "/run",
+    "/dev/shm",
+    "/data",
+    "/data/",
+    "/cache",
+    "/dev",
+    "/dev/pts",
+    "/srv/x",
+    "/var/run/secrets/kubernetes.io/serviceaccount",
+    "/a/../b",
+];
 const SOURCES: &[&str] = &[
     "/srv/a",
     "/srv/b/../c",
@@ -22,8 +55,14 @@ const SOURCES: &[&str] = &[
     "/var/run/docker.sock",
     "/",
 ];
-const OPTS: &[&str] = &["rw", "ro", "rbind", "bind", "suid", "dev", "nosuid", "nodev", "noexec", "mode=755"];
-const SYSCTLS: &[&str] = &["net.ipv4.ip_unprivileged_port_start", "kernel.shm_rmid_forced", "kernel.core_pattern"];
+const OPTS: &[&str] = &[
+    "rw", "ro", "rbind", "bind", "suid", "dev", "nosuid", "nodev", "noexec", "mode=755",
+];
+const SYSCTLS: &[&str] = &[
+    "net.ipv4.ip_unprivileged_port_start",
+    "kernel.shm_rmid_forced",
+    "kernel.core_pattern",
+];
 
 fn subset(pool: &'static [&'static str]) -> impl Strategy<Value = Vec<&'static str>> {
     proptest::sample::subsequence(pool, 0..=pool.len())
@@ -50,8 +89,11 @@ fn caps() -> impl Strategy<Value = Option<Value>> {
 
 fn rlimits() -> impl Strategy<Value = Option<Value>> {
     proptest::option::of(
-        (subset(RLIMITS), proptest::collection::vec((any::<u64>(), any::<u64>()), RLIMITS.len())).prop_map(
-            |(kinds, values)| {
+        (
+            subset(RLIMITS),
+            proptest::collection::vec((any::<u64>(), any::<u64>()), RLIMITS.len()),
+        )
+            .prop_map(|(kinds, values)| {
                 Value::Array(
                     kinds
                         .iter()
@@ -59,8 +101,7 @@ fn rlimits() -> impl Strategy<Value = Option<Value>> {
                         .map(|(k, (h, s))| json!({"type": k, "hard": h, "soft": s}))
                         .collect(),
                 )
-            },
-        ),
+            }),
     )
 }
 
@@ -77,9 +118,15 @@ fn process() -> impl Strategy<Value = Value> {
     )
         .prop_map(|(uid, gid, groups, caps, rlimits, env, nnp, label)| {
             let mut p = Map::new();
-            p.insert("user".into(), json!({"uid": uid, "gid": gid, "additionalGids": groups}));
+            p.insert(
+                "user".into(),
+                json!({"uid": uid, "gid": gid, "additionalGids": groups}),
+            );
             p.insert("args".into(), json!(["sh"]));
-            p.insert("env".into(), json!(env.iter().map(|n| format!("{n}=v4lue")).collect::<Vec<_>>()));
+            p.insert(
+                "env".into(),
+                json!(env.iter().map(|n| format!("{n}=v4lue")).collect::<Vec<_>>()),
+            );
             p.insert("cwd".into(), json!("/"));
             if let Some(c) = caps {
                 p.insert("capabilities".into(), c);
@@ -102,18 +149,33 @@ fn mount() -> impl Strategy<Value = Value> {
         (proptest::sample::select(DESTS), subset(OPTS)).prop_map(|(d, o)| json!({
             "destination": d, "type": "tmpfs", "source": "tmpfs", "options": o
         })),
-        (proptest::sample::select(DESTS), proptest::sample::select(SOURCES), subset(OPTS)).prop_map(|(d, s, o)| json!({
-            "destination": d, "type": "bind", "source": s, "options": o
-        })),
+        (
+            proptest::sample::select(DESTS),
+            proptest::sample::select(SOURCES),
+            subset(OPTS)
+        )
+            .prop_map(|(d, s, o)| json!({
+                "destination": d, "type": "bind", "source": s, "options": o
+            })),
     ]
 }
 
 fn annotations() -> impl Strategy<Value = Option<Value>> {
     proptest::option::of(
         (
-            proptest::option::of(prop_oneof![Just("512Mi"), Just("1Gi"), Just("4Gi"), Just("junk")]),
+            proptest::option::of(prop_oneof![
+                Just("512Mi"),
+                Just("1Gi"),
+                Just("4Gi"),
+                Just("junk")
+            ]),
             proptest::option::of(prop_oneof![Just("500m"), Just("1"), Just("8")]),
-            proptest::option::of(prop_oneof![Just("1"), Just("64"), Just("512"), Just("9999")]),
+            proptest::option::of(prop_oneof![
+                Just("1"),
+                Just("64"),
+                Just("512"),
+                Just("9999")
+            ]),
             any::<bool>(),
         )
             .prop_map(|(mem, cpu, pids, gvisor)| {
@@ -130,7 +192,10 @@ fn annotations() -> impl Strategy<Value = Option<Value>> {
                 if gvisor {
                     a.insert("dev.gvisor.flag.network".into(), json!("host"));
                 }
-                a.insert("io.kubernetes.cri.container-type".into(), json!("container"));
+                a.insert(
+                    "io.kubernetes.cri.container-type".into(),
+                    json!("container"),
+                );
                 Value::Object(a)
             }),
     )
@@ -138,7 +203,18 @@ fn annotations() -> impl Strategy<Value = Option<Value>> {
 
 fn resources() -> impl Strategy<Value = Option<Value>> {
     proptest::option::of(
-        (int_limit(), int_limit(), int_limit(), int_limit(), prop_oneof![Just(None), Just(Some(100_000i64)), (1000i64..=1_000_000).prop_map(Some)], int_limit())
+        (
+            int_limit(),
+            int_limit(),
+            int_limit(),
+            int_limit(),
+            prop_oneof![
+                Just(None),
+                Just(Some(100_000i64)),
+                (1000i64..=1_000_000).prop_map(Some)
+            ],
+            int_limit(),
+        )
             .prop_map(|(limit, res, swap, quota, period, pids)| {
                 let mut mem = Map::new();
                 for (k, v) in [("limit", limit), ("reservation", res), ("swap", swap)] {
@@ -295,5 +371,8 @@ fn generator_produces_accepted_and_rejected_specs() {
         }
     }
     eprintln!("accepted {ok}, rejected {rejected}");
-    assert!(ok >= 30 && rejected >= 30, "accepted {ok}, rejected {rejected}");
+    assert!(
+        ok >= 30 && rejected >= 30,
+        "accepted {ok}, rejected {rejected}"
+    );
 }

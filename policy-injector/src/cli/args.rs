@@ -21,6 +21,10 @@ pub enum Command {
         /// Policy file (TOML). Without it, the embedded default policy applies.
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
+        /// A host namespace path of the pod sandbox the container may join (e.g.
+        /// /proc/4242/ns/ipc); repeat for each. The shim supplies these at runtime.
+        #[arg(long = "pod-namespace", value_name = "PATH")]
+        pod_namespaces: Vec<String>,
         /// Rewrite CONFIG_JSON instead of printing; nothing is written when the spec is rejected.
         #[arg(long)]
         in_place: bool,
@@ -34,6 +38,9 @@ pub enum Command {
         /// Policy file (TOML). Without it, the embedded default policy applies.
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
+        /// A host namespace path of the pod sandbox the container may join; repeat for each.
+        #[arg(long = "pod-namespace", value_name = "PATH")]
+        pod_namespaces: Vec<String>,
         /// Print the explanation as JSON instead of text.
         #[arg(long)]
         json: bool,

@@ -69,12 +69,13 @@ fn run(cmd: Command) -> Result<(), Failure> {
         }
         Command::Harden {
             policy,
+            pod_namespaces,
             in_place,
             config,
         } => {
             let policy = load_policy(policy.as_deref())?;
             let (raw_spec, spec) = read_spec(&config)?;
-            let ctx = context_for(&spec);
+            let ctx = context_for(&spec, pod_namespaces);
             let hardened = harden(&spec, &policy, &ctx).map_err(|e| match e {
                 HardenError::Rejected(_) => Failure::Rejected(e),
                 HardenError::Malformed { .. } => {
@@ -111,12 +112,13 @@ fn run(cmd: Command) -> Result<(), Failure> {
         }
         Command::Explain {
             policy,
+            pod_namespaces,
             json,
             config,
         } => {
             let policy = load_policy(policy.as_deref())?;
             let (_, spec) = read_spec(&config)?;
-            let ctx = context_for(&spec);
+            let ctx = context_for(&spec, pod_namespaces);
             let report = explain::explain(&spec, &policy, &ctx)
                 .map_err(|e| anyhow!("{}: {e}", config.display()))?;
             let out = if json {
@@ -167,7 +169,7 @@ fn read_spec(path: &Path) -> anyhow::Result<(String, Value)> {
 
 /// Resolves each bind source on this host (symlinks followed), so the mounts rule can check
 /// where a bind really points. Sources that do not exist are left out.
-fn context_for(spec: &Value) -> Context {
+fn context_for(spec: &Value, pod_namespace_paths: Vec<String>) -> Context {
     let mut resolved = BTreeMap::new();
     if let Some(mounts) = spec.get("mounts").and_then(Value::as_array) {
         for m in mounts {
@@ -188,6 +190,7 @@ fn context_for(spec: &Value) -> Context {
     }
     Context {
         resolved_sources: resolved,
+        pod_namespace_paths,
         ..Context::default()
     }
 }
