@@ -1,1 +1,34 @@
-//! The hardening policy and the pure OCI spec rewriter.
+//! The hardening policy and the pure OCI spec rewriter of gvisor-hardened.
+//!
+//! `harden(spec, &policy, &context)` takes a container's OCI `config.json` as JSON and returns the
+//! hardened spec, the runsc flags and lifetime the shim must apply, and the audit record, or a
+//! rejection naming the rule and field. It does no I/O and reads no clock, environment or
+//! global: the same input gives byte-identical output.
+
+pub mod decision;
+pub mod error;
+mod glob;
+pub mod harden;
+mod json;
+pub mod policy;
+pub mod quantity;
+mod rules;
+
+pub use decision::{Action, Decision, Rule};
+pub use error::{HardenError, PolicyError, Rejection};
+pub use harden::{
+    clamp_resources, harden, harden_process, ClampedResources, Context, Hardened, HardenedProcess,
+    Lifetime, RunscFlags,
+};
+pub use policy::{Mode, NetworkMode, Policy, SecretEnvAction, DEFAULT_POLICY_TOML};
+
+/// Annotation keys this crate reads and writes (all under `gvisor-hardened.dev/`).
+pub mod annotations {
+    pub const PREFIX: &str = "gvisor-hardened.dev/";
+    pub const MEMORY: &str = "gvisor-hardened.dev/memory";
+    pub const CPU: &str = "gvisor-hardened.dev/cpu";
+    /// The guest-process budget; `harden` writes it so re-hardening stays idempotent.
+    pub const PIDS: &str = "gvisor-hardened.dev/pids";
+    pub const MAX_RUNTIME: &str = "gvisor-hardened.dev/max-runtime";
+    pub const NETWORK: &str = "gvisor-hardened.dev/network";
+}

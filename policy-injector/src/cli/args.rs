@@ -1,0 +1,59 @@
+//! The command line, as data: clap structs only, no logic.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Operator tool for gvisor-hardened's hardening policy: applies it to an OCI config.json,
+/// explains what it would change, and prints or checks policy files.
+#[derive(Debug, Parser)]
+#[command(name = "policy-injector", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the hardened config.json (or rewrite it with --in-place). Exit 0 when hardened,
+    /// 2 when the policy rejects the spec, 1 when the input or policy cannot be read.
+    Harden {
+        /// Policy file (TOML). Without it, the embedded default policy applies.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        /// A host namespace path of the pod sandbox the container may join (e.g.
+        /// /proc/4242/ns/ipc); repeat for each. The shim supplies these at runtime.
+        #[arg(long = "pod-namespace", value_name = "PATH")]
+        pod_namespaces: Vec<String>,
+        /// Rewrite CONFIG_JSON instead of printing; nothing is written when the spec is rejected.
+        #[arg(long)]
+        in_place: bool,
+        /// OCI runtime spec (config.json).
+        #[arg(value_name = "CONFIG_JSON")]
+        config: PathBuf,
+    },
+    /// List every change and rejection the policy makes to CONFIG_JSON, and why, grouped by rule.
+    /// The spec is not modified. Exit 0 when explained (whatever the verdict), 1 on errors.
+    Explain {
+        /// Policy file (TOML). Without it, the embedded default policy applies.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        /// A host namespace path of the pod sandbox the container may join; repeat for each.
+        #[arg(long = "pod-namespace", value_name = "PATH")]
+        pod_namespaces: Vec<String>,
+        /// Print the explanation as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// OCI runtime spec (config.json).
+        #[arg(value_name = "CONFIG_JSON")]
+        config: PathBuf,
+    },
+    /// Print the embedded default policy as commented TOML.
+    DefaultPolicy,
+    /// Load a policy file strictly and report the first problem (exit 1) or "ok" (exit 0).
+    CheckPolicy {
+        /// Policy file (TOML).
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+}

@@ -1,0 +1,216 @@
+//! The `policy-injector` binary: file I/O around the pure library, one-line errors, exit codes
+//! 0 (done), 1 (unreadable or malformed input or policy), 2 (rejected by policy).
+
+pub mod args;
+mod explain;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Context as _};
+use clap::Parser;
+use serde_json::Value;
+
+use args::{Cli, Command};
+use policy_injector::{harden, Context, HardenError, Mode, Policy, DEFAULT_POLICY_TOML};
+
+/// How a command failed: a rejection (exit 2) or anything else (exit 1).
+enum Failure {
+    Rejected(HardenError),
+    Error(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure::Error(e)
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Rejected(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Error(e)) => {
+            // One line: the chain joined, never a backtrace.
+            let msg = e
+                .chain()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(": ");
+            eprintln!("error: {}", msg.replace('\n', " "));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cmd: Command) -> Result<(), Failure> {
+    match cmd {
+        Command::DefaultPolicy => {
+            print!("{DEFAULT_POLICY_TOML}");
+            Ok(())
+        }
+        Command::CheckPolicy { file } => {
+            let policy = load_policy(Some(&file))?;
+            println!(
+                "ok: {} (mode {})",
+                file.display(),
+                match policy.mode {
+                    Mode::Enforce => "enforce",
+                    Mode::Audit => "audit",
+                }
+            );
+            Ok(())
+        }
+        Command::Harden {
+            policy,
+            pod_namespaces,
+            in_place,
+            config,
+        } => {
+            let policy = load_policy(policy.as_deref())?;
+            let (raw_spec, spec) = read_spec(&config)?;
+            let ctx = context_for(&spec, pod_namespaces);
+            let hardened = harden(&spec, &policy, &ctx).map_err(|e| match e {
+                HardenError::Rejected(_) => Failure::Rejected(e),
+                HardenError::Malformed { .. } => {
+                    Failure::Error(anyhow!("{}: {e}", config.display()))
+                }
+            })?;
+            let mut text = if raw_spec.trim_start().starts_with("{\n") || raw_spec.contains("\n  ")
+            {
+                serde_json::to_string_pretty(&hardened.spec)
+            } else {
+                serde_json::to_string(&hardened.spec)
+            }
+            .context("serialising the hardened spec")?;
+            text.push('\n');
+            if in_place {
+                write_atomically(&config, text.as_bytes())?;
+            } else {
+                std::io::stdout()
+                    .write_all(text.as_bytes())
+                    .context("writing to stdout")?;
+            }
+            if hardened.mode == Mode::Audit {
+                let would_reject = hardened
+                    .decisions
+                    .iter()
+                    .filter(|d| d.action == policy_injector::Action::Rejected)
+                    .count();
+                eprintln!(
+                    "audit mode: spec unchanged; {} decision(s), {would_reject} would-be rejection(s)",
+                    hardened.decisions.len()
+                );
+            }
+            Ok(())
+        }
+        Command::Explain {
+            policy,
+            pod_namespaces,
+            json,
+            config,
+        } => {
+            let policy = load_policy(policy.as_deref())?;
+            let (_, spec) = read_spec(&config)?;
+            let ctx = context_for(&spec, pod_namespaces);
+            let report = explain::explain(&spec, &policy, &ctx)
+                .map_err(|e| anyhow!("{}: {e}", config.display()))?;
+            let out = if json {
+                let mut s = serde_json::to_string_pretty(&report.to_json())
+                    .context("serialising the explanation")?;
+                s.push('\n');
+                s
+            } else {
+                report.to_text()
+            };
+            std::io::stdout()
+                .write_all(out.as_bytes())
+                .context("writing to stdout")?;
+            Ok(())
+        }
+    }
+}
+
+fn load_policy(path: Option<&Path>) -> anyhow::Result<Policy> {
+    let Some(path) = path else {
+        return Ok(Policy::default());
+    };
+    let src = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read policy {}", path.display()))?;
+    Policy::from_toml_str(&src).map_err(|e| anyhow!("policy {}: {e}", path.display()))
+}
+
+fn read_spec(path: &Path) -> anyhow::Result<(String, Value)> {
+    let raw =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let spec: Value = serde_json::from_str(&raw).map_err(|e| {
+        anyhow!(
+            "{}: invalid JSON at line {}, column {}: {}",
+            path.display(),
+            e.line(),
+            e.column(),
+            e
+        )
+    })?;
+    if !spec.is_object() {
+        return Err(anyhow!(
+            "{}: the spec must be a JSON object",
+            path.display()
+        ));
+    }
+    Ok((raw, spec))
+}
+
+/// Resolves each bind source on this host (symlinks followed), so the mounts rule can check
+/// where a bind really points. Sources that do not exist are left out.
+fn context_for(spec: &Value, pod_namespace_paths: Vec<String>) -> Context {
+    let mut resolved = BTreeMap::new();
+    if let Some(mounts) = spec.get("mounts").and_then(Value::as_array) {
+        for m in mounts {
+            let is_bind = m.get("type").and_then(Value::as_str) == Some("bind")
+                || m.get("options")
+                    .and_then(Value::as_array)
+                    .is_some_and(|o| o.iter().any(|x| x == "bind" || x == "rbind"));
+            let Some(src) = m.get("source").and_then(Value::as_str) else {
+                continue;
+            };
+            if !is_bind || !src.starts_with('/') {
+                continue;
+            }
+            if let Ok(canon) = std::fs::canonicalize(src) {
+                resolved.insert(src.to_string(), canon.to_string_lossy().into_owned());
+            }
+        }
+    }
+    Context {
+        resolved_sources: resolved,
+        pod_namespace_paths,
+        ..Context::default()
+    }
+}
+
+/// Writes next to the target and renames over it, so a reader never sees half a file.
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow!("{}: not a file path", path.display()))?;
+    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    let perms = std::fs::metadata(path)
+        .with_context(|| format!("cannot stat {}", path.display()))?
+        .permissions();
+    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::set_permissions(&tmp, perms)
+        .with_context(|| format!("cannot set permissions on {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,207 @@
+//! Path globs for the mount allow/deny lists and name globs for secret-looking environment
+//! variables. Path patterns work segment by segment: `*` inside a segment matches any run of
+//! characters except `/`, and a segment that is exactly `**` matches zero or more segments.
+
+/// Lexically normalised absolute path segments, or `None` for a relative path. `..` pops a
+/// segment (never above `/`), `.` and empty segments vanish.
+pub(crate) fn normalize(path: &str) -> Option<Vec<&str>> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut out: Vec<&str> = Vec::new();
+    for seg in path.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    Some(out)
+}
+
+/// Joins segments back into an absolute path.
+pub(crate) fn join(segs: &[&str]) -> String {
+    if segs.is_empty() {
+        "/".to_string()
+    } else {
+        let mut s = String::new();
+        for seg in segs {
+            s.push('/');
+            s.push_str(seg);
+        }
+        s
+    }
+}
+
+/// `*` matches any run of characters (including none); everything else is literal.
+pub(crate) fn wildcard_match(pattern: &str, text: &str) -> bool {
+    let p = pattern.as_bytes();
+    let t = text.as_bytes();
+    // Classic greedy matcher with backtracking to the last star: linear in practice.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// A compiled path pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PathGlob<'a> {
+    /// A pattern that does not start with `/` (such as `**/docker.sock`) is anchored anywhere
+    /// only through a leading `**`; validation requires absolute patterns or a leading `**`.
+    segs: Vec<&'a str>,
+}
+
+impl<'a> PathGlob<'a> {
+    pub(crate) fn new(pattern: &'a str) -> Result<PathGlob<'a>, String> {
+        let body = if let Some(rest) = pattern.strip_prefix('/') {
+            rest
+        } else if pattern.starts_with("**") {
+            pattern
+        } else {
+            return Err(format!(
+                "pattern {pattern:?} must be an absolute path or start with \"**\""
+            ));
+        };
+        let mut segs = Vec::new();
+        for seg in body.split('/') {
+            match seg {
+                "" => {}
+                "." | ".." => return Err(format!("pattern {pattern:?} contains {seg:?}")),
+                s if s.contains("**") && s != "**" => {
+                    return Err(format!(
+                        "pattern {pattern:?}: \"**\" must be a whole path segment"
+                    ))
+                }
+                s => segs.push(s),
+            }
+        }
+        Ok(PathGlob { segs })
+    }
+
+    /// Does the (normalised) path match the whole pattern?
+    pub(crate) fn matches(&self, path: &[&str]) -> bool {
+        match_segs(&self.segs, path)
+    }
+
+    /// Is the path a strict ancestor of something the pattern names? Only the literal-anchored
+    /// part before the first `**` counts: binding `/run` exposes `/run/containerd/**`, but every
+    /// directory is an ancestor of `**/docker.sock`, which would deny everything.
+    pub(crate) fn is_strict_ancestor_of_match(&self, path: &[&str]) -> bool {
+        let anchored: Vec<&str> = self
+            .segs
+            .iter()
+            .copied()
+            .take_while(|s| *s != "**")
+            .collect();
+        path.len() < anchored.len()
+            && path
+                .iter()
+                .zip(anchored.iter())
+                .all(|(seg, pat)| wildcard_match(pat, seg))
+    }
+}
+
+fn match_segs(pat: &[&str], path: &[&str]) -> bool {
+    match pat.split_first() {
+        None => path.is_empty(),
+        Some((first, rest)) if *first == "**" => {
+            (0..=path.len()).any(|skip| match_segs(rest, &path[skip..]))
+        }
+        Some((first, rest)) => match path.split_first() {
+            Some((seg, path_rest)) => wildcard_match(first, seg) && match_segs(rest, path_rest),
+            None => false,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(pattern: &str, path: &str) -> bool {
+        PathGlob::new(pattern)
+            .unwrap()
+            .matches(&normalize(path).unwrap())
+    }
+
+    #[test]
+    fn normalize_collapses_dots_and_slashes() {
+        assert_eq!(normalize("/a//b/./c/"), Some(vec!["a", "b", "c"]));
+        assert_eq!(normalize("/a/../../etc"), Some(vec!["etc"]));
+        assert_eq!(normalize("/"), Some(vec![]));
+        assert_eq!(normalize("rel/path"), None);
+        assert_eq!(join(&["a", "b"]), "/a/b");
+        assert_eq!(join(&[]), "/");
+    }
+
+    #[test]
+    fn single_star_matches_exactly_one_segment() {
+        assert!(m("/var/run/netns/*", "/var/run/netns/cni-1234"));
+        assert!(!m("/var/run/netns/*", "/var/run/netns"));
+        assert!(!m("/var/run/netns/*", "/var/run/netns/a/b"));
+        assert!(m("/run/cni-*", "/run/cni-abc"));
+    }
+
+    #[test]
+    fn double_star_matches_any_depth_including_none() {
+        assert!(m("/proc/**", "/proc"));
+        assert!(m("/proc/**", "/proc/1/root"));
+        assert!(!m("/proc/**", "/procfs"));
+        assert!(m("**/docker.sock", "/var/run/docker.sock"));
+        assert!(m("**/docker.sock", "/docker.sock"));
+        assert!(!m("**/docker.sock", "/var/run/docker.sock.bak"));
+        assert!(m(
+            "/var/lib/kubelet/pods/*/volumes/kubernetes.io~empty-dir/**",
+            "/var/lib/kubelet/pods/abc/volumes/kubernetes.io~empty-dir/cache"
+        ));
+    }
+
+    #[test]
+    fn root_pattern_matches_only_root() {
+        assert!(m("/", "/"));
+        assert!(!m("/", "/tmp"));
+    }
+
+    #[test]
+    fn ancestors_of_anchored_patterns_are_detected() {
+        let g = PathGlob::new("/run/containerd/**").unwrap();
+        assert!(g.is_strict_ancestor_of_match(&["run"]));
+        assert!(g.is_strict_ancestor_of_match(&[]));
+        assert!(!g.is_strict_ancestor_of_match(&["run", "containerd"]));
+        assert!(!g.is_strict_ancestor_of_match(&["srv"]));
+        let any = PathGlob::new("**/docker.sock").unwrap();
+        assert!(!any.is_strict_ancestor_of_match(&["var"]));
+    }
+
+    #[test]
+    fn bad_patterns_are_refused() {
+        for p in ["relative/x", "/a/../b", "/a/x**"] {
+            assert!(PathGlob::new(p).is_err(), "{p}");
+        }
+    }
+
+    #[test]
+    fn wildcard_names() {
+        assert!(wildcard_match("*_TOKEN", "GITHUB_TOKEN"));
+        assert!(!wildcard_match("*_TOKEN", "TOKEN"));
+        assert!(wildcard_match("*_SECRET*", "DB_SECRET_KEY"));
+        assert!(wildcard_match("AWS_SESSION_TOKEN", "AWS_SESSION_TOKEN"));
+    }
+}

@@ -1,0 +1,206 @@
+//! The entry points: `harden` (a whole spec), `harden_process` (an Exec's process) and
+//! `clamp_resources` (an Update's resources), and the result types the shim consumes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::decision::{Action, Decision};
+use crate::error::{HardenError, Rejection};
+use crate::json::Object;
+use crate::policy::{Mode, NetworkMode, Policy};
+use crate::rules::{self, Pass};
+
+/// What the caller knows about the host that the pure core cannot look up itself.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    pub container_id: String,
+    pub namespace: String,
+    /// Host namespace paths of the pod sandbox that a container of the same pod may join
+    /// (e.g. "/proc/4242/ns/ipc", "/var/run/netns/cni-..."), supplied by the shim.
+    pub pod_namespace_paths: Vec<String>,
+    /// Bind-mount sources as the caller resolved them on the host (symlinks followed):
+    /// source as written in the spec -> canonical path. The mounts rule checks both.
+    pub resolved_sources: BTreeMap<String, String>,
+}
+
+/// The result of `harden`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hardened {
+    /// The hardened spec; in audit mode the input unchanged.
+    pub spec: Value,
+    pub runsc: RunscFlags,
+    pub lifetime: Lifetime,
+    /// In rule order, then in the order each rule met the fields.
+    pub decisions: Vec<Decision>,
+    pub mode: Mode,
+}
+
+/// The runsc flags the shim must pass, typed; the shim builds argv from them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunscFlags {
+    /// `--network`, after annotation tightening.
+    pub network: NetworkMode,
+    /// `--oci-seccomp`: true whenever the final spec carries `linux.seccomp`, since runsc
+    /// ignores spec seccomp without it.
+    pub oci_seccomp: bool,
+    /// `--net-raw`: always false.
+    pub net_raw: bool,
+    /// `--host-uds`: always "none".
+    pub host_uds: String,
+    /// Root overlay, e.g. `Some("root:memory")` when the root is writable; `None` adds no flag.
+    pub overlay: Option<String>,
+    /// `--platform`; `None` keeps runsc's default.
+    pub platform: Option<String>,
+    /// Allowlisted extra flags from the policy, name (without `--`) to value.
+    pub extra: BTreeMap<String, String>,
+}
+
+/// How long the container may run, for the shim to enforce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Lifetime {
+    pub max_runtime: Duration,
+    pub grace_period: Duration,
+}
+
+/// The result of `harden_process`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HardenedProcess {
+    pub process: Value,
+    pub decisions: Vec<Decision>,
+}
+
+/// The result of `clamp_resources`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClampedResources {
+    pub resources: Value,
+    pub decisions: Vec<Decision>,
+}
+
+fn as_object<'a>(v: &'a Value, what: &str) -> Result<&'a Object, HardenError> {
+    v.as_object()
+        .ok_or_else(|| HardenError::malformed(what, "expected a JSON object"))
+}
+
+/// Applies every rule of the policy to an OCI runtime spec.
+///
+/// Enforce mode: the rewritten spec, or `HardenError::Rejected` with every rejection found.
+/// Audit mode: the input spec unchanged, with what enforce would have changed as decisions and
+/// what it would have rejected as `Action::Rejected` decisions.
+pub fn harden(spec: &Value, policy: &Policy, ctx: &Context) -> Result<Hardened, HardenError> {
+    let mut out = as_object(spec, "spec")?.clone();
+    let mut pass = Pass::new(policy, ctx);
+    rules::run_spec(&mut out, &mut pass)?;
+    let spec = match policy.mode {
+        Mode::Enforce => {
+            if !pass.rejections.is_empty() {
+                return Err(HardenError::Rejected(pass.rejections));
+            }
+            Value::Object(out)
+        }
+        Mode::Audit => spec.clone(),
+    };
+    let runsc = runsc_flags(&spec, policy, pass.network);
+    Ok(Hardened {
+        spec,
+        runsc,
+        lifetime: pass.lifetime,
+        decisions: pass.decisions,
+        mode: policy.mode,
+    })
+}
+
+fn runsc_flags(spec: &Value, policy: &Policy, network: NetworkMode) -> RunscFlags {
+    let has_seccomp = !matches!(
+        spec.get("linux").and_then(|l| l.get("seccomp")),
+        None | Some(Value::Null)
+    );
+    let root_readonly = spec
+        .get("root")
+        .and_then(|r| r.get("readonly"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let overlay = match policy.runsc.overlay.as_str() {
+        "none" => None,
+        "auto" if root_readonly => None,
+        "auto" => Some("root:memory".to_string()),
+        explicit => Some(explicit.to_string()),
+    };
+    RunscFlags {
+        network,
+        oci_seccomp: has_seccomp,
+        net_raw: false,
+        host_uds: "none".to_string(),
+        overlay,
+        platform: (!policy.runsc.platform.is_empty()).then(|| policy.runsc.platform.clone()),
+        extra: policy.runsc.extra_flags.clone(),
+    }
+}
+
+/// Applies the process rules (selinux, capabilities, privileges, user, rlimits, environment) to
+/// the process of an Exec.
+pub fn harden_process(
+    process: &Value,
+    policy: &Policy,
+    ctx: &Context,
+) -> Result<HardenedProcess, HardenError> {
+    let mut out = as_object(process, "process")?.clone();
+    let mut pass = Pass::new(policy, ctx);
+    rules::run_process(&mut out, "process", &mut pass)?;
+    finish(policy, pass, process, Value::Object(out))
+        .map(|(process, decisions)| HardenedProcess { process, decisions })
+}
+
+/// Clamps an Update's `LinuxResources` to the policy and to the container's
+/// `gvisor-hardened.dev/*` annotations, which can only tighten.
+pub fn clamp_resources(
+    resources: &Value,
+    policy: &Policy,
+    annotations: &BTreeMap<String, String>,
+) -> Result<ClampedResources, HardenError> {
+    let mut out = as_object(resources, "resources")?.clone();
+    let ctx = Context::default();
+    let mut pass = Pass::new(policy, &ctx);
+    rules::annotations::read_tightening(
+        annotations.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        "annotations",
+        &mut pass,
+    );
+    rules::resources::apply_resources(&mut out, "resources", &mut pass)?;
+    finish(policy, pass, resources, Value::Object(out)).map(|(resources, decisions)| {
+        ClampedResources {
+            resources,
+            decisions,
+        }
+    })
+}
+
+fn finish(
+    policy: &Policy,
+    pass: Pass<'_>,
+    input: &Value,
+    output: Value,
+) -> Result<(Value, Vec<Decision>), HardenError> {
+    match policy.mode {
+        Mode::Enforce if !pass.rejections.is_empty() => Err(HardenError::Rejected(pass.rejections)),
+        Mode::Enforce => Ok((output, pass.decisions)),
+        Mode::Audit => Ok((input.clone(), pass.decisions)),
+    }
+}
+
+/// Rejections as the decisions audit mode reports them (used by tests and `explain`).
+pub fn rejections_as_decisions(rejections: &[Rejection]) -> Vec<Decision> {
+    rejections
+        .iter()
+        .map(|r| Decision {
+            rule: r.rule,
+            field: r.field.clone(),
+            action: Action::Rejected,
+            before: None,
+            after: None,
+            reason: r.reason.clone(),
+        })
+        .collect()
+}

@@ -1,0 +1,218 @@
+use super::*;
+
+#[test]
+fn default_equals_embedded_text() {
+    assert_eq!(
+        Policy::from_toml_str(DEFAULT_POLICY_TOML).unwrap(),
+        Policy::default()
+    );
+}
+
+#[test]
+fn empty_file_is_the_default() {
+    assert_eq!(Policy::from_toml_str("").unwrap(), Policy::default());
+}
+
+#[test]
+fn to_toml_string_round_trips() {
+    let mut p = Policy {
+        mode: Mode::Audit,
+        ..Policy::default()
+    };
+    p.runsc.extra_flags.insert("fdlimit".into(), "4096".into());
+    p.capabilities.allow = vec!["CAP_NET_BIND_SERVICE".into()];
+    assert_eq!(Policy::from_toml_str(&p.to_toml_string()).unwrap(), p);
+    assert_eq!(
+        Policy::from_toml_str(&Policy::default().to_toml_string()).unwrap(),
+        Policy::default()
+    );
+}
+
+fn err(src: &str) -> PolicyError {
+    Policy::from_toml_str(src).expect_err("expected a policy error")
+}
+
+#[test]
+fn a_file_may_set_only_what_it_changes() {
+    let p = Policy::from_toml_str("[resources]\nmemory = \"512Mi\"\n").unwrap();
+    assert_eq!(p.resources.memory.0, 512 << 20);
+    assert_eq!(p.resources.cpu, Policy::default().resources.cpu);
+    assert_eq!(p.mounts, Policy::default().mounts);
+}
+
+#[test]
+fn unknown_keys_are_errors_naming_key_and_line() {
+    let e = err("version = 1\n\n[root]\nreadonly = true\nread_only = false\n");
+    let PolicyError::Parse {
+        line, key, message, ..
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(*line, Some(5));
+    assert_eq!(key.as_deref(), Some("root.read_only"));
+    assert!(message.contains("read_only"), "{message}");
+    let e = err("colour = \"blue\"\n");
+    assert!(
+        e.to_string().contains("colour") && e.to_string().contains("line 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_units_name_the_key_and_line() {
+    for (src, key, line) in [
+        ("[resources]\nmemory = \"2Gb\"\n", "resources.memory", 2),
+        ("[resources]\ncpu = \"-1\"\n", "resources.cpu", 2),
+        (
+            "\n[lifetime]\nmax_runtime = \"1d\"\n",
+            "lifetime.max_runtime",
+            3,
+        ),
+        ("[rlimits]\nfsize = \"9999999Ei\"\n", "rlimits.fsize", 2),
+        (
+            "[[scratch.tmpfs]]\npath = \"/tmp\"\nsize = \"1Xi\"\n",
+            "scratch.tmpfs[0].size",
+            3,
+        ),
+    ] {
+        let e = err(src);
+        let text = e.to_string();
+        assert!(text.contains(key), "{src:?}: {text}");
+        assert!(text.contains(&format!("line {line}")), "{src:?}: {text}");
+        assert!(!text.contains('\n'), "one line: {text}");
+    }
+}
+
+#[test]
+fn wrong_types_and_enum_values_are_errors() {
+    for src in [
+        "mode = \"permissive\"\n",
+        "[network]\nmode = \"bridge\"\n",
+        "[environment]\naction = \"delete\"\n",
+        "[root]\nreadonly = \"yes\"\n",
+        "[user]\nuid = -1\n",
+        "version = 2\n",
+        "[resources]\nprocesses = 1.5\n",
+    ] {
+        assert!(Policy::from_toml_str(src).is_err(), "{src}");
+    }
+}
+
+#[test]
+fn semantic_errors_name_key_and_line() {
+    for (src, key, line) in [
+        ("[user]\nuid = 0\n", "user.uid", 2),
+        ("[resources]\nmemory = \"0\"\n", "resources.memory", 2),
+        ("[resources]\nprocesses = 0\n", "resources.processes", 2),
+        (
+            "[lifetime]\nmax_runtime = \"0s\"\n",
+            "lifetime.max_runtime",
+            2,
+        ),
+        (
+            "[capabilities]\nallow = [\"NET_ADMIN\"]\n",
+            "capabilities.allow[0]",
+            2,
+        ),
+        ("[runsc]\nplatform = \"gvisor\"\n", "runsc.platform", 2),
+        (
+            "[runsc.extra_flags]\nnet-raw = true\n",
+            "runsc.extra_flags.net-raw",
+            2,
+        ),
+        (
+            "[runsc.extra_flags]\nallow-flag-override = true\n",
+            "runsc.extra_flags.allow-flag-override",
+            2,
+        ),
+        (
+            "[runsc.extra_flags]\nTESTONLY-unsafe = \"x\"\n",
+            "runsc.extra_flags.TESTONLY-unsafe",
+            2,
+        ),
+        (
+            "[runsc.extra_flags]\nmade-up = \"x\"\n",
+            "runsc.extra_flags.made-up",
+            2,
+        ),
+        (
+            "[annotations]\nstrip_prefixes = [\"io.\"]\n",
+            "annotations.strip_prefixes",
+            2,
+        ),
+        (
+            "[mounts]\ndenied_sources = [\"etc/**\"]\n",
+            "mounts.denied_sources[0]",
+            2,
+        ),
+        (
+            "[namespaces]\nreject_host = [\"net\"]\n",
+            "namespaces.reject_host[0]",
+            2,
+        ),
+        ("[seccomp]\ndeny = [\"clone\"]\n", "seccomp.deny[0]", 2),
+        (
+            "[[scratch.tmpfs]]\npath = \"/tmp/../etc\"\nsize = \"1Mi\"\n",
+            "scratch.tmpfs[0].path",
+            2,
+        ),
+    ] {
+        let text = err(src).to_string();
+        assert!(text.contains(key), "{src:?}: {text}");
+        assert!(text.contains(&format!("line {line}")), "{src:?}: {text}");
+    }
+}
+
+#[test]
+fn contradictions_name_both_keys() {
+    for (src, keys) in [
+        (
+            "[seccomp]\ninject_default = false\noverride_spec = true\n",
+            ["seccomp.override_spec", "seccomp.inject_default"],
+        ),
+        (
+            "[root]\nreadonly = false\n[runsc]\noverlay = \"none\"\n",
+            ["runsc.overlay", "root.readonly"],
+        ),
+        (
+            "[resources]\nprocesses = 9223372036854775807\n",
+            ["resources.processes", "resources.pids_per_process"],
+        ),
+        (
+            "[annotations]\nstrip_prefixes = [\"dev.gvisor.\", \"gvisor-hardened.\"]\n",
+            ["annotations.strip_prefixes[1]", "resources.processes"],
+        ),
+    ] {
+        let e = err(src);
+        assert!(
+            matches!(e, PolicyError::Contradiction { .. }),
+            "{src}: {e:?}"
+        );
+        let text = e.to_string();
+        for k in keys {
+            assert!(text.contains(k), "{src}: {text}");
+        }
+    }
+}
+
+#[test]
+fn extra_flags_accept_strings_bools_and_integers() {
+    let p = Policy::from_toml_str(
+        "[runsc.extra_flags]\nfdlimit = 4096\ngso = false\nfile-access = \"shared\"\n",
+    )
+    .unwrap();
+    assert_eq!(p.runsc.extra_flags["fdlimit"], "4096");
+    assert_eq!(p.runsc.extra_flags["gso"], "false");
+    assert_eq!(Policy::from_toml_str(&p.to_toml_string()).unwrap(), p);
+}
+
+#[test]
+fn a_policy_built_in_code_can_be_validated() {
+    let mut p = Policy::default();
+    assert!(p.validate().is_ok());
+    p.user.gid = 0;
+    assert!(
+        matches!(p.validate(), Err(PolicyError::Invalid { key, line: None, .. }) if key == "user.gid")
+    );
+}

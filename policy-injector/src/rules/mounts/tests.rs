@@ -1,0 +1,233 @@
+use super::super::testutil::*;
+use crate::decision::{Action, Rule};
+use crate::harden::Context;
+use crate::policy::Policy;
+use serde_json::json;
+
+fn with_mount(m: serde_json::Value) -> serde_json::Value {
+    let mut spec = base_spec();
+    spec["mounts"].as_array_mut().unwrap().push(m);
+    spec
+}
+
+fn bind(src: &str, dst: &str, opts: serde_json::Value) -> serde_json::Value {
+    json!({"destination": dst, "type": "bind", "source": src, "options": opts})
+}
+
+#[test]
+fn every_mount_gets_nosuid_nodev() {
+    let spec = with_mount(
+        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["ro", "suid", "dev"]}),
+    );
+    let h = harden_ok(&spec);
+    for m in h.spec["mounts"].as_array().unwrap() {
+        let o = m["options"].as_array().unwrap();
+        assert!(
+            o.contains(&json!("nosuid")) && o.contains(&json!("nodev")),
+            "{m}"
+        );
+        assert!(
+            !o.contains(&json!("suid")) && !o.contains(&json!("dev")),
+            "{m}"
+        );
+    }
+}
+
+#[test]
+fn writable_bind_becomes_readonly() {
+    let spec = with_mount(bind("/srv/data", "/data", json!(["rbind", "rw"])));
+    let h = harden_ok(&spec);
+    assert_eq!(
+        mount_at(&h.spec, "/data").unwrap()["options"],
+        json!(["rbind", "ro", "nosuid", "nodev"])
+    );
+}
+
+#[test]
+fn empty_dir_bind_stays_writable() {
+    let src = "/var/lib/kubelet/pods/0b7e/volumes/kubernetes.io~empty-dir/cache";
+    let h = harden_ok(&with_mount(bind(src, "/cache", json!(["rbind", "rw"]))));
+    assert_eq!(
+        mount_at(&h.spec, "/cache").unwrap()["options"],
+        json!(["rbind", "rw", "nosuid", "nodev"])
+    );
+}
+
+#[test]
+fn empty_dir_that_resolves_elsewhere_is_made_readonly() {
+    let src = "/var/lib/kubelet/pods/0b7e/volumes/kubernetes.io~empty-dir/cache";
+    let spec = with_mount(bind(src, "/cache", json!(["rbind", "rw"])));
+    let mut ctx = Context::default();
+    ctx.resolved_sources
+        .insert(src.into(), "/srv/elsewhere".into());
+    let h = harden_with(&spec, &Policy::default(), &ctx).unwrap();
+    assert!(mount_at(&h.spec, "/cache").unwrap()["options"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("ro")));
+}
+
+#[test]
+fn bind_of_denied_host_paths_is_rejected() {
+    for src in [
+        "/",
+        "/etc",
+        "/etc/shadow",
+        "/proc/1/root",
+        "/var/run/docker.sock",
+        "/run/containerd/containerd.sock",
+        "/var/lib/kubelet",
+        "/var/lib/kubelet/pods",
+        "/run",
+        "/var",
+        "/home/user",
+        "/srv/../etc",
+        "/run/gvisor-hardened/runsc",
+    ] {
+        let r = rejections(&with_mount(bind(src, "/host", json!(["rbind", "ro"]))));
+        assert_eq!(
+            (r[0].rule, r[0].field.as_str()),
+            (Rule::Mounts, "mounts[/host]"),
+            "{src}"
+        );
+    }
+}
+
+#[test]
+fn writable_bind_of_host_root_is_rejected() {
+    let r = rejections(&with_mount(bind("/", "/host", json!(["rbind", "rw"]))));
+    assert!(r[0].reason.contains("denied host path"), "{}", r[0].reason);
+}
+
+#[test]
+fn symlink_to_a_denied_path_is_rejected_through_the_resolved_source() {
+    let spec = with_mount(bind("/srv/innocent", "/x", json!(["bind"])));
+    let mut ctx = Context::default();
+    ctx.resolved_sources
+        .insert("/srv/innocent".into(), "/var/run/docker.sock".into());
+    let r = rejections_with(&spec, &Policy::default(), &ctx);
+    assert!(r[0].reason.contains("resolved source"), "{}", r[0].reason);
+}
+
+#[test]
+fn pod_files_under_kubelet_and_containerd_dirs_are_allowed() {
+    let mut spec = base_spec();
+    spec["mounts"] = json!([
+        bind(
+            "/var/lib/kubelet/pods/0b7e/etc-hosts",
+            "/etc/hosts",
+            json!(["rbind", "rprivate", "rw"])
+        ),
+        bind(
+            "/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/abc/resolv.conf",
+            "/etc/resolv.conf",
+            json!(["rbind", "rprivate", "rw"])
+        )
+    ]);
+    harden_ok(&spec);
+}
+
+#[test]
+fn relative_dotdot_root_and_duplicate_destinations_are_rejected() {
+    for (m, field) in [
+        (bind("/srv/a", "data", json!(["bind"])), "mounts[data]"),
+        (
+            bind("/srv/a", "/data/../etc", json!(["bind"])),
+            "mounts[/data/../etc]",
+        ),
+        (bind("/srv/a", "/", json!(["bind"])), "mounts[/]"),
+        (bind("/srv/a", "//.", json!(["bind"])), "mounts[//.]"),
+        (
+            json!({"destination": "/proc/", "type": "proc", "source": "proc"}),
+            "mounts[/proc/]",
+        ),
+    ] {
+        let r = rejections(&with_mount(m.clone()));
+        assert_eq!(
+            (r[0].rule, r[0].field.as_str()),
+            (Rule::Mounts, field),
+            "{m}"
+        );
+    }
+}
+
+#[test]
+fn destinations_are_normalised() {
+    let h = harden_ok(&with_mount(bind(
+        "/srv/a",
+        "/data//./x/",
+        json!(["bind", "ro"]),
+    )));
+    assert!(mount_at(&h.spec, "/data/x").is_some());
+}
+
+#[test]
+fn disallowed_types_are_rejected() {
+    let r = rejections(&with_mount(
+        json!({"destination": "/mnt", "type": "overlay", "source": "overlay"}),
+    ));
+    assert!(r[0].reason.contains("overlay"));
+    let r = rejections(&with_mount(json!({"destination": "/mnt", "source": "x"})));
+    assert_eq!(r[0].field, "mounts[/mnt]");
+}
+
+#[test]
+fn bind_by_option_counts_as_bind() {
+    let r = rejections(&with_mount(
+        json!({"destination": "/h", "type": "none", "source": "/etc", "options": ["rbind"]}),
+    ));
+    assert!(r[0].reason.contains("denied"));
+}
+
+#[test]
+fn service_account_token_is_removed() {
+    let mut spec = base_spec();
+    for dst in [
+        "/var/run/secrets/kubernetes.io/serviceaccount",
+        "/run/secrets/kubernetes.io/serviceaccount/token",
+    ] {
+        spec["mounts"].as_array_mut().unwrap().push(bind(
+            "/var/lib/kubelet/pods/x/volumes/kubernetes.io~projected/kube-api-access-1",
+            dst,
+            json!(["rbind", "ro"]),
+        ));
+    }
+    let h = harden_ok(&spec);
+    assert!(h.spec["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| !m["destination"]
+            .as_str()
+            .unwrap()
+            .contains("serviceaccount")));
+    assert_eq!(count(&h, Rule::Mounts, Action::Removed), 2);
+}
+
+#[test]
+fn service_account_token_is_kept_when_the_policy_says_so() {
+    let mut policy = Policy::default();
+    policy.mounts.remove_service_account_token = false;
+    let spec = with_mount(bind(
+        "/var/lib/kubelet/pods/x/volumes/kubernetes.io~projected/t",
+        "/var/run/secrets/kubernetes.io/serviceaccount",
+        json!(["rbind", "ro"]),
+    ));
+    let h = harden_ok_with(&spec, &policy);
+    assert!(mount_at(&h.spec, "/var/run/secrets/kubernetes.io/serviceaccount").is_some());
+}
+
+#[test]
+fn malformed_mounts_are_malformed() {
+    for m in [
+        json!("x"),
+        json!({"type": "tmpfs"}),
+        json!({"destination": 1}),
+        json!({"destination": "/a", "options": "ro"}),
+    ] {
+        assert!(matches!(
+            harden_err(&with_mount(m)),
+            crate::HardenError::Malformed { .. }
+        ));
+    }
+}

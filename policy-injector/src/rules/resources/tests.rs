@@ -1,0 +1,154 @@
+use super::super::testutil::*;
+use crate::decision::Rule;
+use crate::policy::Policy;
+use serde_json::json;
+
+fn with_resources(res: serde_json::Value) -> serde_json::Value {
+    let mut spec = base_spec();
+    spec["linux"]["resources"] = res;
+    spec
+}
+
+const GI2: i64 = 2 << 30;
+
+#[test]
+fn no_limits_get_the_ceilings() {
+    let h = harden_ok(&base_spec());
+    let r = &h.spec["linux"]["resources"];
+    assert_eq!(r["memory"], json!({"limit": GI2, "swap": GI2}));
+    assert_eq!(r["cpu"], json!({"period": 100000, "quota": 200000}));
+    assert_eq!(r["pids"], json!({"limit": 32 + 12 * 512}));
+    assert_eq!(h.spec["annotations"]["gvisor-hardened.dev/pids"], "512");
+}
+
+#[test]
+fn huge_limits_are_clamped() {
+    let spec = with_resources(json!({
+        "memory": {"limit": i64::MAX, "reservation": i64::MAX, "swap": -1},
+        "cpu": {"quota": 10_000_000, "period": 100000, "shares": 1024},
+        "pids": {"limit": 1_000_000}
+    }));
+    let h = harden_ok(&spec);
+    let r = &h.spec["linux"]["resources"];
+    assert_eq!(
+        r["memory"],
+        json!({"limit": GI2, "reservation": GI2, "swap": GI2})
+    );
+    assert_eq!(
+        r["cpu"],
+        json!({"quota": 200000, "period": 100000, "shares": 1024})
+    );
+    assert_eq!(r["pids"]["limit"], json!(32 + 12 * 512));
+}
+
+#[test]
+fn lower_limits_are_kept() {
+    let spec = with_resources(json!({
+        "memory": {"limit": 100 << 20},
+        "cpu": {"quota": 50000, "period": 200000},
+        "pids": {"limit": 20}
+    }));
+    let h = harden_ok(&spec);
+    let r = &h.spec["linux"]["resources"];
+    assert_eq!(r["memory"], json!({"limit": 100 << 20, "swap": 100 << 20}));
+    assert_eq!(r["cpu"], json!({"quota": 50000, "period": 200000}));
+    assert_eq!(r["pids"]["limit"], json!(32 + 12 * 20));
+    assert_eq!(h.spec["annotations"]["gvisor-hardened.dev/pids"], "20");
+}
+
+#[test]
+fn minus_one_means_unlimited_and_gets_the_ceiling() {
+    let spec = with_resources(
+        json!({"memory": {"limit": -1}, "cpu": {"quota": -1}, "pids": {"limit": -1}}),
+    );
+    let h = harden_ok(&spec);
+    let r = &h.spec["linux"]["resources"];
+    assert_eq!(r["memory"]["limit"], json!(GI2));
+    assert_eq!(r["cpu"]["quota"], json!(200000));
+    assert_eq!(r["pids"]["limit"], json!(32 + 12 * 512));
+}
+
+#[test]
+fn negative_garbage_is_rejected() {
+    for (res, field) in [
+        (
+            json!({"memory": {"limit": -5}}),
+            "linux.resources.memory.limit",
+        ),
+        (
+            json!({"memory": {"reservation": -2}}),
+            "linux.resources.memory.reservation",
+        ),
+        (json!({"cpu": {"quota": -100}}), "linux.resources.cpu.quota"),
+        (
+            json!({"cpu": {"period": -100000}}),
+            "linux.resources.cpu.period",
+        ),
+        (json!({"cpu": {"period": 10}}), "linux.resources.cpu.period"),
+        (
+            json!({"cpu": {"period": 5_000_000u64}}),
+            "linux.resources.cpu.period",
+        ),
+        (json!({"pids": {"limit": -7}}), "linux.resources.pids.limit"),
+    ] {
+        let r = rejections(&with_resources(res.clone()));
+        assert_eq!(
+            (r[0].rule, r[0].field.as_str()),
+            (Rule::Resources, field),
+            "{res}"
+        );
+    }
+}
+
+#[test]
+fn unified_cgroup_limits_are_rejected() {
+    let spec = with_resources(json!({"unified": {"memory.max": "max", "io.weight": "100"}}));
+    let r = rejections(&spec);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].field, "linux.resources.unified.memory.max");
+}
+
+#[test]
+fn strings_for_numbers_are_malformed() {
+    let spec = with_resources(json!({"memory": {"limit": "2Gi"}}));
+    assert!(
+        matches!(harden_err(&spec), crate::HardenError::Malformed { field, .. } if field == "linux.resources.memory.limit")
+    );
+}
+
+#[test]
+fn pids_budget_is_idempotent_through_the_annotation() {
+    let spec = with_resources(json!({"pids": {"limit": 40}}));
+    let once = harden_ok(&spec);
+    let twice = harden_ok(&once.spec);
+    assert_eq!(once.spec, twice.spec);
+    assert_eq!(
+        twice.spec["linux"]["resources"]["pids"]["limit"],
+        json!(32 + 12 * 40)
+    );
+}
+
+#[test]
+fn clamp_resources_applies_policy_and_annotations() {
+    let policy = Policy::default();
+    let mut ann = std::collections::BTreeMap::new();
+    ann.insert("gvisor-hardened.dev/memory".to_string(), "1Gi".to_string());
+    ann.insert("gvisor-hardened.dev/pids".to_string(), "100".to_string());
+    let update =
+        json!({"memory": {"limit": 8i64 << 30}, "cpu": {"quota": 400000, "period": 100000}});
+    let c = crate::clamp_resources(&update, &policy, &ann).unwrap();
+    assert_eq!(
+        c.resources["memory"],
+        json!({"limit": 1i64 << 30, "swap": 1i64 << 30})
+    );
+    assert_eq!(c.resources["cpu"]["quota"], json!(200000));
+    assert_eq!(c.resources["pids"]["limit"], json!(32 + 12 * 100));
+}
+
+#[test]
+fn clamp_resources_rejects_a_looser_annotation() {
+    let mut ann = std::collections::BTreeMap::new();
+    ann.insert("gvisor-hardened.dev/cpu".to_string(), "64".to_string());
+    let err = crate::clamp_resources(&json!({}), &Policy::default(), &ann).unwrap_err();
+    assert!(err.to_string().contains("gvisor-hardened.dev/cpu"), "{err}");
+}

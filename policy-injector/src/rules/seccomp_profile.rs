@@ -1,0 +1,77 @@
+//! The default seccomp profile: allow everything except a deny list answered with EPERM, user
+//! namespace creation through unshare/clone (EPERM), and clone3 answered with ENOSYS.
+//!
+//! clone3 passes its flags in a struct in memory, which seccomp cannot read, so it cannot be
+//! filtered for CLONE_NEWUSER; ENOSYS (not EPERM) makes libc fall back to clone, whose flags
+//! are a register that the profile checks. runsc ignores `architectures` and looks syscall names
+//! up for the native architecture, skipping names it does not know.
+
+use serde_json::{json, Value};
+
+const CLONE_NEWUSER: u64 = 0x1000_0000;
+const EPERM: u64 = 1;
+const ENOSYS: u64 = 38;
+
+/// The profile for a deny list, as OCI `linux.seccomp` JSON.
+pub(crate) fn default_profile(deny: &[String]) -> Value {
+    let mut syscalls = Vec::new();
+    if !deny.is_empty() {
+        syscalls.push(json!({
+            "names": deny,
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": EPERM
+        }));
+    }
+    // unshare(flags): flags is argument 0. clone's flags are argument 0 on x86_64 and aarch64.
+    // MASKED_EQ: (arg & value) == valueTwo.
+    for name in ["unshare", "clone"] {
+        syscalls.push(json!({
+            "names": [name],
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": EPERM,
+            "args": [{
+                "index": 0,
+                "value": CLONE_NEWUSER,
+                "valueTwo": CLONE_NEWUSER,
+                "op": "SCMP_CMP_MASKED_EQ"
+            }]
+        }));
+    }
+    syscalls.push(json!({
+        "names": ["clone3"],
+        "action": "SCMP_ACT_ERRNO",
+        "errnoRet": ENOSYS
+    }));
+    json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "architectures": [
+            "SCMP_ARCH_X86_64",
+            "SCMP_ARCH_X86",
+            "SCMP_ARCH_X32",
+            "SCMP_ARCH_AARCH64"
+        ],
+        "syscalls": syscalls
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_has_deny_list_user_namespace_rules_and_clone3() {
+        let p = default_profile(&["keyctl".to_string(), "bpf".to_string()]);
+        assert_eq!(p["defaultAction"], "SCMP_ACT_ALLOW");
+        let rules = p["syscalls"].as_array().unwrap();
+        assert_eq!(rules[0]["names"], json!(["keyctl", "bpf"]));
+        assert_eq!(rules[0]["errnoRet"], 1);
+        assert_eq!(rules[1]["names"], json!(["unshare"]));
+        assert_eq!(rules[1]["args"][0]["value"], 0x1000_0000);
+        assert_eq!(rules[1]["args"][0]["valueTwo"], 0x1000_0000);
+        assert_eq!(rules[2]["names"], json!(["clone"]));
+        assert_eq!(
+            rules[3],
+            json!({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38})
+        );
+    }
+}
