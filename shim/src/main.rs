@@ -3,5 +3,6 @@
 #![allow(dead_code)]
 
 mod reaper;
+mod runsc;
 
 fn main() {}
