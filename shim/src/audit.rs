@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use policy_injector::Decision;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
@@ -47,7 +47,7 @@ pub enum AuditEvent {
     Delete,
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PodRef {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -61,7 +61,7 @@ pub struct PodRef {
     pub container_name: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PolicyRef {
     pub path: String,
     pub sha256: String,
@@ -70,7 +70,7 @@ pub struct PolicyRef {
 
 /// Where a container came from, fixed at Create and repeated on every line so each line stands
 /// alone for whoever greps the log.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Subject {
     pub namespace: String,
     pub container_id: String,

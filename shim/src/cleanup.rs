@@ -30,7 +30,13 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
     let mut problems = Vec::new();
     if let Some(state) = &state {
         // --force kills a sandbox that still runs; a missing container is already clean.
-        let args = crate::runsc::command::cleanup_delete_args(&state.runsc_root, &flags.id);
+        let args = crate::runsc::command::argv(
+            &crate::runsc::command::GlobalFlags::new(&state.runsc_root),
+            &crate::runsc::command::Subcommand::Delete {
+                id: flags.id.clone(),
+                force: true,
+            },
+        );
         match Command::new(&state.runsc_binary).args(&args).output() {
             Ok(out) if out.status.success() => {}
             Ok(out) => {

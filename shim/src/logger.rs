@@ -90,6 +90,18 @@ pub fn init(bundle_dir: &Path, namespace: &str, debug: bool) {
     }
 }
 
+/// The level a policy's `[log] level` asks for; unknown words mean info (the policy core
+/// validates the value, this only maps it).
+pub fn policy_level(policy: &policy_injector::Policy) -> LevelFilter {
+    match policy.log.level.as_str() {
+        "error" => LevelFilter::Error,
+        "warn" | "warning" => LevelFilter::Warn,
+        "debug" => LevelFilter::Debug,
+        "trace" => LevelFilter::Trace,
+        _ => LevelFilter::Info,
+    }
+}
+
 /// A policy may ask for more detail than containerd's `-debug` did; never less.
 pub fn raise_level(level: LevelFilter) {
     if level > log::max_level() {

@@ -61,11 +61,7 @@ impl Shim {
         if containers.contains_key(&params.id) {
             return Err(ShimError::AlreadyExists(format!("container {}", params.id)));
         }
-        let sandbox = params
-            .sandbox_id
-            .as_ref()
-            .and_then(|sb| containers.get(sb).cloned());
-        let container = Container::create(self.env.clone(), params, sandbox).await?;
+        let container = Container::create(self.env.clone(), params, &containers).await?;
         let pid = container.init_pid();
         containers.insert(container.id().to_string(), container);
         let mut resp = CreateTaskResponse::new();

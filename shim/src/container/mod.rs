@@ -4,7 +4,7 @@
 //! start/kill/exit/lifetime/delete, `exec.rs` exec processes, `resources.rs` pids, stats,
 //! update and pause. This file holds the shared type and the lookups.
 
-mod create;
+pub mod create;
 mod exec;
 mod lifecycle;
 mod resources;
