@@ -1,0 +1,242 @@
+//! Self-tests of the harness with real parts: a private containerd 1.6, the local test image,
+//! the sandbox probe, and runsc driven by containerd's Go runc shim (the baseline runtime).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use gvisor_hardened_tests::*;
+
+fn start() -> Containerd {
+    Containerd::start(ContainerdOptions::default()).expect("private containerd starts")
+}
+
+fn start_with_image() -> (Containerd, TestImage) {
+    let c = start();
+    let image = TestImage::ensure().expect("test image builds");
+    c.import(&image).expect("test image imports");
+    (c, image)
+}
+
+#[test]
+fn private_containerd_answers_and_leaves_nothing_after_shutdown() {
+    let c = start();
+    let out = c.ctr().arg("version").checked().unwrap();
+    assert!(out.stdout.contains("Server:"), "{out}");
+    assert!(c.dir().starts_with(std::env::temp_dir()));
+    assert!(c.namespace().starts_with("gvh-"));
+    assert_clean_shutdown(c);
+}
+
+#[test]
+fn overlayfs_is_used_whenever_containerd_could_load_it() {
+    let c = start();
+    let plugins = c.ctr().args(["plugins", "ls"]).checked().unwrap();
+    let overlay_ok = plugins
+        .stdout
+        .lines()
+        .any(|l| l.contains(" overlayfs ") && l.trim_end().ends_with("ok"));
+    let expected = if overlay_ok { "overlayfs" } else { "native" };
+    assert_eq!(c.snapshotter(), expected, "{}", plugins.stdout);
+    assert_eq!(c.snapshotter_fallback().is_some(), !overlay_ok);
+    assert_clean_shutdown(c);
+}
+
+#[test]
+fn the_test_image_imports_under_its_reference() {
+    let (c, image) = start_with_image();
+    let images = c.ctr().args(["images", "ls", "-q"]).checked().unwrap();
+    assert!(
+        images.stdout.lines().any(|l| l == image.reference()),
+        "{images}"
+    );
+    let check = c.ctr().args(["images", "check"]).checked().unwrap();
+    let line = check
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(image.reference()))
+        .unwrap_or_else(|| panic!("{check}"));
+    assert!(line.contains("complete"), "{line}");
+    assert_clean_shutdown(c);
+}
+
+#[test]
+fn the_probe_runs_inside_gvisor_under_the_baseline_runtime() {
+    let (c, image) = start_with_image();
+    let id = unique_id("baseline-dmesg");
+    let run = Run::new(image.reference(), &id)
+        .runtime(Runtime::Baseline)
+        .sh("dmesg; /bin/sandbox-probe uname");
+    let out = c.run_output(&run).unwrap().checked().unwrap();
+    assert!(
+        out.stdout.contains("gVisor"),
+        "not gVisor's kernel log: {out}"
+    );
+    let uname = ProbeLine::parse_last(&out.stdout).unwrap();
+    let host_release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_ne!(uname.field("release"), Some(host_release.trim()), "{out}");
+    assert_nothing_left(&c, &id, &Runtime::Baseline);
+    assert_clean_shutdown(c);
+}
+
+#[test]
+fn exit_codes_pass_through_the_baseline_runtime() {
+    let (c, image) = start_with_image();
+    for (args, code) in [(vec!["exit", "3"], 3), (vec!["exit", "0"], 0)] {
+        let id = unique_id("baseline-exit");
+        let out = c
+            .run_output(
+                &Run::new(image.reference(), &id)
+                    .runtime(Runtime::Baseline)
+                    .probe(args),
+            )
+            .unwrap();
+        assert_eq!(out.code(), code, "{out}");
+        assert_nothing_left(&c, &id, &Runtime::Baseline);
+    }
+    let id = unique_id("baseline-kill");
+    let out = c
+        .run_output(
+            &Run::new(image.reference(), &id)
+                .runtime(Runtime::Baseline)
+                .sh("kill -9 $$"),
+        )
+        .unwrap();
+    assert_eq!(out.code(), 137, "{out}");
+    assert_nothing_left(&c, &id, &Runtime::Baseline);
+    assert_clean_shutdown(c);
+}
+
+#[test]
+fn the_probe_reports_from_inside_a_plain_runc_container_on_the_host_kernel() {
+    let (c, image) = start_with_image();
+    let id = unique_id("runc-uname");
+    let out = c
+        .run_output(
+            &Run::new(image.reference(), &id)
+                .runtime(Runtime::Runc)
+                .probe(["uname"]),
+        )
+        .unwrap()
+        .checked()
+        .unwrap();
+    let uname = ProbeLine::parse_last(&out.stdout).unwrap();
+    let host_release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(uname.field("release"), Some(host_release.trim()), "{out}");
+    assert_nothing_left(&c, &id, &Runtime::Runc);
+    assert_clean_shutdown(c);
+}
+
+#[test]
+fn a_task_left_running_is_seen_by_the_leak_checks_and_removed_at_shutdown() {
+    let (c, image) = start_with_image();
+    let id = unique_id("baseline-left");
+    let run = Run::new(image.reference(), &id)
+        .runtime(Runtime::Baseline)
+        .detach()
+        .probe(["sleep", "600"]);
+    c.run_output(&run).unwrap().checked().unwrap();
+
+    let leaks = container_leaks(&c, &id, &Runtime::Baseline);
+    assert!(
+        !leaks.processes.is_empty(),
+        "no sandbox process seen: {leaks}"
+    );
+    assert!(!leaks.mounts.is_empty(), "no rootfs mount seen: {leaks}");
+    assert!(!leaks.cgroups.is_empty(), "no cgroup seen: {leaks}");
+    assert!(
+        !leaks.runtime_state.is_empty(),
+        "no runsc state seen: {leaks}"
+    );
+    assert!(
+        leaks.files.contains(&c.shim_socket(&id)),
+        "shim socket not where expected: {leaks}"
+    );
+
+    let dir = c.dir().to_path_buf();
+    let report = c.shutdown();
+    assert_eq!(report.tasks_left, vec![id.clone()], "{report}");
+    assert!(!report.is_clean());
+    assert!(dir_leaks(&dir).is_empty(), "{}", dir_leaks(&dir));
+    assert!(inspect::processes_mentioning(&id).is_empty());
+    assert!(inspect::cgroups_named(&id).is_empty());
+    assert!(inspect::mounts_mentioning(&id).is_empty());
+}
+
+/// Same container id in two private containerds at once: their namespaces (and so cgroup
+/// paths and runtime roots) differ. runc allows this; runsc does not (its control socket is
+/// named after the container id host-wide), hence `unique_id` for every sandbox.
+#[test]
+fn two_private_containerds_run_the_same_container_id_side_by_side() {
+    let (a, image) = start_with_image();
+    let (b, _) = start_with_image();
+    assert_ne!(a.namespace(), b.namespace());
+    let id = unique_id("same");
+    let run = Run::new(image.reference(), &id)
+        .runtime(Runtime::Runc)
+        .detach()
+        .probe(["sleep", "600"]);
+    a.run_output(&run).unwrap().checked().unwrap();
+    b.run_output(&run).unwrap().checked().unwrap();
+    for c in [&a, &b] {
+        let tasks = c.ctr().args(["task", "ls"]).checked().unwrap();
+        assert!(tasks.stdout.contains("RUNNING"), "{tasks}");
+        c.ctr()
+            .args(["task", "kill", "-s", "SIGKILL", &id])
+            .checked()
+            .unwrap();
+    }
+    for c in [&a, &b] {
+        poll_until(
+            "the task to stop",
+            std::time::Duration::from_secs(30),
+            || {
+                let out = c.ctr().args(["task", "ls"]).output().ok()?;
+                out.stdout.contains("STOPPED").then_some(())
+            },
+        )
+        .unwrap();
+        c.ctr().args(["task", "rm", &id]).checked().unwrap();
+        c.ctr().args(["container", "rm", &id]).checked().unwrap();
+    }
+    // Only now: the id-based leak checks see both containers.
+    assert_nothing_left(&a, &id, &Runtime::Runc);
+    assert_nothing_left(&b, &id, &Runtime::Runc);
+    assert_clean_shutdown(a);
+    assert_clean_shutdown(b);
+}
+
+#[test]
+fn the_hardened_runtime_resolves_to_the_shim_installed_in_the_private_bin() {
+    // A stand-in for the real shim: records how containerd started it, then fails the start.
+    let fixture = std::env::temp_dir().join(format!("gvh-fake-shim-{}", unique_id("x")));
+    fs::create_dir(&fixture).unwrap();
+    let fake = fixture.join("shim");
+    let record = fixture.join("argv");
+    fs::write(
+        &fake,
+        format!("#!/bin/sh\necho \"$@\" >> {}\nexit 1\n", record.display()),
+    )
+    .unwrap();
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+
+    let c = Containerd::start(ContainerdOptions::with_shim(&fake)).unwrap();
+    let image = TestImage::ensure().unwrap();
+    c.import(&image).unwrap();
+    let id = unique_id("fake-shim");
+    let out = c
+        .run_output(&Run::new(image.reference(), &id).probe(["nnp"]))
+        .unwrap();
+    assert!(!out.success(), "{out}");
+    let argv = fs::read_to_string(&record).unwrap_or_default();
+    fs::remove_dir_all(&fixture).unwrap();
+    assert!(
+        argv.contains(&format!("-namespace {}", c.namespace())),
+        "{argv}"
+    );
+    assert!(
+        argv.contains(&format!("-address {}", c.address().display())),
+        "{argv}"
+    );
+    assert!(argv.contains(&format!("-id {id}")), "{argv}");
+    assert_clean_shutdown(c);
+}
