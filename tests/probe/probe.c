@@ -727,6 +727,28 @@ static int cmd_exit(int argc, char **argv)
 	exit((int)parse_long(argv[0], "status"));
 }
 
+/* Drops to UID/GID (no supplementary groups) and runs the rest of the command line as a new
+ * probe command: a non-root workload in runtimes whose `ctr run` has no --user. */
+static int run_as(int argc, char **argv, char *self)
+{
+	if (argc < 3) {
+		fprintf(stderr, "sandbox-probe as UID GID COMMAND [ARGS]\n");
+		return USAGE_EXIT;
+	}
+	long uid = parse_long(argv[0], "uid");
+	long gid = parse_long(argv[1], "gid");
+	if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0 ||
+	    syscall(SYS_setresuid, uid, uid, uid) < 0) {
+		report(-1, errno, "step=drop-privileges");
+		return 0;
+	}
+	/* New argv: the GID slot becomes argv[0], followed by COMMAND and its arguments. */
+	argv[1] = self;
+	execv("/proc/self/exe", argv + 1);
+	report(-1, errno, "step=exec");
+	return 0;
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 struct command {
@@ -782,7 +804,8 @@ static const struct command commands[] = {
 
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: sandbox-probe COMMAND [ARGS]\n");
+	fprintf(out, "usage: sandbox-probe COMMAND [ARGS]\n"
+		     "       sandbox-probe as UID GID COMMAND [ARGS]   (drop to UID/GID first)\n");
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].usage);
 }
@@ -797,6 +820,8 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
+	if (!strcmp(argv[1], "as"))
+		return run_as(argc - 2, argv + 2, argv[0]);
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
 		const struct command *c = &commands[i];
 		if (strcmp(argv[1], c->name))

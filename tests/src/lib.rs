@@ -25,6 +25,7 @@
 pub mod containerd;
 pub mod ctr;
 pub mod error;
+pub mod events;
 pub mod ids;
 pub mod image;
 pub mod inspect;
@@ -38,6 +39,7 @@ pub mod shim_binary;
 pub use containerd::{Containerd, ContainerdOptions, ShutdownReport};
 pub use ctr::CtrCommand;
 pub use error::{HarnessError, Result};
+pub use events::Events;
 pub use ids::unique_id;
 pub use image::{TestImage, TEST_IMAGE_REF};
 pub use leaks::{assert_clean_shutdown, assert_nothing_left, container_leaks, dir_leaks, Leaks};

@@ -13,10 +13,12 @@ pub const PROBE_PATH: &str = env!("GVH_PROBE_PATH");
 
 /// Where the probe lives inside the test image.
 pub const PROBE_IN_IMAGE: &str = "/bin/sandbox-probe";
-/// A copy owned by root with the setuid bit (mode 04755), for setuid-escalation attacks.
+/// A copy owned by root with the setuid bit (mode 04755), for setuid-escalation attacks:
+/// `... as 65534 65534 ids` shows `euid=0` where the setuid bit works.
 pub const PROBE_SUID_IN_IMAGE: &str = "/bin/sandbox-probe-suid";
-/// A copy carrying file capabilities (`security.capability`: cap_setuid, cap_net_raw and
-/// cap_sys_admin, effective), for file-capability attacks.
+/// A copy carrying file capabilities (`security.capability`: cap_setuid and cap_net_raw,
+/// effective), for file-capability attacks. Run it as `... as 65534 65534 caps`: exec as a
+/// non-root user is where file capabilities would elevate.
 pub const PROBE_FCAPS_IN_IMAGE: &str = "/bin/sandbox-probe-fcaps";
 
 /// The path of the probe binary on the host.

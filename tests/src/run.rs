@@ -172,6 +172,12 @@ impl Run {
         &self.runtime
     }
 
+    /// The `ctr` arguments of this run for containerd `c`, for callers that need to drive
+    /// `ctr` themselves (stdin, spawn): `c.ctr().args(run.ctr_args_for(&c))`.
+    pub fn ctr_args_for(&self, c: &crate::Containerd) -> Vec<String> {
+        self.ctr_args(&c.runtimes_dir(), &c.fifo_dir())
+    }
+
     /// The `ctr` arguments after the global flags: `run [flags] IMAGE ID [CMD...]`.
     /// `runtime_roots` holds the runc shim roots; `fifo_dir` keeps ctr's stdio fifos inside
     /// the containerd dir instead of the host-global /run/containerd/fifo.

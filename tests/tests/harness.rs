@@ -240,3 +240,143 @@ fn the_hardened_runtime_resolves_to_the_shim_installed_in_the_private_bin() {
     assert!(argv.contains(&format!("-id {id}")), "{argv}");
     assert_clean_shutdown(c);
 }
+
+/// The setuid-root and file-capability copies of the probe survive the image build and the
+/// import: under plain runc with new privileges allowed, they really elevate a uid-65534
+/// process (so the attack suite can show that the hardened runtime stops them).
+#[test]
+fn the_setuid_and_file_capability_probes_elevate_under_plain_runc() {
+    let (c, image) = start_with_image();
+    let id = unique_id("runc-suid");
+    let run = Run::new(image.reference(), &id)
+        .runtime(Runtime::Runc)
+        .flags(["--allow-new-privs"])
+        .sh(format!(
+            "{} as 65534 65534 ids; {} as 65534 65534 caps",
+            probe::PROBE_SUID_IN_IMAGE,
+            probe::PROBE_FCAPS_IN_IMAGE
+        ));
+    let out = c.run_output(&run).unwrap().checked().unwrap();
+    let mut lines = out.stdout.lines();
+    let ids = ProbeLine::parse(lines.next().unwrap()).unwrap();
+    assert_eq!(ids.field("uid"), Some("65534"), "{out}");
+    assert_eq!(ids.field("euid"), Some("0"), "setuid bit lost: {out}");
+    let caps = ProbeLine::parse(lines.next().unwrap()).unwrap();
+    // cap_setuid and cap_net_raw.
+    assert_eq!(
+        caps.field("CapEff"),
+        Some("0000000000002080"),
+        "file caps lost: {out}"
+    );
+    assert_nothing_left(&c, &id, &Runtime::Runc);
+    assert_clean_shutdown(c);
+}
+
+#[test]
+fn stdin_reaches_the_task_and_its_output_comes_back_complete() {
+    let (c, image) = start_with_image();
+    let id = unique_id("baseline-stdin");
+    let input: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+    let out = c
+        .ctr()
+        .args(
+            Run::new(image.reference(), &id)
+                .runtime(Runtime::Baseline)
+                .cmd(["cat"])
+                .ctr_args_for(&c),
+        )
+        .stdin(input.clone())
+        .checked()
+        .unwrap();
+    assert_eq!(out.stdout.len(), input.len());
+    assert!(out.stdout == input, "output differs from input");
+    assert_nothing_left(&c, &id, &Runtime::Baseline);
+    assert_clean_shutdown(c);
+}
+
+#[test]
+fn exec_runs_a_probe_in_a_running_baseline_task() {
+    let (c, image) = start_with_image();
+    let id = unique_id("baseline-exec");
+    let run = Run::new(image.reference(), &id)
+        .runtime(Runtime::Baseline)
+        .detach()
+        .probe(["sleep", "600"]);
+    c.run_output(&run).unwrap().checked().unwrap();
+    let out = c
+        .exec(&id, &[], [PROBE_IN_IMAGE, "as", "65534", "65534", "ids"])
+        .checked()
+        .unwrap();
+    let ids = ProbeLine::parse_last(&out.stdout).unwrap();
+    assert_eq!(ids.field("euid"), Some("65534"), "{out}");
+    let code = c
+        .exec(&id, &[], [PROBE_IN_IMAGE, "exit", "7"])
+        .output()
+        .unwrap();
+    assert_eq!(code.code(), 7, "{code}");
+
+    c.ctr()
+        .args(["task", "kill", "-s", "SIGKILL", &id])
+        .checked()
+        .unwrap();
+    poll_until(
+        "the task to stop",
+        std::time::Duration::from_secs(30),
+        || {
+            let out = c.ctr().args(["task", "ls"]).output().ok()?;
+            out.stdout.contains("STOPPED").then_some(())
+        },
+    )
+    .unwrap();
+    c.ctr().args(["task", "rm", &id]).checked().unwrap();
+    c.ctr().args(["container", "rm", &id]).checked().unwrap();
+    assert_nothing_left(&c, &id, &Runtime::Baseline);
+    assert_clean_shutdown(c);
+}
+
+#[test]
+fn the_cri_plugin_loads_only_when_asked_for() {
+    let has_cri = |c: &Containerd| {
+        let plugins = c.ctr().args(["plugins", "ls"]).checked().unwrap();
+        plugins
+            .stdout
+            .lines()
+            .any(|l| l.contains("io.containerd.grpc.v1") && l.contains(" cri "))
+    };
+    let plain = start();
+    assert!(!has_cri(&plain));
+    assert_clean_shutdown(plain);
+
+    let with_cri = Containerd::start(ContainerdOptions {
+        cri: true,
+        ..ContainerdOptions::default()
+    })
+    .unwrap();
+    assert!(has_cri(&with_cri));
+    assert_clean_shutdown(with_cri);
+}
+
+#[test]
+fn events_report_a_task_exit_with_its_status() {
+    let (c, image) = start_with_image();
+    let events = Events::watch(&c).unwrap();
+    let id = unique_id("baseline-events");
+    let out = c
+        .run_output(
+            &Run::new(image.reference(), &id)
+                .runtime(Runtime::Baseline)
+                .probe(["exit", "5"]),
+        )
+        .unwrap();
+    assert_eq!(out.code(), 5, "{out}");
+    let exit = events
+        .wait_for("/tasks/exit", &id, std::time::Duration::from_secs(30))
+        .unwrap();
+    assert!(exit.contains("\"exit_status\":5"), "{exit}");
+    events
+        .wait_for("/tasks/delete", &id, std::time::Duration::from_secs(30))
+        .unwrap();
+    drop(events);
+    assert_nothing_left(&c, &id, &Runtime::Baseline);
+    assert_clean_shutdown(c);
+}

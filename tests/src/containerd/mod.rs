@@ -294,6 +294,11 @@ impl Containerd {
         self.layout.fifo()
     }
 
+    /// Parent of the runc shim roots (`--runc-root`) of the baseline and runc runtimes.
+    pub fn runtimes_dir(&self) -> PathBuf {
+        self.layout.runtimes()
+    }
+
     /// The state root (runsc/runc `--root`) a runtime uses for this namespace, if known:
     /// baseline and runc get one inside our directory; the hardened shim's default is
     /// `/run/gvisor-hardened/runsc/<namespace>`.
@@ -377,9 +382,7 @@ impl Containerd {
     /// Runs `ctr run` for `run` and returns its output whatever the exit status (the task's
     /// exit code is `ctr`'s exit code).
     pub fn run_output(&self, run: &Run) -> Result<CommandOutput> {
-        self.ctr()
-            .args(run.ctr_args(&self.layout.runtimes(), &self.layout.fifo()))
-            .output()
+        self.ctr().args(run.ctr_args_for(self)).output()
     }
 
     /// `ctr task exec --exec-id <unique> [--fifo-dir ..] <flags> <id> <argv>`, ready to run.
@@ -400,5 +403,23 @@ impl Containerd {
             .args(flags)
             .arg(id)
             .args(argv)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Lines as containerd 1.6.20 writes them.
+    const LOG: &str = r#"time="2026-11-29T13:19:38.527253628Z" level=info msg="loading plugin \"io.containerd.snapshotter.v1.native\"..." type=io.containerd.snapshotter.v1
+time="2026-11-29T13:19:38.527415695Z" level=info msg="skip loading plugin \"io.containerd.snapshotter.v1.overlayfs\"..." error="overlayfs not supported" type=io.containerd.snapshotter.v1
+time="2026-11-29T13:19:38.539399178Z" level=warning msg="failed to load plugin io.containerd.service.v1.tasks-service" error="no plugins registered for io.containerd.runtime.v1: not found"
+"#;
+
+    #[test]
+    fn plugin_failures_are_found_in_both_log_forms() {
+        assert!(plugin_failure(LOG, "io.containerd.snapshotter.v1.overlayfs").is_some());
+        assert!(plugin_failure(LOG, "io.containerd.service.v1.tasks-service").is_some());
+        assert!(plugin_failure(LOG, "io.containerd.snapshotter.v1.native").is_none());
     }
 }
