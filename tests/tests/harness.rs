@@ -380,3 +380,86 @@ fn events_report_a_task_exit_with_its_status() {
     assert_nothing_left(&c, &id, &Runtime::Baseline);
     assert_clean_shutdown(c);
 }
+
+/// The probe's resource primitives detect the conditions the hardening tests look for.
+#[test]
+fn the_probe_reports_enospc_efbig_emfile_and_an_oom_kill_inside_gvisor() {
+    let (c, image) = start_with_image();
+    let id = unique_id("baseline-limits");
+    let run = Run::new(image.reference(), &id)
+        .runtime(Runtime::Baseline)
+        .flags(["--mount", "type=tmpfs,src=tmpfs,dst=/small,options=size=1m"])
+        .sh("/bin/sandbox-probe fill /small/f 4194304; \
+             (ulimit -f 64; /bin/sandbox-probe fill /tmp/f 1048576); \
+             (ulimit -n 16; /bin/sandbox-probe fds 100)");
+    let out = c.run_output(&run).unwrap().checked().unwrap();
+    let lines: Vec<ProbeLine> = out
+        .stdout
+        .lines()
+        .map(|l| ProbeLine::parse(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines[0].errno(), Some("ENOSPC"), "{out}");
+    assert_eq!(lines[1].errno(), Some("EFBIG"), "{out}");
+    assert_eq!(lines[1].field("sigxfsz"), Some("1"), "{out}");
+    assert_eq!(lines[2].errno(), Some("EMFILE"), "{out}");
+    assert_nothing_left(&c, &id, &Runtime::Baseline);
+
+    let id = unique_id("baseline-oom");
+    let run = Run::new(image.reference(), &id)
+        .runtime(Runtime::Baseline)
+        .flags(["--memory-limit", "67108864"])
+        .probe(["mem", "512"]);
+    let out = c.run_output(&run).unwrap();
+    assert_eq!(out.code(), 137, "memory bomb not killed: {out}");
+    assert_nothing_left(&c, &id, &Runtime::Baseline);
+    assert_clean_shutdown(c);
+}
+
+/// When containerd dies under a running sandbox, shutdown still removes the orphans: shim,
+/// runsc sandbox and gofer, the rootfs mount, the container's cgroups, the directory.
+#[test]
+fn shutdown_after_containerd_died_removes_orphaned_sandboxes_mounts_and_cgroups() {
+    let (c, image) = start_with_image();
+    let id = unique_id("orphan");
+    let run = Run::new(image.reference(), &id)
+        .runtime(Runtime::Baseline)
+        .detach()
+        .probe(["sleep", "600"]);
+    c.run_output(&run).unwrap().checked().unwrap();
+    let pid = c.pid().unwrap() as i32;
+    // SAFETY: plain kill(2) of the containerd this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+
+    let dir = c.dir().to_path_buf();
+    let report = c.shutdown();
+    eprintln!("{report}");
+    assert!(
+        !report.containerd_killed,
+        "containerd was already dead: {report}"
+    );
+    assert!(
+        report
+            .killed_processes
+            .iter()
+            .any(|p| p.cmdline.contains("containerd-shim-runc-v2")),
+        "{report}"
+    );
+    assert!(
+        report
+            .killed_processes
+            .iter()
+            .any(|p| p.cmdline.contains("runsc-sandbox")),
+        "{report}"
+    );
+    assert!(!report.unmounted.is_empty(), "{report}");
+    assert!(report.errors.is_empty(), "{report}");
+    assert!(dir_leaks(&dir).is_empty(), "{}", dir_leaks(&dir));
+    assert!(inspect::processes_mentioning(&id).is_empty());
+    assert!(inspect::mounts_mentioning(&id).is_empty());
+    assert!(
+        inspect::cgroups_named(&id).is_empty(),
+        "{:?}",
+        inspect::cgroups_named(&id)
+    );
+}

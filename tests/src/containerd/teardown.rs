@@ -98,9 +98,11 @@ fn kill(pid: i32, signal: libc::c_int) {
     unsafe { libc::kill(pid, signal) };
 }
 
-/// Removes `dir` and its empty subdirectories bottom-up (cgroup directories can only be
-/// rmdir'ed, and only once empty of processes and children). Returns the subdirectories
-/// found (which a clean runtime would have removed itself).
+/// Removes the cgroup directory `dir` and its subdirectories bottom-up. Subdirectories are
+/// recorded: a clean runtime removes its container's cgroups itself. Processes still inside
+/// are killed (only our containers live under our unique namespace); rmdir is retried until
+/// their exit has fully left the cgroup, which lags behind the leader turning zombie while a
+/// multi-threaded runsc sandbox winds down.
 fn remove_cgroup_tree(dir: &Path, report: &mut ShutdownReport) {
     if let Ok(entries) = fs::read_dir(dir) {
         for e in entries.flatten() {
@@ -111,7 +113,29 @@ fn remove_cgroup_tree(dir: &Path, report: &mut ShutdownReport) {
             }
         }
     }
-    if let Err(e) = fs::remove_dir(dir) {
+    let mut last_error = None;
+    let removed = poll_until("the cgroup to empty", KILL_GRACE, || {
+        let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            if !report.killed_processes.iter().any(|p| p.pid == pid) {
+                let cmdline = fs::read(format!("/proc/{pid}/cmdline"))
+                    .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                    .unwrap_or_default();
+                report.killed_processes.push(ProcInfo { pid, cmdline });
+            }
+            kill(pid, libc::SIGKILL);
+        }
+        match fs::remove_dir(dir) {
+            Ok(()) => Some(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(()),
+            Err(e) => {
+                last_error = Some(e);
+                None
+            }
+        }
+    });
+    if removed.is_err() {
+        let e = last_error.map_or_else(String::new, |e| e.to_string());
         report.errors.push(format!("rmdir {}: {e}", dir.display()));
     }
 }
