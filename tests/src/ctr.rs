@@ -91,6 +91,13 @@ impl CtrCommand {
         self.output()?.checked()
     }
 
+    /// Runs to completion on a fresh pseudo-terminal (needed for `-t`), typing `input` into
+    /// it. The output is everything written to the terminal, stdout and stderr together, as
+    /// the terminals wrote it (`\r` before line ends, typed input echoed); `stdin()` is ignored.
+    pub fn output_in_pty(mut self, input: impl AsRef<[u8]>) -> Result<CommandOutput> {
+        crate::pty::output_in_pty(&mut self.cmd, input.as_ref(), self.timeout)
+    }
+
     /// Starts `ctr` without waiting, for interactive or long-running uses (`ctr run -t`,
     /// `ctr events`). The caller owns the child: configure stdio on
     /// [`command_mut`](Self::command_mut) first, and kill/wait it.

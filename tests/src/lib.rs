@@ -20,7 +20,8 @@
 //! ```
 //!
 //! Every [`Containerd`] is private (own directory under the temp dir, own sockets, own unique
-//! namespace), so tests run in parallel. Tests must run as root.
+//! namespace), so tests run in parallel. Tests must run as root. See `tests/README.md` for the
+//! API at a glance, the test image and the probe.
 
 pub mod containerd;
 pub mod ctr;
@@ -33,6 +34,7 @@ pub mod leaks;
 pub mod poll;
 pub mod probe;
 pub mod process;
+pub mod pty;
 pub mod run;
 pub mod shim_binary;
 

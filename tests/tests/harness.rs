@@ -463,3 +463,27 @@ fn shutdown_after_containerd_died_removes_orphaned_sandboxes_mounts_and_cgroups(
         inspect::cgroups_named(&id)
     );
 }
+
+#[test]
+fn ctr_run_with_a_tty_gets_a_terminal_of_the_pty_size_inside_gvisor() {
+    let (c, image) = start_with_image();
+    let id = unique_id("baseline-tty");
+    let run = Run::new(image.reference(), &id)
+        .runtime(Runtime::Baseline)
+        .flags(["-t"])
+        .sh("read line; echo \"got:$line\"; stty size; exit 4");
+    let out = c
+        .ctr()
+        .args(run.ctr_args_for(&c))
+        .output_in_pty("hello\n")
+        .unwrap();
+    assert_eq!(out.code(), 4, "{out}");
+    let screen = out.stdout.replace('\r', "");
+    assert!(screen.contains("got:hello\n"), "{out}");
+    assert!(
+        screen.contains(&format!("\n{} {}\n", pty::PTY_ROWS, pty::PTY_COLS)),
+        "{out}"
+    );
+    assert_nothing_left(&c, &id, &Runtime::Baseline);
+    assert_clean_shutdown(c);
+}
