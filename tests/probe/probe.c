@@ -11,7 +11,8 @@
  * requested status for `exit N`. A process killed by a signal (OOM, SIGXFSZ, SIGKILL) prints
  * nothing, and its exit status tells what happened.
  *
- * Built from probe/*.c with `gcc -static` by the tests crate's build.rs, so it runs in an image without libc.
+ * Built from the .c files beside this one with `gcc -static` by the tests crate's build.rs, so
+ * it runs in an image without libc.
  */
 #include "probe.h"
 #include <stdarg.h>
