@@ -471,7 +471,12 @@ fn ctr_run_with_a_tty_gets_a_terminal_of_the_pty_size_inside_gvisor() {
     let run = Run::new(image.reference(), &id)
         .runtime(Runtime::Baseline)
         .flags(["-t"])
-        .sh("read line; echo \"got:$line\"; stty size; exit 4");
+        // ctr resizes the console only after the task started: poll (5 s at most) for the
+        // size to arrive rather than read it at once and see 0x0.
+        .sh("read line; echo \"got:$line\"; i=0; \
+             until [ \"$(stty size 2>/dev/null)\" = \"24 80\" ] || [ $i -ge 500 ]; do \
+               usleep 10000; i=$((i+1)); \
+             done; stty size; exit 4");
     let out = c
         .ctr()
         .args(run.ctr_args_for(&c))
