@@ -31,7 +31,8 @@ pub struct ContainerdOptions {
     pub extra_config: String,
     /// containerd namespace for `ctr`. `None`: a fresh unique name (`gvh-<hex>`), which keeps
     /// host-global paths derived from it (cgroups `/<ns>/<id>`, runsc roots) apart between
-    /// parallel tests.
+    /// parallel tests, and lets shutdown clean those paths. With a given name, shutdown leaves
+    /// the `/<ns>` cgroups and the hardened runsc root alone (they may not be ours).
     pub namespace: Option<String>,
     /// containerd's log level; `debug` also makes containerd start shims with `-debug`.
     pub log_level: String,

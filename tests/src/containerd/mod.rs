@@ -62,6 +62,10 @@ pub struct Containerd {
     child: Option<Child>,
     /// Set once teardown ran (by `shutdown` or drop), so it runs once.
     torn_down: bool,
+    /// The namespace was generated here, so host paths named after it (cgroups `/<ns>`, the
+    /// hardened runsc root) are ours alone and teardown may clean them. Not so for a namespace
+    /// given in the options: another containerd may use it too.
+    owns_namespace: bool,
 }
 
 fn find_on_path(name: &str, path: &OsString) -> Option<PathBuf> {
@@ -139,6 +143,7 @@ impl Containerd {
             path_env,
             child: None,
             torn_down: false,
+            owns_namespace: opts.namespace.is_none(),
         };
         for d in c.layout.dirs() {
             fs::create_dir_all(&d).map_err(|e| HarnessError::io("creating", &d, e))?;

@@ -206,13 +206,19 @@ impl Containerd {
         report.unmounted = mounts;
 
         // 5. cgroups: runtimes create `/<namespace>/<id>` and remove only `<id>`; the namespace
-        // level is ours to remove. Anything below it is a leak.
-        for ns_dir in inspect::cgroup_dirs(&self.namespace) {
-            remove_cgroup_tree(&ns_dir, &mut report);
+        // level is ours to remove. Anything below it is a leak. Only for a namespace generated
+        // here: a caller-chosen one ("default") may hold other containerds' containers.
+        if self.owns_namespace {
+            for ns_dir in inspect::cgroup_dirs(&self.namespace) {
+                remove_cgroup_tree(&ns_dir, &mut report);
+            }
         }
 
         // 6. The hardened shim's default runsc root for our namespace (outside our directory).
-        if let Some(root) = self.runtime_root(&Runtime::hardened()) {
+        if let Some(root) = self
+            .runtime_root(&Runtime::hardened())
+            .filter(|_| self.owns_namespace)
+        {
             let left = inspect::runsc_state_files(&root, None);
             if root.exists() {
                 if let Err(e) = fs::remove_dir_all(&root) {
