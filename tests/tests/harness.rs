@@ -238,6 +238,7 @@ fn the_hardened_runtime_resolves_to_the_shim_installed_in_the_private_bin() {
         "{argv}"
     );
     assert!(argv.contains(&format!("-id {id}")), "{argv}");
+    assert_nothing_left(&c, &id, &Runtime::hardened());
     assert_clean_shutdown(c);
 }
 
