@@ -1,1 +1,52 @@
-//! Integration and end-to-end test harness (real containerd, real runsc).
+//! Integration-test harness for gvisor-hardened: real containerd, real runsc, real ctr.
+//!
+//! A typical test:
+//!
+//! ```no_run
+//! use gvisor_hardened_tests::*;
+//!
+//! // In shim/tests/*.rs: env!("CARGO_BIN_EXE_containerd-shim-gvisor-hardened-v1");
+//! // elsewhere: shim_binary()? (needs `cargo build -p containerd-shim-gvisor-hardened`).
+//! let c = Containerd::start(ContainerdOptions::with_shim(shim_binary()?))?;
+//! let image = TestImage::ensure()?;
+//! c.import(&image)?;
+//! let id = unique_id("caps");
+//! let out = c.run_output(&Run::new(image.reference(), &id).probe(["caps"]))?;
+//! let caps = ProbeLine::parse_last(&out.stdout)?;
+//! assert_eq!(caps.field("CapEff"), Some("0000000000000000"));
+//! assert_nothing_left(&c, &id, &Runtime::hardened());
+//! assert_clean_shutdown(c);
+//! # Ok::<(), HarnessError>(())
+//! ```
+//!
+//! Every [`Containerd`] is private (own directory under the temp dir, own sockets, own unique
+//! namespace), so tests run in parallel. Tests must run as root. See `tests/README.md` for the
+//! API at a glance, the test image and the probe.
+
+pub mod containerd;
+pub mod ctr;
+pub mod error;
+pub mod events;
+pub mod ids;
+pub mod image;
+pub mod inspect;
+pub mod leaks;
+pub mod poll;
+pub mod probe;
+pub mod process;
+pub mod pty;
+pub mod run;
+pub mod shim_binary;
+
+pub use containerd::{Containerd, ContainerdOptions, ShutdownReport};
+pub use ctr::CtrCommand;
+pub use error::{HarnessError, Result};
+pub use events::Events;
+pub use ids::unique_id;
+pub use image::{TestImage, TEST_IMAGE_REF};
+pub use leaks::{assert_clean_shutdown, assert_nothing_left, container_leaks, dir_leaks, Leaks};
+pub use poll::poll_until;
+pub use probe::{Outcome, ProbeLine, PROBE_IN_IMAGE};
+pub use process::CommandOutput;
+pub use run::{runsc_baseline_wrapper, Run, Runtime};
+pub use shim_binary::shim_binary;

@@ -1,0 +1,51 @@
+//! Compiles the sandbox probe (`probe/*.c`) into a static binary in OUT_DIR.
+//!
+//! The probe runs inside busybox images without a libc, so it must be fully static. Rust's glibc
+//! `crt-static` is fragile and no musl target is installed, so the probe is C built with
+//! `gcc -static`. A missing compiler or static libc fails the build: the tests depend on it.
+
+use std::env;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let probe_dir =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it")).join("probe");
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(&probe_dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", probe_dir.display()))
+        .map(|e| e.expect("readable probe dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .collect();
+    sources.sort();
+    let binary = out_dir.join("sandbox-probe");
+    let cc = env::var("GVH_PROBE_CC").unwrap_or_else(|_| "gcc".to_string());
+
+    // The directory: a new or removed file changes its mtime; each file for edits.
+    println!("cargo:rerun-if-changed={}", probe_dir.display());
+    for path in std::fs::read_dir(&probe_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        println!("cargo:rerun-if-changed={}", path.path().display());
+    }
+    println!("cargo:rerun-if-env-changed=GVH_PROBE_CC");
+
+    let output = Command::new(&cc)
+        .args(["-static", "-O2", "-s", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&binary)
+        .args(&sources)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `{cc}` to build the sandbox probe: {e}"));
+    if !output.status.success() {
+        panic!(
+            "building the sandbox probe with `{cc} -static` failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    println!("cargo:rustc-env=GVH_PROBE_PATH={}", binary.display());
+    println!("cargo:rustc-env=GVH_OUT_DIR={}", out_dir.display());
+}

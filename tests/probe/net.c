@@ -1,0 +1,77 @@
+/* sandbox-probe: network primitives. */
+#include "probe.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ---- network ------------------------------------------------------------------------------- */
+
+int cmd_socket_raw(int argc, char **argv)
+{
+	(void)argc; (void)argv;
+	report_call(socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMP));
+	return 0;
+}
+
+int cmd_socket_packet(int argc, char **argv)
+{
+	(void)argc; (void)argv;
+	report_call(socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(0x0003 /* ETH_P_ALL */)));
+	return 0;
+}
+
+int cmd_bind(int argc, char **argv)
+{
+	long port = argc > 0 ? parse_long(argv[0], "port") : 80;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		report(-1, errno, "step=socket");
+		return 0;
+	}
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	sa.sin_addr.s_addr = htonl(INADDR_ANY);
+	long rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+	report(rc, errno, "port=%ld", port);
+	close(fd);
+	return 0;
+}
+
+int cmd_connect(int argc, char **argv)
+{
+	long port = parse_long(argv[1], "port");
+	long timeout_ms = argc > 2 ? parse_long(argv[2], "timeout_ms") : 3000;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	if (inet_pton(AF_INET, argv[0], &sa.sin_addr) != 1) {
+		fprintf(stderr, "sandbox-probe: bad IPv4 address %s\n", argv[0]);
+		exit(USAGE_EXIT);
+	}
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		report(-1, errno, "step=socket");
+		return 0;
+	}
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+		report(0, 0, "addr=%s:%ld", argv[0], port);
+		return 0;
+	}
+	if (errno != EINPROGRESS) {
+		report(-1, errno, "addr=%s:%ld", argv[0], port);
+		return 0;
+	}
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	int n = poll(&pfd, 1, timeout_ms);
+	if (n == 0) {
+		printf("timeout addr=%s:%ld timeout_ms=%ld\n", argv[0], port, timeout_ms);
+		fflush(stdout);
+		return 0;
+	}
+	int soerr = 0;
+	socklen_t len = sizeof soerr;
+	getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+	report(soerr ? -1 : 0, soerr, "addr=%s:%ld", argv[0], port);
+	close(fd);
+	return 0;
+}

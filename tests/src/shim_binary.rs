@@ -1,0 +1,44 @@
+//! Finding the product shim binary for tests that do not live in the shim crate.
+//!
+//! Tests inside the shim crate (`shim/tests/*.rs`, with this crate as a dev-dependency) get
+//! the freshly built binary from cargo: `env!("CARGO_BIN_EXE_containerd-shim-gvisor-hardened-v1")`.
+//! Tests elsewhere use [`shim_binary`], which needs the shim built first
+//! (`cargo build -p containerd-shim-gvisor-hardened`).
+
+use std::path::PathBuf;
+
+use crate::containerd::SHIM_BINARY_NAME;
+use crate::error::{HarnessError, Result};
+
+/// Overrides where [`shim_binary`] looks.
+pub const SHIM_BINARY_ENV: &str = "GVH_SHIM_BINARY";
+
+/// The shim binary: `$GVH_SHIM_BINARY` if set, else the one cargo built next to this test
+/// executable (`target/<profile>/containerd-shim-gvisor-hardened-v1`, the parent of the
+/// `deps/` directory test executables run from). A missing binary is an error naming the fix.
+pub fn shim_binary() -> Result<PathBuf> {
+    let path = match std::env::var_os(SHIM_BINARY_ENV) {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe()
+                .map_err(|e| HarnessError::io("locating", "the test executable", e))?;
+            let profile_dir = exe
+                .parent()
+                .filter(|d| d.ends_with("deps"))
+                .and_then(|d| d.parent())
+                .or_else(|| exe.parent())
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            profile_dir.join(SHIM_BINARY_NAME)
+        }
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(HarnessError::io(
+            "shim binary not built (run `cargo build -p containerd-shim-gvisor-hardened` or set GVH_SHIM_BINARY)",
+            path,
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ))
+    }
+}
