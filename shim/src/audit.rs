@@ -201,7 +201,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = AuditLog::new(dir.path().join("sub/audit.jsonl"));
         let s = subject();
-        log.append(&AuditRecord::new(AuditEvent::Create, &s)).unwrap();
+        log.append(&AuditRecord::new(AuditEvent::Create, &s))
+            .unwrap();
         let mut exit = AuditRecord::new(AuditEvent::Exit, &s);
         exit.exit_status = Some(137);
         exit.oom = true;

@@ -60,13 +60,21 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
         rec.error = Some(if problems.is_empty() {
             "shim exited unexpectedly; cleaned up by containerd's delete action".to_string()
         } else {
-            format!("cleanup after shim exit incomplete: {}", problems.join("; "))
+            format!(
+                "cleanup after shim exit incomplete: {}",
+                problems.join("; ")
+            )
         });
         if let Err(e) = AuditLog::new(&state.audit_path).append(&rec) {
             problems.push(e.to_string());
         }
     }
-    anyhow::ensure!(problems.is_empty(), "cleanup of {}: {}", flags.id, problems.join("; "));
+    anyhow::ensure!(
+        problems.is_empty(),
+        "cleanup of {}: {}",
+        flags.id,
+        problems.join("; ")
+    );
     let mut resp = DeleteResponse::new();
     resp.exit_status = KILLED;
     resp.exited_at = Some(crate::events::timestamp(SystemTime::now())).into();

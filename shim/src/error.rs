@@ -95,6 +95,9 @@ mod tests {
     fn checkpoint_maps_to_unimplemented_with_a_clear_message() {
         let e = ShimError::Unsupported("checkpoint");
         assert_eq!(e.code(), Code::UNIMPLEMENTED);
-        assert_eq!(e.to_string(), "checkpoint is not supported by gvisor-hardened (runsc)");
+        assert_eq!(
+            e.to_string(),
+            "checkpoint is not supported by gvisor-hardened (runsc)"
+        );
     }
 }

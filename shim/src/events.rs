@@ -8,8 +8,8 @@ use std::time::SystemTime;
 
 use containerd_shim::publisher::RemotePublisher;
 use containerd_shim_protos::events::task::{
-    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskOOM,
-    TaskPaused, TaskResumed, TaskStart,
+    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskOOM, TaskPaused,
+    TaskResumed, TaskStart,
 };
 use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim_protos::protobuf::MessageDyn;
@@ -67,14 +67,18 @@ impl Events<'_> {
         e.bundle = bundle.to_string();
         e.io = Some(io).into();
         e.pid = pid;
-        self.0.publish(topics::TASK_CREATE_EVENT_TOPIC, Box::new(e)).await;
+        self.0
+            .publish(topics::TASK_CREATE_EVENT_TOPIC, Box::new(e))
+            .await;
     }
 
     pub async fn start(&self, id: &str, pid: u32) {
         let mut e = TaskStart::new();
         e.container_id = id.to_string();
         e.pid = pid;
-        self.0.publish(topics::TASK_START_EVENT_TOPIC, Box::new(e)).await;
+        self.0
+            .publish(topics::TASK_START_EVENT_TOPIC, Box::new(e))
+            .await;
     }
 
     pub async fn exit(&self, id: &str, exec_id: &str, pid: u32, status: u32, at: SystemTime) {
@@ -85,13 +89,17 @@ impl Events<'_> {
         e.pid = pid;
         e.exit_status = status;
         e.exited_at = Some(timestamp(at)).into();
-        self.0.publish(topics::TASK_EXIT_EVENT_TOPIC, Box::new(e)).await;
+        self.0
+            .publish(topics::TASK_EXIT_EVENT_TOPIC, Box::new(e))
+            .await;
     }
 
     pub async fn oom(&self, id: &str) {
         let mut e = TaskOOM::new();
         e.container_id = id.to_string();
-        self.0.publish(topics::TASK_OOM_EVENT_TOPIC, Box::new(e)).await;
+        self.0
+            .publish(topics::TASK_OOM_EVENT_TOPIC, Box::new(e))
+            .await;
     }
 
     pub async fn delete(&self, id: &str, pid: u32, status: u32, at: SystemTime) {
@@ -101,14 +109,18 @@ impl Events<'_> {
         e.pid = pid;
         e.exit_status = status;
         e.exited_at = Some(timestamp(at)).into();
-        self.0.publish(topics::TASK_DELETE_EVENT_TOPIC, Box::new(e)).await;
+        self.0
+            .publish(topics::TASK_DELETE_EVENT_TOPIC, Box::new(e))
+            .await;
     }
 
     pub async fn exec_added(&self, id: &str, exec_id: &str) {
         let mut e = TaskExecAdded::new();
         e.container_id = id.to_string();
         e.exec_id = exec_id.to_string();
-        self.0.publish(topics::TASK_EXEC_ADDED_EVENT_TOPIC, Box::new(e)).await;
+        self.0
+            .publish(topics::TASK_EXEC_ADDED_EVENT_TOPIC, Box::new(e))
+            .await;
     }
 
     pub async fn exec_started(&self, id: &str, exec_id: &str, pid: u32) {
@@ -116,18 +128,24 @@ impl Events<'_> {
         e.container_id = id.to_string();
         e.exec_id = exec_id.to_string();
         e.pid = pid;
-        self.0.publish(topics::TASK_EXEC_STARTED_EVENT_TOPIC, Box::new(e)).await;
+        self.0
+            .publish(topics::TASK_EXEC_STARTED_EVENT_TOPIC, Box::new(e))
+            .await;
     }
 
     pub async fn paused(&self, id: &str) {
         let mut e = TaskPaused::new();
         e.container_id = id.to_string();
-        self.0.publish(topics::TASK_PAUSED_EVENT_TOPIC, Box::new(e)).await;
+        self.0
+            .publish(topics::TASK_PAUSED_EVENT_TOPIC, Box::new(e))
+            .await;
     }
 
     pub async fn resumed(&self, id: &str) {
         let mut e = TaskResumed::new();
         e.container_id = id.to_string();
-        self.0.publish(topics::TASK_RESUMED_EVENT_TOPIC, Box::new(e)).await;
+        self.0
+            .publish(topics::TASK_RESUMED_EVENT_TOPIC, Box::new(e))
+            .await;
     }
 }

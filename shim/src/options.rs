@@ -64,7 +64,11 @@ fn decode_runtime_options(bytes: &[u8]) -> Result<RuntimeOptions, OptionsError> 
             (_, 2) => {
                 input.read_bytes().map_err(|e| malformed(&e))?;
             }
-            _ => return Err(malformed(&format!("unexpected field {field} wire type {wire_type}"))),
+            _ => {
+                return Err(malformed(&format!(
+                    "unexpected field {field} wire type {wire_type}"
+                )))
+            }
         }
     }
     Ok(out)
@@ -97,24 +101,39 @@ mod tests {
     #[test]
     fn missing_options_mean_no_config_path() {
         assert_eq!(decode(None).unwrap(), RuntimeOptions::default());
-        assert_eq!(decode(Some(&Any::new())).unwrap(), RuntimeOptions::default());
+        assert_eq!(
+            decode(Some(&Any::new())).unwrap(),
+            RuntimeOptions::default()
+        );
     }
 
     #[test]
     fn cri_runtime_options_yield_config_path() {
         let a = any(
             "runtimeoptions.v1.Options",
-            encode("io.containerd.gvisor-hardened.v1.options", "/etc/gvisor-hardened/tool.toml"),
+            encode(
+                "io.containerd.gvisor-hardened.v1.options",
+                "/etc/gvisor-hardened/tool.toml",
+            ),
         );
         let o = decode(Some(&a)).unwrap();
-        assert_eq!(o.config_path.as_deref(), Some("/etc/gvisor-hardened/tool.toml"));
+        assert_eq!(
+            o.config_path.as_deref(),
+            Some("/etc/gvisor-hardened/tool.toml")
+        );
         assert_eq!(o.type_url, "io.containerd.gvisor-hardened.v1.options");
     }
 
     #[test]
     fn prefixed_type_url_is_accepted() {
-        let a = any("types.containerd.io/runtimeoptions.v1.Options", encode("", "/p.toml"));
-        assert_eq!(decode(Some(&a)).unwrap().config_path.as_deref(), Some("/p.toml"));
+        let a = any(
+            "types.containerd.io/runtimeoptions.v1.Options",
+            encode("", "/p.toml"),
+        );
+        assert_eq!(
+            decode(Some(&a)).unwrap().config_path.as_deref(),
+            Some("/p.toml")
+        );
     }
 
     #[test]
@@ -126,7 +145,10 @@ mod tests {
     #[test]
     fn unknown_options_type_fails_closed() {
         let a = any("example.com/Other", vec![]);
-        assert!(matches!(decode(Some(&a)), Err(OptionsError::UnknownType(_))));
+        assert!(matches!(
+            decode(Some(&a)),
+            Err(OptionsError::UnknownType(_))
+        ));
     }
 
     #[test]

@@ -27,7 +27,11 @@ pub enum RootfsError {
     #[error("unmounting {target}: {source}")]
     Unmount { target: String, source: nix::Error },
     #[error("mount options for {target} are {len} bytes, more than the kernel's {max}-byte page")]
-    OptionsTooLong { target: String, len: usize, max: usize },
+    OptionsTooLong {
+        target: String,
+        len: usize,
+        max: usize,
+    },
     #[error("only one rootfs mount is supported, got {0}")]
     TooMany(usize),
 }
@@ -124,7 +128,14 @@ fn mount_one(m: &RootfsMount, target: &Path) -> Result<(), RootfsError> {
         .map_err(err)?;
     }
     if flags.intersects(PROPAGATION) {
-        mount(None::<&str>, target, None::<&str>, flags & PROPAGATION, None::<&str>).map_err(err)?;
+        mount(
+            None::<&str>,
+            target,
+            None::<&str>,
+            flags & PROPAGATION,
+            None::<&str>,
+        )
+        .map_err(err)?;
     }
     Ok(())
 }
@@ -217,7 +228,10 @@ mod tests {
         };
         mount_all(&[m], target.path()).unwrap();
         assert!(target.path().join("marker").exists());
-        assert!(std::fs::write(target.path().join("new"), "y").is_err(), "ro bind must refuse writes");
+        assert!(
+            std::fs::write(target.path().join("new"), "y").is_err(),
+            "ro bind must refuse writes"
+        );
         unmount_all(target.path()).unwrap();
         assert!(!target.path().join("marker").exists());
         // Idempotent: unmounting what is not mounted succeeds.

@@ -28,7 +28,10 @@ fn listener(flags: &Flags) -> anyhow::Result<(UnixListener, Option<PathBuf>)> {
             .and_then(|a| a.as_pathname().map(Path::to_path_buf));
         return Ok((l, path));
     }
-    anyhow::ensure!(!flags.socket.is_empty(), "no listening socket: run me through `start`");
+    anyhow::ensure!(
+        !flags.socket.is_empty(),
+        "no listening socket: run me through `start`"
+    );
     let path = PathBuf::from(flags.socket.trim_start_matches("unix://"));
     let l = UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
     Ok((l, Some(path)))

@@ -163,7 +163,13 @@ impl Shim {
     /// SIGTERM: an unsupervised sandbox would outlive its policy (no lifetime limit, no audit of
     /// its exit), so every sandbox this shim serves is torn down before it exits.
     pub async fn terminate_all(&self) {
-        let all: Vec<_> = self.containers.lock().await.drain().map(|(_, c)| c).collect();
+        let all: Vec<_> = self
+            .containers
+            .lock()
+            .await
+            .drain()
+            .map(|(_, c)| c)
+            .collect();
         for c in all {
             c.teardown().await;
         }

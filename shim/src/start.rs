@@ -72,7 +72,12 @@ pub fn detect_protocol(stdin: &[u8], flags: &Flags) -> Protocol {
 
 /// `unix:///run/containerd/s/<sha256(address/namespace/group)>`, the layout containerd uses for
 /// its own shims, so its cleanup finds and removes the socket.
-pub fn socket_address(socket_dir: &str, containerd_address: &str, namespace: &str, group: &str) -> String {
+pub fn socket_address(
+    socket_dir: &str,
+    containerd_address: &str,
+    namespace: &str,
+    group: &str,
+) -> String {
     let digest = Sha256::digest(format!("{containerd_address}/{namespace}/{group}"));
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("unix://{}/{}", socket_dir.trim_end_matches('/'), hex)
@@ -90,10 +95,13 @@ pub fn grouping_id(bundle: &Path, id: &str) -> String {
     serde_json::from_slice::<serde_json::Value>(&text)
         .ok()
         .and_then(|spec| {
-            spec.pointer(&format!("/annotations/{}", CRI_SANDBOX_ID.replace('/', "~1")))
-                .and_then(|v| v.as_str())
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
+            spec.pointer(&format!(
+                "/annotations/{}",
+                CRI_SANDBOX_ID.replace('/', "~1")
+            ))
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
         })
         .unwrap_or_else(|| id.to_string())
 }
@@ -126,10 +134,21 @@ fn bind_or_reuse(address: &str) -> Result<Option<UnixListener>, StartError> {
     }
 }
 
-fn spawn_server(flags: &Flags, listener: UnixListener, ttrpc_address: Option<&str>) -> Result<u32, StartError> {
+fn spawn_server(
+    flags: &Flags,
+    listener: UnixListener,
+    ttrpc_address: Option<&str>,
+) -> Result<u32, StartError> {
     let exe = std::env::current_exe().map_err(StartError::Spawn)?;
     let mut cmd = Command::new(exe);
-    cmd.args(["-namespace", &flags.namespace, "-id", &flags.id, "-address", &flags.address]);
+    cmd.args([
+        "-namespace",
+        &flags.namespace,
+        "-id",
+        &flags.id,
+        "-address",
+        &flags.address,
+    ]);
     if !flags.publish_binary.is_empty() {
         cmd.args(["-publish-binary", &flags.publish_binary]);
     }
@@ -187,7 +206,10 @@ pub fn run(flags: &Flags) -> Result<Vec<u8>, StartError> {
     let group = grouping_id(&bundle, &flags.id);
     let (socket_dir, ttrpc_address) = match &protocol {
         Protocol::Bootstrap(p) => (
-            p.socket_dir.clone().filter(|d| !d.is_empty()).unwrap_or_else(|| SOCKET_ROOT.to_string()),
+            p.socket_dir
+                .clone()
+                .filter(|d| !d.is_empty())
+                .unwrap_or_else(|| SOCKET_ROOT.to_string()),
             Some(p.containerd_ttrpc_address.clone()),
         ),
         Protocol::Legacy => (SOCKET_ROOT.to_string(), None),
@@ -206,7 +228,9 @@ pub fn run(flags: &Flags) -> Result<Vec<u8>, StartError> {
             result.version = 3;
             result.address = address;
             result.protocol = "ttrpc".to_string();
-            result.write_to_bytes().expect("encoding a BootstrapResult cannot fail")
+            result
+                .write_to_bytes()
+                .expect("encoding a BootstrapResult cannot fail")
         }
     })
 }
@@ -238,12 +262,33 @@ mod tests {
 
     #[test]
     fn socket_address_matches_containerd_layout() {
-        let a = socket_address(SOCKET_ROOT, "/run/containerd/containerd.sock", "default", "c1");
+        let a = socket_address(
+            SOCKET_ROOT,
+            "/run/containerd/containerd.sock",
+            "default",
+            "c1",
+        );
         assert!(a.starts_with("unix:///run/containerd/s/"));
         assert_eq!(a.len(), "unix:///run/containerd/s/".len() + 64);
         // Same inputs, same socket: grouping relies on it.
-        assert_eq!(a, socket_address(SOCKET_ROOT, "/run/containerd/containerd.sock", "default", "c1"));
-        assert_ne!(a, socket_address(SOCKET_ROOT, "/run/containerd/containerd.sock", "k8s.io", "c1"));
+        assert_eq!(
+            a,
+            socket_address(
+                SOCKET_ROOT,
+                "/run/containerd/containerd.sock",
+                "default",
+                "c1"
+            )
+        );
+        assert_ne!(
+            a,
+            socket_address(
+                SOCKET_ROOT,
+                "/run/containerd/containerd.sock",
+                "k8s.io",
+                "c1"
+            )
+        );
     }
 
     #[test]
@@ -282,7 +327,10 @@ mod tests {
         p.namespace = "k8s.io".into();
         p.containerd_ttrpc_address = "/run/containerd/containerd.sock.ttrpc".into();
         let bytes = p.write_to_bytes().unwrap();
-        assert!(matches!(detect_protocol(&bytes, &flags()), Protocol::Bootstrap(_)));
+        assert!(matches!(
+            detect_protocol(&bytes, &flags()),
+            Protocol::Bootstrap(_)
+        ));
     }
 
     #[test]
@@ -290,8 +338,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let address = format!("unix://{}/s/sock", dir.path().display());
         let first = bind_or_reuse(&address).unwrap().expect("fresh bind");
-        assert!(bind_or_reuse(&address).unwrap().is_none(), "live socket must be reused");
+        assert!(
+            bind_or_reuse(&address).unwrap().is_none(),
+            "live socket must be reused"
+        );
         drop(first); // the socket file stays behind, nobody listens
-        assert!(bind_or_reuse(&address).unwrap().is_some(), "stale socket must be replaced");
+        assert!(
+            bind_or_reuse(&address).unwrap().is_some(),
+            "stale socket must be replaced"
+        );
     }
 }

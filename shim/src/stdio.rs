@@ -177,10 +177,13 @@ impl ProcessIo {
         if !paths.stdout.is_empty() {
             let mut out = open_fifo("stdout", &paths.stdout, true, true)?;
             let mut m = clone_file(&master)?;
-            self.output_copiers.lock().unwrap().push(std::thread::spawn(move || {
-                // Ends with EIO once the sandbox closed the terminal's last slave descriptor.
-                let _ = std::io::copy(&mut m, &mut out);
-            }));
+            self.output_copiers
+                .lock()
+                .unwrap()
+                .push(std::thread::spawn(move || {
+                    // Ends with EIO once the sandbox closed the terminal's last slave descriptor.
+                    let _ = std::io::copy(&mut m, &mut out);
+                }));
         }
         if !paths.stdin.is_empty() {
             let mut source = open_fifo("stdin", &paths.stdin, true, false)?;
@@ -296,8 +299,13 @@ impl ConsoleSocket {
         let mut buf = [0u8; 4096];
         let mut iov = [IoSliceMut::new(&mut buf)];
         let mut cmsg = nix::cmsg_space!([RawFd; 1]);
-        let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
-            .map_err(|e| err(e.into()))?;
+        let msg = recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|e| err(e.into()))?;
         for c in msg.cmsgs().map_err(|e| err(e.into()))? {
             if let ControlMessageOwned::ScmRights(fds) = c {
                 if let Some(&master) = fds.first() {
@@ -375,7 +383,10 @@ mod tests {
             ..Default::default()
         };
         let err = ProcessIo::default().open_pipes(&paths).err().unwrap();
-        assert!(err.to_string().contains("stderr fifo /nonexistent/stderr"), "{err}");
+        assert!(
+            err.to_string().contains("stderr fifo /nonexistent/stderr"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -400,7 +411,12 @@ mod tests {
             .unwrap();
         io.close_stdin();
         let mut out = String::new();
-        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
         assert!(child.wait().unwrap().success());
         assert_eq!(out, "hello\n");
     }

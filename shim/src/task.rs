@@ -47,7 +47,11 @@ impl Task for TaskService {
         Ok(self.shim.state(&req.id, &req.exec_id).await?)
     }
 
-    async fn create(&self, _: &TtrpcContext, req: CreateTaskRequest) -> TtrpcResult<CreateTaskResponse> {
+    async fn create(
+        &self,
+        _: &TtrpcContext,
+        req: CreateTaskRequest,
+    ) -> TtrpcResult<CreateTaskResponse> {
         Ok(self.shim.create(req).await?)
     }
 
@@ -78,7 +82,9 @@ impl Task for TaskService {
     }
 
     async fn kill(&self, _: &TtrpcContext, req: KillRequest) -> TtrpcResult<Empty> {
-        self.shim.kill(&req.id, &req.exec_id, req.signal, req.all).await?;
+        self.shim
+            .kill(&req.id, &req.exec_id, req.signal, req.all)
+            .await?;
         Ok(Empty::new())
     }
 
@@ -88,7 +94,9 @@ impl Task for TaskService {
     }
 
     async fn resize_pty(&self, _: &TtrpcContext, req: ResizePtyRequest) -> TtrpcResult<Empty> {
-        self.shim.resize_pty(&req.id, &req.exec_id, req.width, req.height).await?;
+        self.shim
+            .resize_pty(&req.id, &req.exec_id, req.width, req.height)
+            .await?;
         Ok(Empty::new())
     }
 

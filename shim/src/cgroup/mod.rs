@@ -11,7 +11,9 @@ impl SandboxCgroup {
     pub fn classify_exit(&self, _status: &ExitStatus) -> ExitCause {
         ExitCause::Normal
     }
-    pub fn stats(&self) -> Result<containerd_shim_protos::protobuf::well_known_types::any::Any, String> {
+    pub fn stats(
+        &self,
+    ) -> Result<containerd_shim_protos::protobuf::well_known_types::any::Any, String> {
         Err("stats: cgroup module pending".into())
     }
     pub fn update(&self, _r: &serde_json::Value) -> Result<(), String> {

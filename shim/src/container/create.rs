@@ -6,6 +6,7 @@
 //! 4. Append the create audit line. The audit is part of the contract: failure stops here.
 //! 5. Mount the rootfs, open the streams, `runsc create` with the policy's flags.
 //! 6. Watch the sandbox process for its exit.
+//!
 //! Any failure in 5-6 undoes what was done (runsc state, mounts) before the error is returned.
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,8 +19,8 @@ use std::time::Duration;
 use policy_injector::{harden, Context};
 use serde_json::Value;
 
-use super::runtime::{CreateCall, SandboxRuntime};
 use super::runsc_runtime::RunscRuntime;
+use super::runtime::{CreateCall, SandboxRuntime};
 use super::Container;
 use crate::audit::{AuditEvent, AuditLog, AuditRecord, PodRef, PolicyRef, Subject};
 use crate::error::{Result, ShimError};
@@ -58,7 +59,8 @@ fn bundle_err(bundle: &Path, reason: impl Into<String>) -> ShimError {
 /// Reads config.json: size-capped, UTF-8 JSON object, errors naming line and column.
 pub fn read_spec(bundle: &Path) -> Result<(Vec<u8>, Value)> {
     let path = bundle.join(CONFIG);
-    let file = std::fs::File::open(&path).map_err(|e| bundle_err(bundle, format!("{CONFIG}: {e}")))?;
+    let file =
+        std::fs::File::open(&path).map_err(|e| bundle_err(bundle, format!("{CONFIG}: {e}")))?;
     let mut bytes = Vec::new();
     file.take(MAX_SPEC_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -88,7 +90,12 @@ pub fn annotations(spec: &Value) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-fn subject(namespace: &str, id: &str, ann: &BTreeMap<String, String>, policy: &LoadedPolicy) -> Subject {
+fn subject(
+    namespace: &str,
+    id: &str,
+    ann: &BTreeMap<String, String>,
+    policy: &LoadedPolicy,
+) -> Subject {
     let get = |k: &str| ann.get(k).cloned();
     let pod = PodRef {
         name: get("io.kubernetes.cri.sandbox-name"),
@@ -112,7 +119,10 @@ fn subject(namespace: &str, id: &str, ann: &BTreeMap<String, String>, policy: &L
 
 /// The pod sandbox this container must join, when CRI says it is an app container.
 fn pod_sandbox_id(ann: &BTreeMap<String, String>, id: &str) -> Option<String> {
-    match (ann.get(CRI_CONTAINER_TYPE).map(String::as_str), ann.get(CRI_SANDBOX_ID)) {
+    match (
+        ann.get(CRI_CONTAINER_TYPE).map(String::as_str),
+        ann.get(CRI_SANDBOX_ID),
+    ) {
         (Some("container"), Some(sb)) if sb != id => Some(sb.clone()),
         _ => None,
     }
@@ -311,7 +321,12 @@ impl Container {
             watcher.on_init_exit(status).await;
         });
         self.events()
-            .create(&self.id, &self.bundle.display().to_string(), task_io(&p.stdio), pid as u32)
+            .create(
+                &self.id,
+                &self.bundle.display().to_string(),
+                task_io(&p.stdio),
+                pid as u32,
+            )
             .await;
         log::info!("container {} created, sandbox pid {pid}", self.id);
         Ok(self)
@@ -351,7 +366,11 @@ mod tests {
     #[test]
     fn oversized_config_is_refused_before_parsing() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(CONFIG), vec![b' '; (MAX_SPEC_BYTES + 1) as usize]).unwrap();
+        std::fs::write(
+            dir.path().join(CONFIG),
+            vec![b' '; (MAX_SPEC_BYTES + 1) as usize],
+        )
+        .unwrap();
         let err = read_spec(dir.path()).unwrap_err();
         assert!(err.to_string().contains("larger than 4 MiB"), "{err}");
     }
@@ -359,9 +378,16 @@ mod tests {
     #[test]
     fn truncated_config_names_line_and_column() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(CONFIG), "{\n  \"ociVersion\": \"1.0.2\",\n  \"process\": {").unwrap();
+        std::fs::write(
+            dir.path().join(CONFIG),
+            "{\n  \"ociVersion\": \"1.0.2\",\n  \"process\": {",
+        )
+        .unwrap();
         let err = read_spec(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("not valid JSON") && err.contains("line 3"), "{err}");
+        assert!(
+            err.contains("not valid JSON") && err.contains("line 3"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -375,7 +401,10 @@ mod tests {
     fn config_that_is_not_an_object_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(CONFIG), "[1,2]").unwrap();
-        assert!(read_spec(dir.path()).unwrap_err().to_string().contains("not a JSON object"));
+        assert!(read_spec(dir.path())
+            .unwrap_err()
+            .to_string()
+            .contains("not a JSON object"));
     }
 
     #[test]
@@ -406,7 +435,10 @@ mod tests {
             {"destination": "/z", "source": "/nonexistent", "options": ["bind"]}
         ]});
         let r = resolve_bind_sources(&spec);
-        assert_eq!(r.get(link.to_str().unwrap()).map(String::as_str), Some("/etc"));
+        assert_eq!(
+            r.get(link.to_str().unwrap()).map(String::as_str),
+            Some("/etc")
+        );
         assert_eq!(r.len(), 1);
     }
 }

@@ -42,10 +42,13 @@ impl Container {
             .map(|a| a.value.as_slice())
             .ok_or_else(|| ShimError::InvalidArgument("exec without a process spec".into()))?;
         if raw.len() > MAX_PROCESS_BYTES {
-            return Err(ShimError::InvalidArgument("exec process spec is larger than 1 MiB".into()));
+            return Err(ShimError::InvalidArgument(
+                "exec process spec is larger than 1 MiB".into(),
+            ));
         }
-        let mut process: Value = serde_json::from_slice(raw)
-            .map_err(|e| ShimError::InvalidArgument(format!("exec process spec is not valid JSON: {e}")))?;
+        let mut process: Value = serde_json::from_slice(raw).map_err(|e| {
+            ShimError::InvalidArgument(format!("exec process spec is not valid JSON: {e}"))
+        })?;
         if let Some(obj) = process.as_object_mut() {
             // The request, not the spec, says whether containerd set up a terminal.
             obj.insert("terminal".into(), Value::Bool(req.terminal));
@@ -129,7 +132,10 @@ impl Container {
         let _ = std::fs::remove_file(&process_file);
         if let Err(e) = exec {
             p.io.close();
-            return Err(ShimError::Runsc(format!("runsc exec {} in {}: {e}", exec_id, self.id)));
+            return Err(ShimError::Runsc(format!(
+                "runsc exec {} in {}: {e}",
+                exec_id, self.id
+            )));
         }
         if let Some(console) = console {
             let master = tokio::task::spawn_blocking(move || console.receive(CONSOLE_TIMEOUT))
@@ -165,7 +171,9 @@ impl Container {
                     .await;
             }
         });
-        self.events().exec_started(&self.id, exec_id, pid as u32).await;
+        self.events()
+            .exec_started(&self.id, exec_id, pid as u32)
+            .await;
         Ok(pid as u32)
     }
 

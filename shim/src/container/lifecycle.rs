@@ -63,7 +63,11 @@ impl Container {
                 lifetime.max_runtime
             );
             me.audit_best_effort(&me.record(AuditEvent::Timeout));
-            if let Err(e) = me.runtime.kill(&me.id, libc::SIGTERM as u32, KillTarget::All).await {
+            if let Err(e) = me
+                .runtime
+                .kill(&me.id, libc::SIGTERM as u32, KillTarget::All)
+                .await
+            {
                 log::warn!("container {}: SIGTERM on timeout: {e}", me.id);
             }
             tokio::select! {
@@ -71,7 +75,11 @@ impl Container {
                 _ = me.init.wait() => return,
             }
             log::warn!("container {}: grace period over, sending SIGKILL", me.id);
-            if let Err(e) = me.runtime.kill(&me.id, libc::SIGKILL as u32, KillTarget::All).await {
+            if let Err(e) = me
+                .runtime
+                .kill(&me.id, libc::SIGKILL as u32, KillTarget::All)
+                .await
+            {
                 log::warn!("container {}: SIGKILL on timeout: {e}", me.id);
             }
         });
@@ -109,7 +117,9 @@ impl Container {
             ),
             ExitCause::Timeout | ExitCause::Normal => {}
         }
-        self.events().exit(&self.id, "", pid, exit.status, exit.at).await;
+        self.events()
+            .exit(&self.id, "", pid, exit.status, exit.at)
+            .await;
         let mut rec = self.record(AuditEvent::Exit);
         rec.pid = Some(pid);
         rec.exit_status = Some(exit.status);
@@ -175,7 +185,10 @@ impl Container {
                     .await
                     .or_else(ignore_gone)
                     .map_err(|e| runtime_err("delete", &self.id, e))?;
-                if tokio::time::timeout(REAP_AFTER_DELETE, self.init.wait()).await.is_err() {
+                if tokio::time::timeout(REAP_AFTER_DELETE, self.init.wait())
+                    .await
+                    .is_err()
+                {
                     return Err(ShimError::Runsc(format!(
                         "sandbox of {} did not exit within {REAP_AFTER_DELETE:?} of runsc delete",
                         self.id
@@ -192,7 +205,9 @@ impl Container {
             at: SystemTime::now(),
             cause: ExitCause::Normal,
         });
-        self.events().delete(&self.id, pid, exit.status, exit.at).await;
+        self.events()
+            .delete(&self.id, pid, exit.status, exit.at)
+            .await;
         let mut rec = self.record(AuditEvent::Delete);
         rec.pid = Some(pid);
         rec.exit_status = Some(exit.status);
@@ -240,7 +255,10 @@ impl Container {
     /// Shim shutdown on SIGTERM: kill and clean up whatever state the container is in.
     pub async fn teardown(self: &Arc<Self>) {
         if self.init.state().is_alive() {
-            let _ = self.runtime.kill(&self.id, libc::SIGKILL as u32, KillTarget::All).await;
+            let _ = self
+                .runtime
+                .kill(&self.id, libc::SIGKILL as u32, KillTarget::All)
+                .await;
             let _ = tokio::time::timeout(REAP_AFTER_DELETE, self.init.wait()).await;
         }
         if let Err(e) = self.release().await {

@@ -8,8 +8,8 @@ pub mod create;
 mod exec;
 mod lifecycle;
 mod resources;
-pub mod runtime;
 mod runsc_runtime;
+pub mod runtime;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -65,6 +65,7 @@ pub struct Container {
     lifetime: Lifetime,
     cgroup: crate::cgroup::SandboxCgroup,
     /// Set when this container joined another container's sandbox (a pod's app container).
+    #[allow(dead_code)] // read by the pod support (issue 4)
     sandbox_id: Option<String>,
     /// Host paths of this sandbox's namespaces, offered to the pod's later containers; set
     /// once the sandbox process exists.

@@ -45,8 +45,9 @@ impl Container {
             .as_ref()
             .map(|a| a.value.as_slice())
             .ok_or_else(|| ShimError::InvalidArgument("update without resources".into()))?;
-        let resources: Value = serde_json::from_slice(raw)
-            .map_err(|e| ShimError::InvalidArgument(format!("update resources are not valid JSON: {e}")))?;
+        let resources: Value = serde_json::from_slice(raw).map_err(|e| {
+            ShimError::InvalidArgument(format!("update resources are not valid JSON: {e}"))
+        })?;
         let clamped = clamp_resources(&resources, &self.policy.policy, &self.annotations)
             .map_err(ShimError::Rejected)?;
         self.cgroup

@@ -27,7 +27,9 @@ const LOG_FILE: &str = "runsc.log.json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunscConfigError {
-    #[error("policy runsc.platform {0:?} is not a platform this shim knows (ptrace, kvm, systrap)")]
+    #[error(
+        "policy runsc.platform {0:?} is not a platform this shim knows (ptrace, kvm, systrap)"
+    )]
     Platform(String),
     #[error("policy runsc overlay {0:?} is not one of none, root:memory, all:memory, root:self")]
     Overlay(String),
@@ -61,7 +63,9 @@ impl RunscRuntime {
         let mut global = GlobalFlags::new(Self::root_for(policy, &env.namespace));
         global.platform = match flags.platform.as_deref() {
             None | Some("") => None,
-            Some(p) => Some(Platform::parse(p).ok_or_else(|| RunscConfigError::Platform(p.into()))?),
+            Some(p) => {
+                Some(Platform::parse(p).ok_or_else(|| RunscConfigError::Platform(p.into()))?)
+            }
         };
         global.network = Some(match flags.network {
             NetworkMode::None => Network::None,
@@ -73,12 +77,14 @@ impl RunscRuntime {
         global.host_uds = Some(match flags.host_uds.as_str() {
             "none" => HostUds::None,
             // The policy core never asks for more; refuse rather than widen silently.
-            other => return Err(RunscConfigError::Flag(
-                crate::runsc::command::FlagError::BadValue {
-                    name: "host-uds".into(),
-                    value: other.into(),
-                },
-            )),
+            other => {
+                return Err(RunscConfigError::Flag(
+                    crate::runsc::command::FlagError::BadValue {
+                        name: "host-uds".into(),
+                        value: other.into(),
+                    },
+                ))
+            }
         });
         global.overlay = match flags.overlay.as_deref() {
             None => None,
@@ -92,7 +98,8 @@ impl RunscRuntime {
         global.log_format = Some(LogFormat::Json);
         if policy.runsc.debug {
             global.debug = true;
-            let dir = Path::new(&policy.runsc.debug_log_dir).join(bundle.file_name().unwrap_or_default());
+            let dir =
+                Path::new(&policy.runsc.debug_log_dir).join(bundle.file_name().unwrap_or_default());
             // A trailing slash makes runsc create one file per command inside the directory.
             global.debug_log = Some(PathBuf::from(format!("{}/", dir.display())));
         }
@@ -110,7 +117,10 @@ impl RunscRuntime {
     /// The last error runsc logged, if any: the reason behind a failed command.
     fn last_logged_error(&self) -> Option<String> {
         let mut text = String::new();
-        std::fs::File::open(&self.log).ok()?.read_to_string(&mut text).ok()?;
+        std::fs::File::open(&self.log)
+            .ok()?
+            .read_to_string(&mut text)
+            .ok()?;
         text.lines().rev().find_map(|line| {
             let v: serde_json::Value = serde_json::from_str(line).ok()?;
             (v.get("level")?.as_str()? == "error" || v.get("level")?.as_str()? == "warning")
@@ -119,7 +129,11 @@ impl RunscRuntime {
         })
     }
 
-    async fn run(&self, sub: Subcommand, stdio: Option<RunscStdio>) -> Result<String, RuntimeError> {
+    async fn run(
+        &self,
+        sub: Subcommand,
+        stdio: Option<RunscStdio>,
+    ) -> Result<String, RuntimeError> {
         let name = sub.name();
         let mut cmd = Command::new(&self.binary);
         cmd.args(argv(&self.global, &sub));
@@ -129,7 +143,9 @@ impl RunscRuntime {
                 cmd.stdin(s.stdin).stdout(s.stdout).stderr(s.stderr);
             }
             None => {
-                cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+                cmd.stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
             }
         }
         let log_len = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
@@ -172,12 +188,15 @@ impl RunscRuntime {
             .then(|| self.last_logged_error())
             .flatten();
         let reason = logged
-            .or_else(|| capture.then(|| stderr.trim().to_string()).filter(|s| !s.is_empty()))
+            .or_else(|| {
+                capture
+                    .then(|| stderr.trim().to_string())
+                    .filter(|s| !s.is_empty())
+            })
             .unwrap_or_else(|| format!("exited with {status}"));
         Err(classify(&reason))
     }
 }
-
 
 /// runsc's words for "that container or process is not there any more".
 fn classify(reason: &str) -> RuntimeError {
@@ -225,9 +244,12 @@ impl SandboxRuntime for RunscRuntime {
     }
 
     async fn start(&self, id: &str, stdio: Option<RunscStdio>) -> Result<(), RuntimeError> {
-        self.run(Subcommand::Start { id: id.to_string() }, Some(stdio.unwrap_or_else(RunscStdio::null)))
-            .await
-            .map(drop)
+        self.run(
+            Subcommand::Start { id: id.to_string() },
+            Some(stdio.unwrap_or_else(RunscStdio::null)),
+        )
+        .await
+        .map(drop)
     }
 
     async fn exec(&self, call: ExecCall<'_>) -> Result<(), RuntimeError> {
@@ -278,15 +300,21 @@ impl SandboxRuntime for RunscRuntime {
     }
 
     async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
-        self.run(Subcommand::Pause { id: id.to_string() }, None).await.map(drop)
+        self.run(Subcommand::Pause { id: id.to_string() }, None)
+            .await
+            .map(drop)
     }
 
     async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
-        self.run(Subcommand::Resume { id: id.to_string() }, None).await.map(drop)
+        self.run(Subcommand::Resume { id: id.to_string() }, None)
+            .await
+            .map(drop)
     }
 
     async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeError> {
-        let out = self.run(Subcommand::Ps { id: id.to_string() }, None).await?;
+        let out = self
+            .run(Subcommand::Ps { id: id.to_string() }, None)
+            .await?;
         serde_json::from_str::<Vec<u32>>(out.trim())
             .map_err(|e| RuntimeError::Failed(format!("ps output {out:?}: {e}")))
     }

@@ -41,7 +41,10 @@ impl Process {
     }
 
     /// Applies a checked transition.
-    pub fn transition<R>(&self, f: impl FnOnce(&mut State) -> Result<R, StateError>) -> Result<R, StateError> {
+    pub fn transition<R>(
+        &self,
+        f: impl FnOnce(&mut State) -> Result<R, StateError>,
+    ) -> Result<R, StateError> {
         f(&mut self.state.lock().unwrap())
     }
 

@@ -31,17 +31,32 @@ pub struct Exit {
 pub enum State {
     /// Exec registered, nothing spawned yet.
     Pending,
-    Created { pid: u32 },
-    Running { pid: u32 },
-    Paused { pid: u32 },
-    Stopped { pid: u32, exit: Exit },
-    Deleted { pid: u32, exit: Option<Exit> },
+    Created {
+        pid: u32,
+    },
+    Running {
+        pid: u32,
+    },
+    Paused {
+        pid: u32,
+    },
+    Stopped {
+        pid: u32,
+        exit: Exit,
+    },
+    Deleted {
+        pid: u32,
+        exit: Option<Exit>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {
     #[error("process is {current}, cannot {op}")]
-    Invalid { op: &'static str, current: &'static str },
+    Invalid {
+        op: &'static str,
+        current: &'static str,
+    },
 }
 
 impl State {
@@ -76,7 +91,10 @@ impl State {
     }
 
     pub fn is_alive(&self) -> bool {
-        matches!(self, State::Created { .. } | State::Running { .. } | State::Paused { .. })
+        matches!(
+            self,
+            State::Created { .. } | State::Running { .. } | State::Paused { .. }
+        )
     }
 
     fn invalid(&self, op: &'static str) -> StateError {
