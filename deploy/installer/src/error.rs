@@ -34,8 +34,12 @@ pub enum InstallError {
     Dump(#[source] CommandError),
     #[error("refusing to restart containerd: {0}")]
     Refused(#[source] MergedConfigError),
-    #[error("restarting containerd: {0}")]
-    Restart(#[source] CommandError),
+    #[error("restarting containerd: {source}{rollback}")]
+    Restart {
+        #[source]
+        source: CommandError,
+        rollback: String,
+    },
     #[error("verifying over CRI after the restart: {source}{rollback}")]
     CriVerify {
         #[source]

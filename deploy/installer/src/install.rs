@@ -319,28 +319,18 @@ impl Node {
             "restarting containerd: {}",
             self.restart.join(" ")
         ));
+        if let Err(source) = command::run(&self.restart) {
+            let rollback = self.rollback(plan, previous);
+            return Err(InstallError::Restart { source, rollback });
+        }
         let socket = self.layout.on_host(&self.layout.cri_socket);
-        let outcome = command::run(&self.restart)
-            .map_err(|e| e.to_string())
-            .and_then(|_| {
-                cri::wait_for(&socket, self.cri_timeout, |s| handlers_present(s, handlers))
-                    .map_err(|e| e.to_string())
-            });
-        match outcome {
+        match cri::wait_for(&socket, self.cri_timeout, |s| handlers_present(s, handlers)) {
             Ok(_) => {
                 (self.log)("CRI reports the handlers and RuntimeReady");
                 Ok(())
             }
-            Err(why) => {
+            Err(source) => {
                 let rollback = self.rollback(plan, previous);
-                let source = match cri::status(&socket, Duration::from_secs(5)) {
-                    Err(e) => e,
-                    Ok(_) => cri::CriError::Timeout {
-                        socket: socket.clone(),
-                        waited: self.cri_timeout,
-                        last: why,
-                    },
-                };
                 Err(InstallError::CriVerify { source, rollback })
             }
         }
@@ -371,9 +361,22 @@ impl Node {
             let _ = files::remove_if_exists(&self.layout.on_host(&self.layout.backup_path()));
             let _ = files::remove_if_exists(&self.layout.on_host(&self.layout.state_file()));
         }
-        match command::run(&self.restart) {
-            Ok(_) => "; config rolled back and containerd restarted".to_string(),
-            Err(e) => format!("; config rolled back, but the restart failed: {e}"),
+        if let Err(e) = command::run(&self.restart) {
+            return format!("; config rolled back, but the restart failed: {e}");
+        }
+        let socket = self.layout.on_host(&self.layout.cri_socket);
+        let ready = cri::wait_for(&socket, self.cri_timeout, |s| {
+            if s.runtime_ready {
+                Ok(())
+            } else {
+                Err("RuntimeReady is false".into())
+            }
+        });
+        match ready {
+            Ok(_) => "; config rolled back and containerd restarted (CRI ready)".to_string(),
+            Err(e) => {
+                format!("; config rolled back and containerd restarted, but CRI is not ready: {e}")
+            }
         }
     }
 }
