@@ -43,7 +43,29 @@ descendants() {
     kids=$(cat /proc/"$1"/task/*/children 2>/dev/null || true)
     for k in $kids; do echo "$k"; descendants "$k"; done
 }
-pss_kib() { awk '/^Pss:/ {print $2}' "/proc/$1/smaps_rollup"; }
+hz=$(getconf CLK_TCK)
+idle_secs=${IDLE_SECS:-5}
+# utime+stime (fields 14, 15 of /proc/<pid>/stat) summed over the given pids, in clock ticks.
+cpu_ticks() {
+    local sum=0 p
+    for p in "$@"; do
+        sum=$((sum + $(sed 's/^.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+    done
+    echo "$sum"
+}
+# rollup FIELD PID...: sum of a smaps_rollup field (Private = Private_Clean + Private_Dirty), KiB.
+rollup() {
+    local field=$1 sum=0 p v; shift
+    for p in "$@"; do
+        if [ "$field" = Private ]; then
+            v=$(awk '/^Private_(Clean|Dirty):/ {s += $2} END {print s}' "/proc/$p/smaps_rollup")
+        else
+            v=$(awk -v f="$field:" '$1 == f {print $2}' "/proc/$p/smaps_rollup")
+        fi
+        sum=$((sum + v))
+    done
+    echo "$sum"
+}
 
 # Poll a condition with a deadline (seconds) instead of sleeping a fixed time.
 wait_for() {
@@ -55,7 +77,7 @@ wait_for() {
 }
 sleep_running() { "$runsc_bin" --root "$state" ps "$1" 2>/dev/null | grep -q 'sleep'; }
 
-results=()
+results=(); pss_all=(); priv_all=()
 for i in $(seq 1 "$runs"); do
     id="gvh-overhead-$$-$i"
     ids+=("$id")
@@ -67,20 +89,31 @@ for i in $(seq 1 "$runs"); do
     # --root, so the one runsc-gofer with this --root is ours.
     gofer_pid=$(pgrep -f -- "^runsc-gofer --root=$state " | head -n1 || true)
     [ -n "$sandbox_pid" ] && [ -n "$gofer_pid" ] || { echo "error: pids not found (sandbox=$sandbox_pid gofer=$gofer_pid)" >&2; exit 1; }
-    s=$(pss_kib "$sandbox_pid"); g=$(pss_kib "$gofer_pid")
-    # With the ptrace platform the sentry runs the guest in stub processes (children of the
-    # sandbox): their pages are part of the sandbox's cost too.
-    stubs=0
-    for c in $(descendants "$sandbox_pid"); do stubs=$((stubs + $(pss_kib "$c"))); done
-    tot=$((s + stubs + g))
-    echo "run $i: runsc-sandbox PSS ${s} KiB, stubs PSS ${stubs} KiB, runsc-gofer PSS ${g} KiB, total ${tot} KiB"
+    # Each of RSS, PSS and private (Private_Clean + Private_Dirty) summed over the sentry, its
+    # ptrace stubs and the gofer. Private is what each further sandbox adds; RSS is what the
+    # first sandbox on a node costs (shared runsc text included); PSS lies between and depends
+    # on how many other runsc processes share the binary at that moment.
+    procs="$sandbox_pid $gofer_pid $(descendants "$sandbox_pid")"
+    rss=$(rollup Rss $procs); pss=$(rollup Pss $procs); priv=$(rollup Private $procs)
+    t0=$(cpu_ticks $procs)
+    sleep "$idle_secs"   # a measurement window, not a wait for a condition
+    t1=$(cpu_ticks $procs)
+    idle_m=$(( (t1 - t0) * 1000 / hz / idle_secs ))
+    others=$(( $(pgrep -c -f '^runsc-(sandbox|gofer) ' || true) - 2 ))
+    echo "run $i: RSS ${rss} KiB, PSS ${pss} KiB, private ${priv} KiB (sentry+stubs+gofer); CPU start-up $((t0 * 1000 / hz)) ms, idle ${idle_m} millicores; other runsc processes on the machine: ${others}"
+    tot=$rss
+    pss_all+=("$pss"); priv_all+=("$priv")
     results+=("$tot")
     "$runsc_bin" --root "$state" delete --force "$id" >/dev/null
 done
 
-sorted=$(printf '%s\n' "${results[@]}" | sort -n)
-n=${#results[@]}
-min=$(echo "$sorted" | head -n1); max=$(echo "$sorted" | tail -n1)
-median=$(echo "$sorted" | sed -n "$(( (n + 1) / 2 ))p")
-echo "runsc $("$runsc_bin" --version | head -n1 | awk '{print $3}'), $n runs: sandbox+gofer PSS min ${min} KiB, median ${median} KiB, max ${max} KiB"
-echo "median in MiB: $(( (median + 1023) / 1024 ))"
+summary() {
+    local name=$1; shift
+    local sorted n
+    sorted=$(printf '%s\n' "$@" | sort -n); n=$#
+    echo "$name KiB: min $(echo "$sorted" | head -n1), median $(echo "$sorted" | sed -n "$(( (n + 1) / 2 ))p"), max $(echo "$sorted" | tail -n1)"
+}
+echo "runsc $("$runsc_bin" --version | head -n1 | awk '{print $3}'), ${#results[@]} runs, idle sleep container, sentry+stubs+gofer:"
+summary RSS "${results[@]}"
+summary PSS "${pss_all[@]}"
+summary private "${priv_all[@]}"
