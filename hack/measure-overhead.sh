@@ -43,6 +43,27 @@ descendants() {
     kids=$(cat /proc/"$1"/task/*/children 2>/dev/null || true)
     for k in $kids; do echo "$k"; descendants "$k"; done
 }
+# union_kib PID...: distinct physical pages resident in any of the processes (from
+# /proc/<pid>/pagemap, root only), each counted once: what the sandbox costs when it is the only
+# one on the node, independent of other runsc processes that share the binary's pages.
+union_kib() {
+    python3 - "$@" <<'PY'
+import struct, sys
+pfns = set()
+for pid in sys.argv[1:]:
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb") as pm:
+        for line in maps:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if line.rstrip().endswith("[vsyscall]"):
+                continue
+            pm.seek(lo // 4096 * 8)
+            data = pm.read((hi - lo) // 4096 * 8)
+            for (e,) in struct.iter_unpack("<Q", data):
+                if e >> 63 and e & ((1 << 55) - 1):
+                    pfns.add(e & ((1 << 55) - 1))
+print(len(pfns) * 4)
+PY
+}
 hz=$(getconf CLK_TCK)
 idle_secs=${IDLE_SECS:-5}
 # utime+stime (fields 14, 15 of /proc/<pid>/stat) summed over the given pids, in clock ticks.
@@ -77,7 +98,7 @@ wait_for() {
 }
 sleep_running() { "$runsc_bin" --root "$state" ps "$1" 2>/dev/null | grep -q 'sleep'; }
 
-results=(); pss_all=(); priv_all=()
+results=(); pss_all=(); priv_all=(); union_all=()
 for i in $(seq 1 "$runs"); do
     id="gvh-overhead-$$-$i"
     ids+=("$id")
@@ -95,14 +116,15 @@ for i in $(seq 1 "$runs"); do
     # on how many other runsc processes share the binary at that moment.
     procs="$sandbox_pid $gofer_pid $(descendants "$sandbox_pid")"
     rss=$(rollup Rss $procs); pss=$(rollup Pss $procs); priv=$(rollup Private $procs)
+    union=$(union_kib $procs)
     t0=$(cpu_ticks $procs)
     sleep "$idle_secs"   # a measurement window, not a wait for a condition
     t1=$(cpu_ticks $procs)
     idle_m=$(( (t1 - t0) * 1000 / hz / idle_secs ))
     others=$(( $(pgrep -c -f '^runsc-(sandbox|gofer) ' || true) - 2 ))
-    echo "run $i: RSS ${rss} KiB, PSS ${pss} KiB, private ${priv} KiB (sentry+stubs+gofer); CPU start-up $((t0 * 1000 / hz)) ms, idle ${idle_m} millicores; other runsc processes on the machine: ${others}"
+    echo "run $i: RSS ${rss} KiB, PSS ${pss} KiB, private ${priv} KiB, union ${union} KiB (sentry+stubs+gofer); CPU start-up $((t0 * 1000 / hz)) ms, idle ${idle_m} millicores; other runsc processes on the machine: ${others}"
     tot=$rss
-    pss_all+=("$pss"); priv_all+=("$priv")
+    pss_all+=("$pss"); priv_all+=("$priv"); union_all+=("$union")
     results+=("$tot")
     "$runsc_bin" --root "$state" delete --force "$id" >/dev/null
 done
@@ -117,3 +139,4 @@ echo "runsc $("$runsc_bin" --version | head -n1 | awk '{print $3}'), ${#results[
 summary RSS "${results[@]}"
 summary PSS "${pss_all[@]}"
 summary private "${priv_all[@]}"
+summary union "${union_all[@]}"
