@@ -1,0 +1,161 @@
+//! What the installer copies onto the node: the shim binary and the policy files.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::handlers::{is_dns_label, DEFAULT_HANDLER, DEFAULT_POLICY_FILE};
+
+/// Installer-view paths of the files to install.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sources {
+    /// The shim binary shipped in the installer image.
+    pub shim: PathBuf,
+    /// A directory with `policy.toml` (the default handler's policy) and one `<class>.toml` per
+    /// extra RuntimeClass handler: the image's defaults or the mounted policies ConfigMap.
+    pub policy_dir: PathBuf,
+}
+
+impl Default for Sources {
+    fn default() -> Self {
+        Sources {
+            shim: PathBuf::from("/opt/gvisor-hardened/bin/containerd-shim-gvisor-hardened-v1"),
+            policy_dir: PathBuf::from("/opt/gvisor-hardened/policies"),
+        }
+    }
+}
+
+/// A policy file to install: the class it serves and its source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicySource {
+    /// `None` for the default policy (`policy.toml`).
+    pub class: Option<String>,
+    pub path: PathBuf,
+}
+
+impl Sources {
+    /// Checks the sources before anything is written and lists the policy files. Fails closed:
+    /// a missing shim, a missing default policy, a policy that is not TOML, or a class name
+    /// that is not a DNS label stops the install.
+    pub fn validate(&self) -> Result<Vec<PolicySource>, String> {
+        let meta = fs::metadata(&self.shim)
+            .map_err(|e| format!("shim binary {}: {e}", self.shim.display()))?;
+        if !meta.is_file() {
+            return Err(format!("shim binary {} is not a file", self.shim.display()));
+        }
+        let entries = fs::read_dir(&self.policy_dir)
+            .map_err(|e| format!("policy directory {}: {e}", self.policy_dir.display()))?;
+        let mut out = Vec::new();
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("{}: {e}", self.policy_dir.display()))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // ConfigMap mounts carry `..data` symlinks and dot-dirs: only plain *.toml count.
+            if name.starts_with('.') || !name.ends_with(".toml") {
+                continue;
+            }
+            names.push(name);
+        }
+        names.sort();
+        if !names.iter().any(|n| n == DEFAULT_POLICY_FILE) {
+            return Err(format!(
+                "{} has no {DEFAULT_POLICY_FILE} (the `{DEFAULT_HANDLER}` handler's policy)",
+                self.policy_dir.display()
+            ));
+        }
+        for name in names {
+            let path = self.policy_dir.join(&name);
+            check_toml(&path)?;
+            if name == DEFAULT_POLICY_FILE {
+                out.insert(0, PolicySource { class: None, path });
+                continue;
+            }
+            let class = name.trim_end_matches(".toml").to_string();
+            if !is_dns_label(&class) || class == DEFAULT_HANDLER {
+                return Err(format!(
+                    "policy file {}: `{class}` is not usable as a RuntimeClass handler name \
+                     (must be a DNS label other than `{DEFAULT_HANDLER}`)",
+                    path.display()
+                ));
+            }
+            out.push(PolicySource {
+                class: Some(class),
+                path,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn check_toml(path: &Path) -> Result<(), String> {
+    let text = fs::read_to_string(path).map_err(|e| format!("policy {}: {e}", path.display()))?;
+    text.parse::<toml_edit::DocumentMut>()
+        .map(|_| ())
+        .map_err(|e| format!("policy {} is not valid TOML: {e}", path.display()))
+}
+
+/// The extra classes among the policy sources.
+pub fn classes(policies: &[PolicySource]) -> Vec<String> {
+    policies.iter().filter_map(|p| p.class.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sources(dir: &Path) -> Sources {
+        fs::write(dir.join("shim"), b"#!/bin/sh\n").unwrap();
+        fs::create_dir_all(dir.join("p")).unwrap();
+        Sources {
+            shim: dir.join("shim"),
+            policy_dir: dir.join("p"),
+        }
+    }
+
+    #[test]
+    fn default_policy_first_then_classes_sorted() {
+        let d = tempfile::tempdir().unwrap();
+        let s = sources(d.path());
+        for f in ["zeta.toml", "policy.toml", "gvisor-hardened-tool.toml"] {
+            fs::write(s.policy_dir.join(f), "version = 1\n").unwrap();
+        }
+        fs::write(s.policy_dir.join("README"), "ignored").unwrap();
+        let p = s.validate().unwrap();
+        assert_eq!(p[0].class, None);
+        assert_eq!(classes(&p), vec!["gvisor-hardened-tool", "zeta"]);
+    }
+
+    #[test]
+    fn missing_default_policy_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let s = sources(d.path());
+        fs::write(s.policy_dir.join("x.toml"), "").unwrap();
+        assert!(s.validate().unwrap_err().contains("has no policy.toml"));
+    }
+
+    #[test]
+    fn class_names_must_be_dns_labels() {
+        let d = tempfile::tempdir().unwrap();
+        let s = sources(d.path());
+        fs::write(s.policy_dir.join("policy.toml"), "").unwrap();
+        fs::write(s.policy_dir.join("Bad_Name.toml"), "").unwrap();
+        assert!(s.validate().unwrap_err().contains("DNS label"));
+    }
+
+    #[test]
+    fn broken_toml_policy_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let s = sources(d.path());
+        fs::write(s.policy_dir.join("policy.toml"), "[[[").unwrap();
+        assert!(s.validate().unwrap_err().contains("not valid TOML"));
+    }
+
+    #[test]
+    fn missing_shim_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Sources {
+            shim: d.path().join("nope"),
+            policy_dir: d.path().to_path_buf(),
+        };
+        assert!(s.validate().unwrap_err().contains("shim binary"));
+    }
+}

@@ -1,0 +1,249 @@
+//! `uninstall`: every install step reversed, in reverse order.
+//!
+//! 1. Unlabel the node, so the scheduler stops placing our pods here first.
+//! 2. Restore the config: the original bytes when the file is still exactly what we wrote,
+//!    otherwise (an operator edited it since) remove only our tables; a drop-in is deleted.
+//! 3. Restart containerd if the config changed and check over CRI that it is ready without
+//!    our handlers.
+//! 4. Remove the shim, the policies, the backup and the state. Last, because pods that still
+//!    run under our shim need its binary until containerd has let go of the handlers.
+//!
+//! Without a state file (lost, or a node configured by an older run) it falls back to removing
+//! our tables and our files by name; running it twice is harmless.
+
+use crate::command;
+use crate::cri;
+use crate::error::UninstallError;
+use crate::files::{self, sha256_hex};
+use crate::handlers::{DEFAULT_HANDLER, NODE_LABEL, TOOL_HANDLER};
+use crate::install::{read_host_text, Node};
+use crate::plan::{self, DROPIN_NAME};
+use crate::state::{self, ConfigRecord, FileRecord, InstallState};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UninstallReport {
+    /// `restored` (original bytes), `surgical` (our tables removed), `drop-in removed`,
+    /// or `unchanged`.
+    pub config: String,
+    pub restarted: bool,
+    pub files_removed: usize,
+    pub unlabelled: bool,
+}
+
+impl Node {
+    pub fn uninstall(&self) -> Result<UninstallReport, UninstallError> {
+        // 1: unlabel.
+        let unlabelled = match &self.labeller {
+            Some(l) => {
+                l.client
+                    .set_node_label(&l.node, NODE_LABEL, None)
+                    .map_err(UninstallError::Label)?;
+                (self.log)(&format!("removed label {NODE_LABEL} from node {}", l.node));
+                true
+            }
+            None => false,
+        };
+
+        let state_path = self.layout.on_host(&self.layout.state_file());
+        let st = match state::load(&state_path)? {
+            Some(s) => s,
+            None => {
+                (self.log)("no install state: removing our handlers and files by name");
+                self.fallback_state()
+            }
+        };
+
+        // 2: config.
+        let config = self.revert_config(&st)?;
+
+        // 3: restart and verify.
+        let restarted = config != "unchanged";
+        if restarted {
+            (self.log)(&format!(
+                "restarting containerd: {}",
+                self.restart.join(" ")
+            ));
+            command::run(&self.restart).map_err(UninstallError::Restart)?;
+            let names = st.handlers.clone();
+            cri::wait_for(
+                &self.layout.on_host(&self.layout.cri_socket),
+                self.cri_timeout,
+                |s| {
+                    if !s.runtime_ready {
+                        return Err("RuntimeReady is false".into());
+                    }
+                    match names.iter().find(|n| s.runtimes.contains_key(*n)) {
+                        Some(n) => Err(format!("handler `{n}` still registered")),
+                        None => Ok(()),
+                    }
+                },
+            )
+            .map_err(UninstallError::CriVerify)?;
+            (self.log)("CRI is ready without our handlers");
+        }
+
+        // 4: files.
+        let mut files_removed = 0;
+        for f in &st.files {
+            if files::remove_if_exists(&self.layout.on_host(&f.path))
+                .map_err(UninstallError::Files)?
+            {
+                files_removed += 1;
+                (self.log)(&format!("removed {}", f.path.display()));
+            }
+        }
+        for dir in [
+            self.layout.policy_dir.join("policies"),
+            self.layout.policy_dir.clone(),
+        ] {
+            files::remove_dir_if_empty(&self.layout.on_host(&dir))
+                .map_err(UninstallError::Files)?;
+        }
+        files::remove_if_exists(&self.layout.on_host(&self.layout.backup_path()))
+            .map_err(UninstallError::Files)?;
+        files::remove_if_exists(&state_path).map_err(UninstallError::Files)?;
+        files::remove_dir_if_empty(&self.layout.on_host(&self.layout.state_dir))
+            .map_err(UninstallError::Files)?;
+
+        Ok(UninstallReport {
+            config,
+            restarted,
+            files_removed,
+            unlabelled,
+        })
+    }
+
+    fn revert_config(&self, st: &InstallState) -> Result<String, UninstallError> {
+        let config_path = self.layout.on_host(&st.config_path);
+        match &st.config {
+            ConfigRecord::DropIn { path, .. } => {
+                let removed = files::remove_if_exists(&self.layout.on_host(path))
+                    .map_err(UninstallError::Config)?;
+                if removed {
+                    (self.log)(&format!("removed drop-in {}", path.display()));
+                    return Ok("drop-in removed".into());
+                }
+                Ok("unchanged".into())
+            }
+            ConfigRecord::InPlace {
+                backup,
+                installed_sha256,
+            } => {
+                let current = read_host_text(&config_path).map_err(UninstallError::Config)?;
+                let untouched = current
+                    .as_deref()
+                    .is_some_and(|c| &sha256_hex(c.as_bytes()) == installed_sha256);
+                if untouched {
+                    let mode = files::mode_of(&config_path).unwrap_or(0o644);
+                    match backup {
+                        Some(b) => {
+                            let bytes = files::read_optional(&self.layout.on_host(b))
+                                .map_err(UninstallError::Config)?
+                                .ok_or_else(|| {
+                                    UninstallError::Config(files::FileError::Read {
+                                        path: b.clone(),
+                                        source: std::io::Error::new(
+                                            std::io::ErrorKind::NotFound,
+                                            "backup of the original config is gone",
+                                        ),
+                                    })
+                                })?;
+                            files::write_atomic(&config_path, &bytes, mode)
+                                .map_err(UninstallError::Config)?;
+                        }
+                        None => {
+                            files::remove_if_exists(&config_path)
+                                .map_err(UninstallError::Config)?;
+                        }
+                    }
+                    (self.log)(&format!(
+                        "restored {} to its original bytes",
+                        st.config_path.display()
+                    ));
+                    return Ok("restored".into());
+                }
+                let Some(current) = current else {
+                    return Ok("unchanged".into());
+                };
+                let names: Vec<&str> = st.handlers.iter().map(String::as_str).collect();
+                match plan::plan_surgical_removal(&st.config_path, &current, &names)? {
+                    Some(text) => {
+                        let mode = files::mode_of(&config_path).unwrap_or(0o644);
+                        files::write_atomic(&config_path, text.as_bytes(), mode)
+                            .map_err(UninstallError::Config)?;
+                        (self.log)(&format!(
+                            "{} changed since install: removed only our handler tables",
+                            st.config_path.display()
+                        ));
+                        Ok("surgical".into())
+                    }
+                    None => Ok("unchanged".into()),
+                }
+            }
+        }
+    }
+
+    /// What to undo when the state file is missing: our standard names and paths.
+    fn fallback_state(&self) -> InstallState {
+        let cfg = self.layout.containerd_config.clone();
+        let main = read_host_text(&self.layout.on_host(&cfg)).ok().flatten();
+        // A drop-in of ours, if the config imports a directory that would hold one.
+        let dropin = main
+            .as_deref()
+            .and_then(|m| crate::config::parse(m).ok())
+            .and_then(|doc| {
+                let v = crate::config::detect_version(&doc).ok()?;
+                match plan::choose_target(&cfg, v, &crate::config::imports(&doc)) {
+                    plan::Target::DropIn { path } => Some(path),
+                    plan::Target::InPlace => None,
+                }
+            })
+            .filter(|p| p.file_name().is_some_and(|n| n == DROPIN_NAME))
+            .filter(|p| self.layout.on_host(p).exists());
+        let config = match dropin {
+            Some(path) => ConfigRecord::DropIn {
+                path,
+                sha256: String::new(),
+            },
+            None => ConfigRecord::InPlace {
+                backup: None,
+                // Never matches: forces the surgical path, which keeps everything not ours.
+                installed_sha256: String::new(),
+            },
+        };
+        let mut handlers = vec![DEFAULT_HANDLER.to_string(), TOOL_HANDLER.to_string()];
+        let mut files = vec![
+            FileRecord {
+                path: self.layout.shim_path.clone(),
+                sha256: String::new(),
+            },
+            FileRecord {
+                path: self.layout.default_policy_path(),
+                sha256: String::new(),
+            },
+        ];
+        let policies = self
+            .layout
+            .on_host(&self.layout.policy_dir.join("policies"));
+        if let Ok(entries) = std::fs::read_dir(policies) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if let Some(class) = name.strip_suffix(".toml") {
+                    if !handlers.iter().any(|h| h == class) {
+                        handlers.push(class.to_string());
+                    }
+                    files.push(FileRecord {
+                        path: self.layout.class_policy_path(class),
+                        sha256: String::new(),
+                    });
+                }
+            }
+        }
+        InstallState {
+            config_path: cfg,
+            config,
+            handlers,
+            files,
+        }
+    }
+}

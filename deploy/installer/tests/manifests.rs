@@ -1,0 +1,163 @@
+//! The manifests agree with the installer: handler names, the node label, the policies
+//! ConfigMap that becomes the handler set, and the DaemonSet's flags.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gvisor_hardened_installer::handlers::{
+    is_dns_label, DEFAULT_HANDLER, DEFAULT_POLICY_FILE, NODE_LABEL, NODE_LABEL_VALUE, TOOL_HANDLER,
+};
+use gvisor_hardened_installer::sources::{classes, Sources};
+use serde_json::Value as Json;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn yaml_docs(rel: &str) -> Vec<Json> {
+    let text = std::fs::read_to_string(repo().join(rel)).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Json| !v.is_null())
+        .collect()
+}
+
+/// `kubectl kustomize` output as JSON values.
+fn render(dir: &str) -> Vec<Json> {
+    let out = Command::new("kubectl")
+        .args(["kustomize", &repo().join(dir).display().to_string()])
+        .output()
+        .expect("kubectl (with kustomize) is needed for the manifest tests");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}
+
+#[test]
+fn runtime_class_handlers_are_the_installers_runtime_names() {
+    for (file, name) in [
+        (
+            "runtimeclass/runtimeclass-gvisor-hardened.yaml",
+            DEFAULT_HANDLER,
+        ),
+        (
+            "runtimeclass/runtimeclass-gvisor-hardened-tool.yaml",
+            TOOL_HANDLER,
+        ),
+    ] {
+        let rc = &yaml_docs(file)[0];
+        assert_eq!(rc["kind"], "RuntimeClass");
+        assert_eq!(rc["handler"], name, "{file}");
+        assert_eq!(rc["metadata"]["name"], name, "{file}");
+        assert!(is_dns_label(name));
+        assert_eq!(
+            rc["scheduling"]["nodeSelector"][NODE_LABEL], NODE_LABEL_VALUE,
+            "{file}: nodeSelector must be the installer's label"
+        );
+    }
+}
+
+/// The installer derives its handlers from the policy files; the ConfigMap's files must give
+/// exactly the RuntimeClasses' handlers, and be loadable by the installer's source checks.
+#[test]
+fn policies_configmap_yields_exactly_the_runtime_class_handlers() {
+    let dir = repo().join("deploy/kustomize/runtimeclasses/policies");
+    let tmp = tempfile::tempdir().unwrap();
+    let shim = tmp.path().join("shim");
+    std::fs::write(&shim, b"x").unwrap();
+    let policies = Sources {
+        shim,
+        policy_dir: dir.clone(),
+    }
+    .validate()
+    .unwrap();
+    let mut handlers = vec![DEFAULT_HANDLER.to_string()];
+    handlers.extend(classes(&policies));
+    handlers.sort();
+
+    let rendered = render("deploy/kustomize/default");
+    let mut rc_handlers: Vec<String> = rendered
+        .iter()
+        .filter(|o| o["kind"] == "RuntimeClass")
+        .map(|o| o["handler"].as_str().unwrap().to_string())
+        .collect();
+    rc_handlers.sort();
+    assert_eq!(handlers, rc_handlers);
+
+    let cm = rendered
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("policies ConfigMap rendered");
+    let mut keys: Vec<&String> = cm["data"].as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, vec!["gvisor-hardened-tool.toml", DEFAULT_POLICY_FILE]);
+}
+
+#[test]
+fn tool_policy_is_the_strict_one() {
+    let text = std::fs::read_to_string(
+        repo().join("deploy/kustomize/runtimeclasses/policies/gvisor-hardened-tool.toml"),
+    )
+    .unwrap();
+    let doc: toml_edit::DocumentMut = text.parse().unwrap();
+    assert_eq!(doc["resources"]["memory"].as_str(), Some("512Mi"));
+    assert_eq!(doc["resources"]["cpu"].as_str(), Some("1"));
+    assert_eq!(doc["resources"]["processes"].as_integer(), Some(64));
+    assert_eq!(doc["lifetime"]["max_runtime"].as_str(), Some("10m"));
+}
+
+#[test]
+fn daemonset_mounts_the_host_and_the_policies_where_the_installer_looks() {
+    let rendered = render("deploy/kustomize/default");
+    let ds = rendered.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
+    let spec = &ds["spec"]["template"]["spec"];
+    assert_eq!(spec["hostPID"], true);
+    let c = &spec["containers"][0];
+    assert_eq!(c["args"], serde_json::json!(["run"]));
+    let env = |name: &str| {
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .cloned()
+            .unwrap_or(Json::Null)
+    };
+    assert_eq!(
+        env("NODE_NAME")["valueFrom"]["fieldRef"]["fieldPath"],
+        "spec.nodeName"
+    );
+    let host_root = env("GVH_HOST_ROOT")["value"].as_str().unwrap().to_string();
+    let policy_src = env("GVH_POLICY_SOURCE")["value"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mounts = c["volumeMounts"].as_array().unwrap();
+    let mount_of = |path: &str| {
+        mounts
+            .iter()
+            .find(|m| m["mountPath"] == path)
+            .and_then(|m| m["name"].as_str())
+            .unwrap_or_else(|| panic!("nothing mounted at {path}"))
+            .to_string()
+    };
+    let volumes = spec["volumes"].as_array().unwrap();
+    let volume = |name: &str| volumes.iter().find(|v| v["name"] == name).unwrap().clone();
+    assert_eq!(volume(&mount_of(&host_root))["hostPath"]["path"], "/");
+    let cm_name = volume(&mount_of(&policy_src))["configMap"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        rendered
+            .iter()
+            .any(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == cm_name.as_str()),
+        "DaemonSet mounts {cm_name}, which is not rendered"
+    );
+}

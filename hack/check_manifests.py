@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""Validate the gvisor-hardened manifests; see hack/check-manifests.sh.
+
+Schema validation uses kubernetes_validate's Python API in strict mode (its CLI exits 0 on
+unknown kinds). Kinds a version does not know are an error, except MutatingAdmissionPolicy
+(admissionregistration.k8s.io/v1 exists from 1.36) and CRDs (agent-sandbox's Sandbox), whose
+embedded pod spec is validated as a Pod instead. Our own checks cover what the schemas cannot:
+DNS-label handlers matching the installer's CRI runtime names, quantities, selectors, references.
+"""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSIONS = [f"1.{m}.0" for m in range(30, 38)]
+KUSTOMIZATIONS = [
+    "deploy/kustomize/default",
+    "deploy/kustomize/base",
+    "deploy/kustomize/cleanup",
+    "runtimeclass",
+    "runtimeclass/admission",
+    "runtimeclass/admission-mutating",
+    "runtimeclass/examples",
+]
+# Every manifest file must be rendered by one of the kustomizations above.
+MANIFEST_DIRS = ["deploy/kustomize", "runtimeclass"]
+INSTALLER_NAMESPACE = "gvisor-hardened-system"
+NODE_LABEL = "gvisor-hardened.dev/installed"
+ENFORCE_LABEL = "gvisor-hardened.dev/enforce"
+POLICIES_CONFIGMAP = "gvisor-hardened-policies"
+DEFAULT_HANDLER = "gvisor-hardened"
+# (apiVersion, kind) -> first minor version whose schemas know it.
+KNOWN_FROM = {
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): 36,
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 36,
+}
+CRD_POD_TEMPLATES = {("agents.x-k8s.io/v1alpha1", "Sandbox"): ("spec", "podTemplate")}
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+QUANTITY = re.compile(
+    r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
+)
+
+
+class Failures:
+    def __init__(self):
+        self.items = []
+
+    def add(self, where, what):
+        self.items.append(f"{where}: {what}")
+
+
+def render(kdir):
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(ROOT / kdir)], capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"error: kubectl kustomize {kdir} failed:\n{out.stderr}")
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def ident(obj):
+    md = obj.get("metadata", {})
+    ns = md.get("namespace")
+    return f"{obj.get('kind')}/{(ns + '/') if ns else ''}{md.get('name')}"
+
+
+def quantity_ok(q):
+    return isinstance(q, (str, int)) and QUANTITY.match(str(q)) is not None and not str(q).startswith("-")
+
+
+def schema_check(obj, where, fails, counts):
+    key = (obj.get("apiVersion"), obj.get("kind"))
+    targets = [(obj, where)]
+    if key in CRD_POD_TEMPLATES:
+        node = obj
+        for k in CRD_POD_TEMPLATES[key]:
+            node = node.get(k, {})
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": obj["metadata"]["name"], **(node.get("metadata") or {})},
+            "spec": node.get("spec"),
+        }
+        targets = [(pod, f"{where} (embedded podTemplate as a Pod)")]
+        counts["crd"] += 1
+    for version in VERSIONS:
+        minor = int(version.split(".")[1])
+        for target, label in targets:
+            since = KNOWN_FROM.get(key)
+            if since is not None and minor < since:
+                # Must really be unknown there: if the schemas knew it, we want to validate.
+                try:
+                    kubernetes_validate.validate(target, version, strict=True)
+                    fails.add(label, f"expected unknown in {version} but it validated")
+                except kubernetes_validate.SchemaNotFoundError:
+                    counts["unknown-expected"] += 1
+                except kubernetes_validate.ValidationError as e:
+                    fails.add(label, f"{version}: {e.message}")
+                continue
+            try:
+                kubernetes_validate.validate(target, version, strict=True)
+                counts["validated"] += 1
+            except kubernetes_validate.SchemaNotFoundError:
+                fails.add(label, f"kind not known to Kubernetes {version}")
+            except kubernetes_validate.ValidationError as e:
+                path = "/".join(str(p) for p in e.path)
+                fails.add(label, f"{version}: {path}: {e.message}")
+
+
+def pod_specs(obj):
+    """Yield (path, podspec) for objects that carry pods."""
+    kind = obj.get("kind")
+    spec = obj.get("spec") or {}
+    if kind == "Pod":
+        yield "spec", spec
+    elif kind in ("DaemonSet", "Deployment", "StatefulSet", "ReplicaSet", "Job"):
+        yield "spec.template.spec", (spec.get("template") or {}).get("spec") or {}
+    elif kind == "CronJob":
+        yield "spec.jobTemplate.spec.template.spec", spec["jobTemplate"]["spec"]["template"]["spec"]
+    elif (obj.get("apiVersion"), kind) in CRD_POD_TEMPLATES:
+        yield "spec.podTemplate.spec", (spec.get("podTemplate") or {}).get("spec") or {}
+
+
+def own_checks(objs, where, fails):
+    by_kind = {}
+    for o in objs:
+        by_kind.setdefault(o.get("kind"), []).append(o)
+
+    # Handlers the installer will register: one per policies ConfigMap key.
+    installer_handlers = None
+    for cm in by_kind.get("ConfigMap", []):
+        if cm["metadata"]["name"].startswith(POLICIES_CONFIGMAP):
+            keys = sorted((cm.get("data") or {}).keys())
+            installer_handlers = set()
+            for k in keys:
+                if not k.endswith(".toml"):
+                    fails.add(f"{where} {ident(cm)}", f"key {k!r} is not a .toml policy")
+                    continue
+                installer_handlers.add(DEFAULT_HANDLER if k == "policy.toml" else k[: -len(".toml")])
+            if DEFAULT_HANDLER not in installer_handlers:
+                fails.add(f"{where} {ident(cm)}", "no policy.toml (the default handler's policy)")
+
+    rc_handlers = set()
+    for rc in by_kind.get("RuntimeClass", []):
+        w = f"{where} {ident(rc)}"
+        handler = rc.get("handler", "")
+        rc_handlers.add(handler)
+        if not DNS_LABEL.match(handler or ""):
+            fails.add(w, f"handler {handler!r} is not a DNS label")
+        if handler != rc["metadata"]["name"]:
+            fails.add(w, f"handler {handler!r} differs from the name (the protect policy requires equality)")
+        if installer_handlers is not None and handler not in installer_handlers:
+            fails.add(w, f"handler {handler!r} is not registered by the installer (policies: {sorted(installer_handlers)})")
+        pod_fixed = ((rc.get("overhead") or {}).get("podFixed")) or {}
+        if set(pod_fixed) != {"cpu", "memory"}:
+            fails.add(w, f"overhead.podFixed must set cpu and memory, has {sorted(pod_fixed)}")
+        for res, q in pod_fixed.items():
+            if not quantity_ok(q):
+                fails.add(w, f"overhead.podFixed.{res} {q!r} is not a quantity")
+        sel = ((rc.get("scheduling") or {}).get("nodeSelector")) or {}
+        if sel != {NODE_LABEL: "true"}:
+            fails.add(w, f"scheduling.nodeSelector must be {{{NODE_LABEL}: 'true'}}, is {sel}")
+    if installer_handlers is not None and rc_handlers and rc_handlers != installer_handlers:
+        fails.add(where, f"RuntimeClass handlers {sorted(rc_handlers)} != installer handlers {sorted(installer_handlers)}")
+
+    for o in objs:
+        w = f"{where} {ident(o)}"
+        for path, ps in pod_specs(o):
+            for group in ("initContainers", "containers", "ephemeralContainers"):
+                for c in ps.get(group) or []:
+                    for section in ("requests", "limits"):
+                        for res, q in ((c.get("resources") or {}).get(section) or {}).items():
+                            if not quantity_ok(q):
+                                fails.add(w, f"{path}.{group}[{c.get('name')}].resources.{section}.{res} {q!r} is not a quantity")
+            rcn = ps.get("runtimeClassName")
+            if rcn is not None and rc_handlers and rcn not in rc_handlers:
+                fails.add(w, f"runtimeClassName {rcn!r} is not one of ours")
+
+    sas = {(s["metadata"].get("namespace"), s["metadata"]["name"]) for s in by_kind.get("ServiceAccount", [])}
+    for kind in ("DaemonSet", "Job"):
+        for o in by_kind.get(kind, []):
+            if o["metadata"].get("namespace") != INSTALLER_NAMESPACE:
+                continue
+            w = f"{where} {ident(o)}"
+            ps = o["spec"]["template"]["spec"]
+            if sas and (INSTALLER_NAMESPACE, ps.get("serviceAccountName")) not in sas:
+                fails.add(w, f"serviceAccountName {ps.get('serviceAccountName')!r} not in the rendered output")
+            if not ps.get("hostPID"):
+                fails.add(w, "hostPID is required (nsenter -t 1)")
+            envs = {e["name"]: e for c in ps["containers"] for e in c.get("env") or []}
+            if (envs.get("NODE_NAME") or {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
+                fails.add(w, "NODE_NAME must come from spec.nodeName")
+            vols = {v["name"]: v for v in ps.get("volumes") or []}
+            if (vols.get("host") or {}).get("hostPath", {}).get("path") != "/":
+                fails.add(w, "the host's / must be mounted (volume `host`)")
+            for v in vols.values():
+                cm = (v.get("configMap") or {}).get("name")
+                if cm and where.endswith("default") and cm not in {c["metadata"]["name"] for c in by_kind.get("ConfigMap", [])}:
+                    fails.add(w, f"mounts ConfigMap {cm!r} which is not rendered")
+
+    for ns in by_kind.get("Namespace", []):
+        if ns["metadata"]["name"] == INSTALLER_NAMESPACE:
+            lab = ns["metadata"].get("labels") or {}
+            if lab.get("pod-security.kubernetes.io/enforce") != "privileged":
+                fails.add(f"{where} {ident(ns)}", "installer namespace needs Pod Security enforce=privileged")
+
+    policies = {p["metadata"]["name"] for k in ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy") for p in by_kind.get(k, [])}
+    for k in ("ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicyBinding"):
+        for b in by_kind.get(k, []):
+            w = f"{where} {ident(b)}"
+            if b["spec"]["policyName"] not in policies:
+                fails.add(w, f"policyName {b['spec']['policyName']!r} is not rendered alongside")
+            sel = ((b["spec"].get("matchResources") or {}).get("namespaceSelector")) or None
+            if sel is not None:
+                exprs = sel.get("matchExpressions") or []
+                if not any(e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn" and INSTALLER_NAMESPACE in e["values"] for e in exprs):
+                    fails.add(w, f"namespaceSelector does not exempt {INSTALLER_NAMESPACE}")
+                if not any(e["key"] == ENFORCE_LABEL and e["operator"] == "In" and e["values"] == ["true"] for e in exprs):
+                    fails.add(w, f"namespaceSelector does not select {ENFORCE_LABEL}=true")
+
+
+def covered_files(rendered, fails):
+    seen = {(o.get("kind"), o["metadata"]["name"]) for objs in rendered.values() for o in objs}
+    for d in MANIFEST_DIRS:
+        for f in sorted((ROOT / d).rglob("*.yaml")):
+            if f.name == "kustomization.yaml":
+                continue
+            for o in yaml.safe_load_all(f.read_text()):
+                if o and (o.get("kind"), o["metadata"]["name"]) not in seen:
+                    fails.add(str(f.relative_to(ROOT)), f"{ident(o)} is not rendered by any kustomization")
+
+
+def self_test():
+    """The checks must catch what they claim to: feed known-bad objects, expect each failure."""
+    bad_rc = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": "Bad_Handler"},
+        "handler": "Bad_Handler",
+        "overhead": {"podFixed": {"memory": "40Mb", "cpu": "-1"}},
+        "scheduling": {"nodeSelector": {"other": "true"}},
+    }
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": POLICIES_CONFIGMAP}, "data": {"policy.toml": ""}}
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "b"},
+        "spec": {"policyName": "missing", "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchExpressions": []}}},
+    }
+    fails = Failures()
+    own_checks([bad_rc, cm, binding], "self-test", fails)
+    text = "\n".join(fails.items)
+    expected = ["is not a DNS label", "not registered by the installer", "'40Mb' is not a quantity",
+                "'-1' is not a quantity", "nodeSelector must be", "policyName 'missing'",
+                "does not exempt", "does not select"]
+    missing = [e for e in expected if e not in text]
+    sfails = Failures()
+    schema_check({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "x"},
+                  "handler": "x", "handlr": "typo"}, "self-test typo", sfails, {"validated": 0, "unknown-expected": 0, "crd": 0})
+    if not any("handlr" in f for f in sfails.items):
+        missing.append("strict schema validation of an unknown field")
+    if missing:
+        raise SystemExit(f"error: self-test: checks did not catch: {missing}\n{text}")
+    print(f"self-test: the checks caught all {len(expected) + 1} planted errors")
+
+
+def main():
+    if "--self-test" in sys.argv:
+        self_test()
+        return
+    fails = Failures()
+    counts = {"validated": 0, "unknown-expected": 0, "crd": 0}
+    rendered = {}
+    for k in KUSTOMIZATIONS:
+        objs = render(k)
+        rendered[k] = objs
+        for o in objs:
+            schema_check(o, f"{k} {ident(o)}", fails, counts)
+        own_checks(objs, k, fails)
+    covered_files(rendered, fails)
+    total = sum(len(v) for v in rendered.values())
+    if fails.items:
+        print(f"FAILED: {len(fails.items)} problem(s) in {total} rendered objects:", file=sys.stderr)
+        for f in fails.items:
+            print(f"  {f}", file=sys.stderr)
+        raise SystemExit(1)
+    print(
+        f"ok: {len(KUSTOMIZATIONS)} kustomizations, {total} objects; "
+        f"{counts['validated']} object-version validations passed (Kubernetes {VERSIONS[0]}-{VERSIONS[-1]}, strict); "
+        f"{counts['unknown-expected']} expected-unknown (MutatingAdmissionPolicy v1 before 1.36); "
+        f"{counts['crd']} CRD objects checked through their embedded pod spec"
+    )
+
+
+if __name__ == "__main__":
+    main()
