@@ -17,4 +17,7 @@ log "build"
 cargo build --workspace --bins
 log "tests (unit, integration, end to end)"
 cargo test --workspace
+log "Kubernetes manifests (kustomize render, kubernetes-validate 1.30-1.37, own checks)"
+ensure_python_tools
+"$REPO_ROOT/hack/check-manifests.sh"
 log "all tests passed"

@@ -104,24 +104,23 @@ fn pipe() -> Result<(File, File), StdioError> {
     Ok(unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) })
 }
 
-fn null() -> Stdio {
-    Stdio::null()
-}
-
-/// What runsc receives as its own stdin/stdout/stderr.
+/// What runsc receives as its own stdin/stdout/stderr; `None` is /dev/null.
+#[derive(Default)]
 pub struct RunscStdio {
-    pub stdin: Stdio,
-    pub stdout: Stdio,
-    pub stderr: Stdio,
+    pub stdin: Option<File>,
+    pub stdout: Option<File>,
+    pub stderr: Option<File>,
 }
 
 impl RunscStdio {
     pub fn null() -> Self {
-        RunscStdio {
-            stdin: null(),
-            stdout: null(),
-            stderr: null(),
-        }
+        RunscStdio::default()
+    }
+
+    /// The three streams for `Command::stdin/stdout/stderr`.
+    pub fn into_stdio(self) -> (Stdio, Stdio, Stdio) {
+        let conv = |f: Option<File>| f.map(Stdio::from).unwrap_or_else(Stdio::null);
+        (conv(self.stdin), conv(self.stdout), conv(self.stderr))
     }
 }
 
@@ -141,15 +140,15 @@ impl ProcessIo {
     pub fn open_pipes(&self, paths: &StdioPaths) -> Result<RunscStdio, StdioError> {
         let mut runsc = RunscStdio::null();
         if !paths.stdout.is_empty() {
-            runsc.stdout = open_fifo("stdout", &paths.stdout, true, true)?.into();
+            runsc.stdout = Some(open_fifo("stdout", &paths.stdout, true, true)?);
         }
         if !paths.stderr.is_empty() {
-            runsc.stderr = open_fifo("stderr", &paths.stderr, true, true)?.into();
+            runsc.stderr = Some(open_fifo("stderr", &paths.stderr, true, true)?);
         }
         if !paths.stdin.is_empty() {
             let (read_end, write_end) = pipe()?;
             self.forward_stdin(&paths.stdin, write_end)?;
-            runsc.stdin = read_end.into();
+            runsc.stdin = Some(read_end);
         }
         Ok(runsc)
     }
@@ -403,21 +402,11 @@ mod tests {
         let mut client = OpenOptions::new().write(true).open(&stdin).unwrap();
         client.write_all(b"hello\n").unwrap();
         drop(client);
-        // Stand-in for the sandboxed process reading its stdin.
-        let mut child = std::process::Command::new("cat")
-            .stdin(runsc.stdin)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
         io.close_stdin();
+        // Stand-in for the sandboxed process reading its stdin until EOF. (No child process:
+        // other tests in this binary run the reaper, which would steal its exit status.)
         let mut out = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        assert!(child.wait().unwrap().success());
+        runsc.stdin.unwrap().read_to_string(&mut out).unwrap();
         assert_eq!(out, "hello\n");
     }
 
@@ -435,12 +424,8 @@ mod tests {
             ..Default::default()
         };
         let runsc = ProcessIo::default().open_pipes(&paths).unwrap();
-        let status = std::process::Command::new("echo")
-            .arg("out")
-            .stdout(runsc.stdout)
-            .status()
-            .unwrap();
-        assert!(status.success());
+        // Stand-in for the sandboxed process writing to its stdout.
+        runsc.stdout.unwrap().write_all(b"out\n").unwrap();
         let mut buf = [0u8; 16];
         let n = client.read(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"out\n");

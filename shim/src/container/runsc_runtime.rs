@@ -140,7 +140,8 @@ impl RunscRuntime {
         let capture = stdio.is_none();
         match stdio {
             Some(s) => {
-                cmd.stdin(s.stdin).stdout(s.stdout).stderr(s.stderr);
+                let (i, o, e) = s.into_stdio();
+                cmd.stdin(i).stdout(o).stderr(e);
             }
             None => {
                 cmd.stdin(Stdio::null())
