@@ -1,2 +1,6 @@
+//! The typed runsc client: command lines, feature detection, invocation, errors.
+
+pub mod client;
 pub mod command;
+pub mod error;
 pub mod features;
