@@ -7,7 +7,7 @@
 //! from the runsc log file (`GlobalFlags::log`), which receives the same message as stderr.
 
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -483,13 +483,25 @@ fn drain(rx: &mut pipe::Receiver, buf: &mut Vec<u8>, open: bool) -> io::Result<(
     if !open {
         return Ok(());
     }
+    // Not `try_read`: tokio answers WouldBlock from its cached readiness until the driver has
+    // seen the event, which loses output written just before the exit. Read the (non-blocking)
+    // fd directly until it is empty.
+    let fd = rx.as_raw_fd();
     let mut chunk = [0u8; 8192];
     loop {
-        match rx.try_read(&mut chunk) {
-            Ok(0) => return Ok(()),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) => return Err(e),
+        // SAFETY: reading into a local buffer of the given length from an fd we own.
+        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+        match n {
+            0 => return Ok(()),
+            n if n > 0 => buf.extend_from_slice(&chunk[..n as usize]),
+            _ => {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(()),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e),
+                }
+            }
         }
     }
 }
