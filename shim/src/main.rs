@@ -2,6 +2,7 @@
 // layer modules so the crate builds and their tests run.
 #![allow(dead_code)]
 
+mod cgroup;
 mod reaper;
 mod runsc;
 
