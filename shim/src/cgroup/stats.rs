@@ -8,7 +8,7 @@ use std::path::Path;
 use containerd_shim_protos::cgroups::metrics as v1;
 use containerd_shim_protos::cgroups_v2::metrics as v2;
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
-use containerd_shim_protos::protobuf::{Message, MessageField, MessageFull};
+use containerd_shim_protos::protobuf::{MessageField, MessageFull};
 
 use super::files::{self, optional};
 use super::{CgroupError, SandboxCgroup};
@@ -237,6 +237,7 @@ fn limit_or_zero(path: &Path) -> Result<u64, CgroupError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use containerd_shim_protos::protobuf::Message;
     use std::collections::BTreeMap;
 
     fn write(dir: &Path, name: &str, content: &str) {
