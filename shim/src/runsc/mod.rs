@@ -4,3 +4,7 @@ pub mod client;
 pub mod command;
 pub mod error;
 pub mod features;
+#[cfg(test)]
+mod real_tests;
+#[cfg(test)]
+pub(crate) mod test_support;
