@@ -35,3 +35,6 @@ pub enum CgroupError {
     #[error("invalid limit: {0}")]
     InvalidLimit(String),
 }
+
+#[cfg(test)]
+mod real_tests;

@@ -149,7 +149,11 @@ impl Drop for Harness {
                 spawned.exit.wait_blocking();
             }
             // runsc removes its cgroups on delete; remove what a failed test may have left.
-            for c in super::super::cgroup::paths::V1_CONTROLLERS {
+            // runsc also creates the dirs in the name=systemd hierarchy.
+            let hierarchies = super::super::cgroup::paths::V1_CONTROLLERS
+                .iter()
+                .chain(&["systemd"]);
+            for c in hierarchies {
                 let _ = std::fs::remove_dir(format!("/sys/fs/cgroup/{c}{CGROUP_PARENT}/{id}"));
                 // runsc creates the parent and never removes it; this fails while other tests
                 // still have sandboxes under it, and the last one removes it.
