@@ -18,9 +18,10 @@ use tokio::net::unix::pipe;
 
 use crate::reaper::{ExitStatus, Reaper};
 
-use super::command::{argv, GlobalFlags, Subcommand, WaitTarget};
+use super::command::{argv, Subcommand, WaitTarget};
 use super::error::RunscError;
 use super::features::{Adjustment, Features};
+use super::flags::GlobalFlags;
 
 /// Default deadline for one runsc invocation. create measured ~125 ms here; a wedged runsc must
 /// not wedge the shim.

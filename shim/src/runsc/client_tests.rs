@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::reaper;
-use crate::runsc::command::GlobalFlags;
+use crate::runsc::flags::GlobalFlags;
 use std::os::unix::fs::PermissionsExt;
 
 const OLD_FLAGS: &str = include_str!("fixtures/20221219/flags.txt");
@@ -278,7 +278,7 @@ fn text_logs_keep_the_last_lines() {
 #[test]
 fn new_fails_closed_when_the_policy_wants_what_runsc_lacks() {
     let mut wanted = GlobalFlags::new("/r");
-    wanted.platform = Some(crate::runsc::command::Platform::Systrap);
+    wanted.platform = Some(crate::runsc::flags::Platform::Systrap);
     let err = Runsc::new(
         "/usr/bin/runsc",
         &wanted,

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use super::command::{GlobalFlags, HostUds, Overlay, Platform};
+use super::flags::{GlobalFlags, HostUds, Overlay, Platform};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Features {
@@ -117,9 +117,9 @@ impl Features {
             }
         }
 
-        if let Some(overlay) = &flags.overlay {
+        if let Some(overlay) = flags.overlay {
             if !self.has_flag("overlay2") {
-                if *overlay == Overlay::Off {
+                if overlay == Overlay::Off {
                     // Releases without --overlay2 have no rootfs overlay unless --overlay is set.
                     flags.overlay = None;
                     adjustments.push(Adjustment {
@@ -265,7 +265,7 @@ fn platforms_from_flag_help(output: &str) -> BTreeSet<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runsc::command::ExtraFlag;
+    use crate::runsc::flags::ExtraFlag;
 
     const OLD_FLAGS: &str = include_str!("fixtures/20221219/flags.txt");
     const OLD_HELP: &str = include_str!("fixtures/20221219/help.txt");

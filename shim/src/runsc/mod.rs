@@ -1,9 +1,11 @@
-//! The typed runsc client: command lines, feature detection, invocation, errors.
+//! The typed runsc client: flags, command lines, feature detection, invocation, errors.
 
 pub mod client;
 pub mod command;
 pub mod error;
 pub mod features;
+pub mod flags;
+
 #[cfg(test)]
 mod real_tests;
 #[cfg(test)]

@@ -8,8 +8,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::client::{ExecOpts, ProcessIo, Status};
-use super::command::{Platform, WaitTarget};
+use super::command::WaitTarget;
 use super::error::RunscError;
+use super::flags::Platform;
 use super::test_support::{eventually, zombie_children, Bundle, Harness, RUNSC};
 use crate::reaper::ExitStatus;
 
@@ -285,7 +286,7 @@ async fn create_failure_names_runscs_reason_from_the_log() {
     let log = log_dir.path().join("runsc.log");
     let h = Harness::with_flags(&bundle.id, |f| {
         f.log = Some(log.clone());
-        f.log_format = Some(super::command::LogFormat::Json);
+        f.log_format = Some(super::flags::LogFormat::Json);
     })
     .await;
     let err = h

@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 use crate::reaper::{self, Reaper};
 
 use super::client::Runsc;
-use super::command::{GlobalFlags, Network, Subcommand};
+use super::command::Subcommand;
+use super::flags::{GlobalFlags, Network};
 
 pub const RUNSC: &str = "/usr/bin/runsc";
 const BUSYBOX: &str = "/usr/bin/busybox";
