@@ -13,7 +13,7 @@ use super::paths::{parse_mountinfo, SandboxCgroup};
 use super::stats::metrics_any;
 use super::update::{update, Limits};
 use crate::reaper::{ExitFuture, ExitStatus};
-use crate::runsc::client::ProcessIo;
+use crate::runsc::client::{read_pid_file, ProcessIo};
 use crate::runsc::test_support::{Bundle, Harness};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -30,11 +30,7 @@ async fn run(bundle: &Bundle, h: &Harness) -> (SandboxCgroup, ExitProbe, ExitFut
         )
         .await
         .unwrap();
-    let pid: i32 = std::fs::read_to_string(bundle.pid_file())
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = read_pid_file(&bundle.pid_file()).unwrap();
     let exit = h.reaper.watch(pid).unwrap();
     let cgroup = SandboxCgroup::of_pid(pid).unwrap();
     let probe = ExitProbe::arm(cgroup.clone()).unwrap();
@@ -172,11 +168,7 @@ async fn spec_rules_match_where_runsc_put_the_sandbox() {
             )
             .await
             .unwrap();
-        let pid: i32 = std::fs::read_to_string(bundle.pid_file())
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let pid = read_pid_file(&bundle.pid_file()).unwrap();
         let exit = h.reaper.watch(pid).unwrap();
         let actual = SandboxCgroup::of_pid(pid).unwrap();
         let predicted = SandboxCgroup::from_spec(&mounts, &path, &bundle.id, &own).unwrap();

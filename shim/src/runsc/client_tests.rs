@@ -58,8 +58,10 @@ async fn detect_reads_flags_from_stderr_and_help_from_stdout() {
         .await
         .unwrap();
     assert_eq!(features, old_features());
-    // Detection runs the binary bare, without global flags.
-    assert_eq!(args_log(dir.path()), "flags\nhelp\nhelp platforms\n");
+    // Detection runs the binary bare, without global flags (concurrently: order varies).
+    let mut calls: Vec<String> = args_log(dir.path()).lines().map(String::from).collect();
+    calls.sort();
+    assert_eq!(calls, ["flags", "help", "help platforms"]);
 }
 
 #[tokio::test]
@@ -288,4 +290,20 @@ fn new_fails_closed_when_the_policy_wants_what_runsc_lacks() {
     .err()
     .unwrap();
     assert!(matches!(err, RunscError::Feature(_)));
+}
+
+#[test]
+fn pid_files_are_read_and_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("init.pid");
+    std::fs::write(&p, "4242").unwrap();
+    assert_eq!(read_pid_file(&p).unwrap(), 4242);
+    for bad in ["", "-1", "0", "abc"] {
+        std::fs::write(&p, bad).unwrap();
+        assert!(
+            matches!(read_pid_file(&p), Err(RunscError::PidFile { .. })),
+            "{bad:?}"
+        );
+    }
+    assert!(read_pid_file(&dir.path().join("missing")).is_err());
 }

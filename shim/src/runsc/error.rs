@@ -58,6 +58,11 @@ pub enum RunscError {
         #[source]
         source: std::io::Error,
     },
+    #[error("pid file {path}: {reason}")]
+    PidFile {
+        path: std::path::PathBuf,
+        reason: String,
+    },
     /// The installed runsc lacks a subcommand (e.g. `update` in 20221219).
     #[error("the installed runsc has no `{0}` subcommand")]
     Unsupported(&'static str),

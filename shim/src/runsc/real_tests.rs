@@ -26,11 +26,7 @@ fn read_all(mut r: std::io::PipeReader) -> tokio::task::JoinHandle<String> {
 }
 
 fn sandbox_pid(bundle: &Bundle) -> i32 {
-    std::fs::read_to_string(bundle.pid_file())
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+    super::client::read_pid_file(&bundle.pid_file()).unwrap()
 }
 
 #[tokio::test]
@@ -198,11 +194,7 @@ async fn detached_exec_runs_and_its_exit_is_watchable() {
         )
         .await
         .unwrap();
-    let exec_pid: i32 = std::fs::read_to_string(&opts.pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let exec_pid = super::client::read_pid_file(&opts.pid_file).unwrap();
     let exec_exit = h.reaper.watch(exec_pid).expect("exec waiter is ours");
     let status = tokio::time::timeout(WAIT, exec_exit).await.unwrap();
     assert_eq!(status, ExitStatus::Exited(4));
