@@ -5,6 +5,7 @@
 
 pub mod exit_cause;
 mod files;
+pub mod oom;
 pub mod paths;
 pub mod stats;
 pub mod update;

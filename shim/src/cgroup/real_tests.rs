@@ -9,6 +9,7 @@ use containerd_shim_protos::protobuf::Message;
 use serde_json::json;
 
 use super::exit_cause::{ExitCause, ExitProbe};
+use super::oom::OomWatcher;
 use super::paths::{parse_mountinfo, SandboxCgroup};
 use super::stats::metrics_any;
 use super::update::{update, Limits};
@@ -53,9 +54,17 @@ async fn memory_hog_is_classified_as_oom() {
     bundle.set("/linux/resources", json!({"memory": {"limit": 48 << 20}}));
     let h = Harness::new(&bundle.id).await;
     let (cgroup, probe, exit) = run(&bundle, &h).await;
+    let mut watcher = OomWatcher::start(&cgroup).unwrap();
+    let oom_event = tokio::spawn(async move { watcher.next().await });
     let status = tokio::time::timeout(WAIT, exit).await.unwrap();
     assert_eq!(status.containerd_code(), 137, "{status}");
     assert_eq!(probe.classify(status).unwrap(), ExitCause::Oom);
+    // The early notification fired too (before `runsc delete`, so it is the OOM, not removal).
+    let fired = tokio::time::timeout(WAIT, oom_event)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(fired.unwrap());
     delete_and_check_cgroups_gone(&h, &bundle.id, &cgroup).await;
 }
 
@@ -84,10 +93,14 @@ async fn a_plain_exit_and_a_kill_are_normal() {
     );
     let h = Harness::new(&bundle.id).await;
     let (cgroup, probe, exit) = run(&bundle, &h).await;
+    let mut watcher = OomWatcher::start(&cgroup).unwrap();
     let status = tokio::time::timeout(WAIT, exit).await.unwrap();
     assert_eq!(status, ExitStatus::Exited(3));
     assert_eq!(probe.classify(status).unwrap(), ExitCause::Normal);
     delete_and_check_cgroups_gone(&h, &bundle.id, &cgroup).await;
+    // Removing the cgroup ends the OOM watch without an OOM.
+    let ended = tokio::time::timeout(WAIT, watcher.next()).await.unwrap();
+    assert!(!ended.unwrap());
 }
 
 #[tokio::test]
