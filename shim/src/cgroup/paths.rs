@@ -218,6 +218,20 @@ impl SandboxCgroup {
         })
     }
 
+    /// [`SandboxCgroup::from_spec`] on this host, for this process as runsc's caller: where a
+    /// sandbox created from a spec with `cgroups_path` lands (before create, or after the sandbox
+    /// is gone). Prefer [`SandboxCgroup::of_pid`] while the sandbox runs.
+    pub fn for_spec(cgroups_path: &str, id: &str) -> Result<SandboxCgroup, CgroupError> {
+        let mountinfo = files::read(Path::new("/proc/self/mountinfo"))?;
+        let own = files::read(Path::new("/proc/self/cgroup"))?;
+        Self::from_spec(&parse_mountinfo(&mountinfo), cgroups_path, id, &own).map_err(|reason| {
+            CgroupError::NotFound {
+                pid: std::process::id() as i32,
+                reason: reason.to_string(),
+            }
+        })
+    }
+
     /// The directory of `controller` (v1), or the unified directory (v2).
     pub fn dir(&self, controller: &'static str) -> Result<&Path, CgroupError> {
         match self {

@@ -186,6 +186,7 @@ async fn spec_rules_match_where_runsc_put_the_sandbox() {
         let actual = SandboxCgroup::of_pid(pid).unwrap();
         let predicted = SandboxCgroup::from_spec(&mounts, &path, &bundle.id, &own).unwrap();
         assert_eq!(predicted, actual, "cgroupsPath {path}");
+        assert_eq!(SandboxCgroup::for_spec(&path, &bundle.id).unwrap(), actual);
         h.runsc.delete(&bundle.id, true).await.unwrap();
         tokio::time::timeout(WAIT, exit).await.unwrap();
         assert!(actual.remaining().is_empty());

@@ -4,7 +4,13 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use super::flags::GlobalFlags;
+// The flag types lived in this module before `flags.rs` split off; callers written against that
+// version keep importing them from here.
+#[allow(unused_imports)]
+pub use super::flags::{
+    ExtraFlag, FileAccess, FlagError, GlobalFlags, HostUds, LogFormat, Network, Overlay, Platform,
+    WatchdogAction,
+};
 /// Which process `runsc wait` waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitTarget {
@@ -241,7 +247,6 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runsc::flags::{ExtraFlag, FileAccess};
 
     fn strings(args: Vec<OsString>) -> Vec<String> {
         args.into_iter().map(|a| a.into_string().unwrap()).collect()
