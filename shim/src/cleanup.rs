@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use containerd_shim_protos::api::DeleteResponse;
 
 use crate::audit::{AuditEvent, AuditLog, AuditRecord};
+use crate::cgroup::SandboxCgroup;
 use crate::container::create::{BundleState, BUNDLE_STATE, INIT_PID_FILE};
 use crate::flags::Flags;
 
@@ -46,6 +47,17 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
                 }
             }
             Err(e) => problems.push(format!("running {}: {e}", state.runsc_binary)),
+        }
+    }
+    if let Some(state) = &state {
+        // runsc delete removes the sandbox's cgroups; after a crash mid-create it may not
+        // have known them. What is left and empty goes now.
+        if let Ok(cg) = SandboxCgroup::for_spec(&state.cgroups_path, &flags.id) {
+            for dir in cg.remaining() {
+                if let Err(e) = std::fs::remove_dir(dir) {
+                    problems.push(format!("cgroup {}: {e}", dir.display()));
+                }
+            }
         }
     }
     if let Err(e) = crate::rootfs::unmount_all(&bundle.join("rootfs")) {

@@ -197,6 +197,16 @@ impl Future for ExitFuture {
     }
 }
 
+impl ExitFuture {
+    /// Blocks the calling thread until the exit, for synchronous code (e.g. cleanup in `Drop`).
+    /// Panics inside an async context: there, `.await` the future instead.
+    pub fn wait_blocking(self) -> ExitStatus {
+        self.rx
+            .blocking_recv()
+            .expect("reaper dropped a waiter without an exit status")
+    }
+}
+
 impl Reaper {
     /// Makes this process a child subreaper and starts the reaping loop on the current tokio
     /// runtime. Call once, early, before any child is spawned.
@@ -505,6 +515,12 @@ mod tests {
         drop(spawned.stdin.take());
         assert_eq!(within(spawned.exit).await, ExitStatus::Exited(4));
         assert_eq!(within(second).await, ExitStatus::Exited(4));
+    }
+
+    #[test]
+    fn wait_blocking_serves_synchronous_callers() {
+        let spawned = reaper().spawn(sh("exit 9")).unwrap();
+        assert_eq!(spawned.exit.wait_blocking(), ExitStatus::Exited(9));
     }
 
     #[test]

@@ -46,12 +46,12 @@ pub async fn serve(flags: Flags) -> anyhow::Result<()> {
     let publisher = RemotePublisher::new(&ttrpc_address)
         .await
         .with_context(|| format!("connecting to containerd events at {ttrpc_address}"))?;
-    let shim = Arc::new(Shim::new(ShimEnv {
-        namespace: flags.namespace.clone(),
+    let shim = Arc::new(Shim::new(ShimEnv::new(
+        flags.namespace.clone(),
         reaper,
-        events: Arc::new(ContainerdSink::new(publisher, flags.namespace.clone())),
-        node_policy: PathBuf::from(crate::policy_source::NODE_POLICY_PATH),
-    }));
+        Arc::new(ContainerdSink::new(publisher, flags.namespace.clone())),
+        PathBuf::from(crate::policy_source::NODE_POLICY_PATH),
+    )));
 
     let (std_listener, socket_path) = listener(&flags)?;
     let listener = Listener::try_from(std_listener).context("ttrpc listener")?;

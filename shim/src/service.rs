@@ -2,7 +2,7 @@
 //! dispatches to. Each method finds the container and delegates; the work is in `container/`.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use containerd_shim_protos::api::{
@@ -16,6 +16,8 @@ use crate::container::{Container, CreateParams};
 use crate::error::{Result, ShimError};
 use crate::events::EventSink;
 use crate::reaper::Reaper;
+use crate::runsc::client::{Runsc, DEFAULT_TIMEOUT};
+use crate::runsc::features::Features;
 
 /// What every container of this shim shares.
 pub struct ShimEnv {
@@ -24,6 +26,39 @@ pub struct ShimEnv {
     pub events: Arc<dyn EventSink>,
     /// `/etc/gvisor-hardened/policy.toml`, overridable for tests.
     pub node_policy: PathBuf,
+    /// What each runsc binary supports, asked once per shim (`runsc flags`, `runsc help`).
+    features: Mutex<HashMap<String, Features>>,
+}
+
+impl ShimEnv {
+    pub fn new(
+        namespace: String,
+        reaper: Reaper,
+        events: Arc<dyn EventSink>,
+        node_policy: PathBuf,
+    ) -> Self {
+        ShimEnv {
+            namespace,
+            reaper,
+            events,
+            node_policy,
+            features: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub async fn runsc_features(&self, binary: &str) -> Result<Features> {
+        let mut cache = self.features.lock().await;
+        if let Some(f) = cache.get(binary) {
+            return Ok(f.clone());
+        }
+        let f = Runsc::detect(Path::new(binary), &self.reaper, DEFAULT_TIMEOUT)
+            .await
+            .map_err(|e| {
+                ShimError::Runsc(format!("runsc {binary}: cannot tell what it supports: {e}"))
+            })?;
+        cache.insert(binary.to_string(), f.clone());
+        Ok(f)
+    }
 }
 
 pub struct Shim {

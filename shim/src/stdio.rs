@@ -19,7 +19,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -105,28 +104,11 @@ fn pipe() -> Result<(File, File), StdioError> {
 }
 
 /// What runsc receives as its own stdin/stdout/stderr; `None` is /dev/null.
-#[derive(Default)]
-pub struct RunscStdio {
-    pub stdin: Option<File>,
-    pub stdout: Option<File>,
-    pub stderr: Option<File>,
-}
-
-impl RunscStdio {
-    pub fn null() -> Self {
-        RunscStdio::default()
-    }
-
-    /// The three streams for `Command::stdin/stdout/stderr`.
-    pub fn into_stdio(self) -> (Stdio, Stdio, Stdio) {
-        let conv = |f: Option<File>| f.map(Stdio::from).unwrap_or_else(Stdio::null);
-        (conv(self.stdin), conv(self.stdout), conv(self.stderr))
-    }
-}
+pub use crate::runsc::client::ProcessIo as RunscStdio;
 
 /// The shim's side of a process's streams, alive as long as the process.
 #[derive(Default)]
-pub struct ProcessIo {
+pub struct Streams {
     /// Our write end of the stdin fifo: dropping it (CloseIO) lets EOF through.
     stdin_holder: Mutex<Option<File>>,
     console: Mutex<Option<Arc<File>>>,
@@ -135,20 +117,20 @@ pub struct ProcessIo {
     output_copiers: Mutex<Vec<JoinHandle<()>>>,
 }
 
-impl ProcessIo {
+impl Streams {
     /// Prepares non-terminal streams; returns what runsc must get.
     pub fn open_pipes(&self, paths: &StdioPaths) -> Result<RunscStdio, StdioError> {
-        let mut runsc = RunscStdio::null();
+        let mut runsc = RunscStdio::default();
         if !paths.stdout.is_empty() {
-            runsc.stdout = Some(open_fifo("stdout", &paths.stdout, true, true)?);
+            runsc.stdout = Some(open_fifo("stdout", &paths.stdout, true, true)?.into());
         }
         if !paths.stderr.is_empty() {
-            runsc.stderr = Some(open_fifo("stderr", &paths.stderr, true, true)?);
+            runsc.stderr = Some(open_fifo("stderr", &paths.stderr, true, true)?.into());
         }
         if !paths.stdin.is_empty() {
             let (read_end, write_end) = pipe()?;
             self.forward_stdin(&paths.stdin, write_end)?;
-            runsc.stdin = Some(read_end);
+            runsc.stdin = Some(read_end.into());
         }
         Ok(runsc)
     }
@@ -370,7 +352,7 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            ProcessIo::default().open_pipes(&paths),
+            Streams::default().open_pipes(&paths),
             Err(StdioError::NotAFifo { what: "stdout", .. })
         ));
     }
@@ -381,7 +363,7 @@ mod tests {
             stderr: "/nonexistent/stderr".into(),
             ..Default::default()
         };
-        let err = ProcessIo::default().open_pipes(&paths).err().unwrap();
+        let err = Streams::default().open_pipes(&paths).err().unwrap();
         assert!(
             err.to_string().contains("stderr fifo /nonexistent/stderr"),
             "{err}"
@@ -396,7 +378,7 @@ mod tests {
             stdin: stdin.clone(),
             ..Default::default()
         };
-        let io = ProcessIo::default();
+        let io = Streams::default();
         let runsc = io.open_pipes(&paths).unwrap();
         // The "client" writes and closes its end; the holder keeps the stream open.
         let mut client = OpenOptions::new().write(true).open(&stdin).unwrap();
@@ -406,7 +388,9 @@ mod tests {
         // Stand-in for the sandboxed process reading its stdin until EOF. (No child process:
         // other tests in this binary run the reaper, which would steal its exit status.)
         let mut out = String::new();
-        runsc.stdin.unwrap().read_to_string(&mut out).unwrap();
+        File::from(runsc.stdin.unwrap())
+            .read_to_string(&mut out)
+            .unwrap();
         assert_eq!(out, "hello\n");
     }
 
@@ -423,9 +407,11 @@ mod tests {
             stdout: stdout.clone(),
             ..Default::default()
         };
-        let runsc = ProcessIo::default().open_pipes(&paths).unwrap();
+        let runsc = Streams::default().open_pipes(&paths).unwrap();
         // Stand-in for the sandboxed process writing to its stdout.
-        runsc.stdout.unwrap().write_all(b"out\n").unwrap();
+        File::from(runsc.stdout.unwrap())
+            .write_all(b"out\n")
+            .unwrap();
         let mut buf = [0u8; 16];
         let n = client.read(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"out\n");

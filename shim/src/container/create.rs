@@ -23,6 +23,9 @@ use super::runsc_runtime::RunscRuntime;
 use super::runtime::{CreateCall, SandboxRuntime};
 use super::Container;
 use crate::audit::{AuditEvent, AuditLog, AuditRecord, PodRef, PolicyRef, Subject};
+use crate::cgroup::exit_cause::ExitProbe;
+use crate::cgroup::oom::OomWatcher;
+use crate::cgroup::SandboxCgroup;
 use crate::error::{Result, ShimError};
 use crate::options::RuntimeOptions;
 use crate::policy_source::{self, sha256_hex, LoadedPolicy};
@@ -160,6 +163,9 @@ pub struct BundleState {
     pub runsc_binary: String,
     pub runsc_root: String,
     pub audit_path: PathBuf,
+    /// `linux.cgroupsPath` of the hardened spec, to find cgroups a dead shim left behind.
+    #[serde(default)]
+    pub cgroups_path: String,
     pub subject: Subject,
 }
 
@@ -220,7 +226,8 @@ impl Container {
         write(CONFIG, &final_bytes)?;
         let config_sha256 = sha256_hex(&final_bytes);
 
-        let runtime = RunscRuntime::new(&policy.policy, &hardened.runsc, &env, &p.bundle)
+        let features = env.runsc_features(&policy.policy.runsc.path).await?;
+        let runtime = RunscRuntime::new(&policy.policy, &hardened.runsc, &env, &p.bundle, features)
             .map_err(|e| ShimError::Runsc(e.to_string()))?;
         let runtime: Arc<dyn SandboxRuntime> = Arc::new(runtime);
         let global_args = runtime.global_args();
@@ -235,6 +242,12 @@ impl Container {
             runsc_binary: policy.policy.runsc.path.clone(),
             runsc_root: RunscRuntime::root_for(&policy.policy, &env.namespace),
             audit_path: audit.path().to_path_buf(),
+            cgroups_path: hardened
+                .spec
+                .pointer("/linux/cgroupsPath")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
             subject: subject.clone(),
         };
         write(
@@ -247,7 +260,7 @@ impl Container {
             id: p.id.clone(),
             bundle: p.bundle.clone(),
             runtime,
-            cgroup: crate::cgroup::SandboxCgroup::from_spec(&hardened.spec),
+            cgroup: Default::default(),
             lifetime: hardened.lifetime,
             annotations: ann,
             subject,
@@ -259,6 +272,7 @@ impl Container {
             init: Arc::new(Process::new("", p.stdio.clone(), None)),
             execs: Default::default(),
             timed_out: AtomicBool::new(false),
+            oom_reported: AtomicBool::new(false),
             lifetime_task: Default::default(),
         });
 
@@ -281,7 +295,7 @@ impl Container {
             None
         };
         let stdio = if p.stdio.terminal {
-            stdio::RunscStdio::null()
+            stdio::RunscStdio::default()
         } else {
             self.init.io.open_pipes(&p.stdio)?
         };
@@ -310,6 +324,29 @@ impl Container {
             .watch(pid)
             .map_err(|e| ShimError::Internal(format!("watching sandbox pid {pid}: {e}")))?;
         self.init.transition(|s| s.created(pid as u32))?;
+        // The counters at create are the baseline: an OOM kill or a pids-limit hit shows up as
+        // growth by the time the sandbox exits (runsc keeps its cgroups until delete).
+        match SandboxCgroup::of_pid(pid).and_then(ExitProbe::arm) {
+            Ok(probe) => {
+                match OomWatcher::start(probe.cgroup()) {
+                    Ok(mut watcher) => {
+                        let weak = Arc::downgrade(&self);
+                        tokio::spawn(async move {
+                            // Ends when the cgroup goes away (runsc delete) or the container does.
+                            while let Ok(true) = watcher.next().await {
+                                match weak.upgrade() {
+                                    Some(c) => c.report_oom().await,
+                                    None => break,
+                                }
+                            }
+                        });
+                    }
+                    Err(e) => log::debug!("container {}: no early OOM notification: {e}", self.id),
+                }
+                let _ = self.cgroup.set(probe);
+            }
+            Err(e) => log::warn!("container {}: sandbox cgroups: {e}; OOM and process-limit exits will not be told apart", self.id),
+        }
         let pod_paths = ["net", "ipc", "uts", "pid"]
             .iter()
             .map(|ns| format!("/proc/{pid}/ns/{ns}"))

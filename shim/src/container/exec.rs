@@ -114,7 +114,7 @@ impl Container {
             None
         };
         let stdio = if p.stdio.terminal {
-            RunscStdio::null()
+            RunscStdio::default()
         } else {
             p.io.open_pipes(&p.stdio)?
         };

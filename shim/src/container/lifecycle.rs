@@ -10,6 +10,7 @@ use super::create::{BUNDLE_STATE, INIT_PID_FILE};
 use super::runtime::{KillTarget, RuntimeError};
 use super::Container;
 use crate::audit::AuditEvent;
+use crate::cgroup::exit_cause::ExitCause as CgroupCause;
 use crate::error::{Result, ShimError};
 use crate::process::state::{Exit, ExitCause, State, StateError};
 use crate::reaper::ExitStatus;
@@ -91,7 +92,18 @@ impl Container {
         let cause = if self.timed_out.load(Ordering::SeqCst) {
             ExitCause::Timeout
         } else {
-            self.cgroup.classify_exit(&status)
+            match self.cgroup.get().map(|p| p.classify(status)) {
+                Some(Ok(CgroupCause::Oom)) => ExitCause::Oom,
+                Some(Ok(CgroupCause::ProcessLimit)) => ExitCause::ProcessLimit,
+                Some(Ok(CgroupCause::Normal)) | None => ExitCause::Normal,
+                Some(Err(e)) => {
+                    log::warn!(
+                        "container {}: reading the sandbox's cgroup counters: {e}",
+                        self.id
+                    );
+                    ExitCause::Normal
+                }
+            }
         };
         // Terminal output still in flight must reach the client before the exit does.
         let init = self.init.clone();
@@ -106,11 +118,7 @@ impl Container {
             return;
         }
         match cause {
-            ExitCause::Oom => {
-                log::warn!("container {}: out of memory, the sandbox was killed", self.id);
-                self.events().oom(&self.id).await;
-                self.audit_best_effort(&self.record(AuditEvent::Oom));
-            }
+            ExitCause::Oom => self.report_oom().await,
             ExitCause::ProcessLimit => log::error!(
                 "container {}: process limit exceeded: the sandbox crossed its pids ceiling and runsc stopped it",
                 self.id
@@ -130,7 +138,16 @@ impl Container {
             rec.error = Some("process limit exceeded".to_string());
         }
         self.audit_best_effort(&rec);
-        log::info!("container {} exited: {status} ({cause:?})", self.id);
+        log::info!(
+            "container {} {}: {status}",
+            self.id,
+            match cause {
+                ExitCause::Normal => "exited",
+                ExitCause::Oom => CgroupCause::Oom.describe(),
+                ExitCause::ProcessLimit => CgroupCause::ProcessLimit.describe(),
+                ExitCause::Timeout => "was stopped at its maximum runtime",
+            }
+        );
         if let Some(t) = self.lifetime_task.lock().unwrap().take() {
             t.abort();
         }

@@ -63,7 +63,8 @@ pub struct Container {
     subject: Subject,
     audit: AuditLog,
     lifetime: Lifetime,
-    cgroup: crate::cgroup::SandboxCgroup,
+    /// The sandbox's cgroups and their counters at create: how it died is read from them.
+    cgroup: std::sync::OnceLock<crate::cgroup::exit_cause::ExitProbe>,
     /// Set when this container joined another container's sandbox (a pod's app container).
     #[allow(dead_code)] // read by the pod support (issue 4)
     sandbox_id: Option<String>,
@@ -74,6 +75,9 @@ pub struct Container {
     init: Arc<Process>,
     execs: Mutex<HashMap<String, Arc<Process>>>,
     timed_out: AtomicBool,
+    /// TaskOOM is published once, by the cgroup's OOM notification or by the exit, whichever
+    /// comes first.
+    oom_reported: AtomicBool,
     lifetime_task: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -100,6 +104,23 @@ impl Container {
 
     fn record(&self, event: AuditEvent) -> AuditRecord<'_> {
         AuditRecord::new(event, &self.subject)
+    }
+
+    /// The memory cgroup killed the sandbox: TaskOOM (what CRI turns into `OOMKilled`) and an
+    /// audit line, once.
+    async fn report_oom(&self) {
+        if self
+            .oom_reported
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return;
+        }
+        log::warn!(
+            "container {}: out of memory, the sandbox was killed at its memory limit",
+            self.id
+        );
+        self.events().oom(&self.id).await;
+        self.audit_best_effort(&self.record(AuditEvent::Oom));
     }
 
     async fn process(&self, exec_id: &str) -> Result<Arc<Process>> {

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::Container;
 use crate::audit::AuditEvent;
+use crate::cgroup::update::{self, Limits};
 use crate::error::{Result, ShimError};
 
 impl Container {
@@ -28,10 +29,15 @@ impl Container {
         Ok(resp)
     }
 
+    fn sandbox_cgroup(&self) -> Result<&crate::cgroup::SandboxCgroup> {
+        self.cgroup
+            .get()
+            .map(|p| p.cgroup())
+            .ok_or_else(|| ShimError::Internal(format!("the cgroups of {} are not known", self.id)))
+    }
+
     pub async fn stats(&self) -> Result<StatsResponse> {
-        let any = self
-            .cgroup
-            .stats()
+        let any = crate::cgroup::stats::metrics_any(self.sandbox_cgroup()?)
             .map_err(|e| ShimError::Internal(format!("stats of {}: {e}", self.id)))?;
         let mut resp = StatsResponse::new();
         resp.stats = Some(any).into();
@@ -50,9 +56,19 @@ impl Container {
         })?;
         let clamped = clamp_resources(&resources, &self.policy.policy, &self.annotations)
             .map_err(ShimError::Rejected)?;
-        self.cgroup
-            .update(&clamped.resources)
-            .map_err(|e| ShimError::Internal(format!("updating {}: {e}", self.id)))?;
+        let bytes = serde_json::to_vec(&clamped.resources).expect("json");
+        let applied = self
+            .runtime
+            .update(&self.id, &bytes)
+            .await
+            .map_err(|e| ShimError::Runsc(format!("runsc update {}: {e}", self.id)))?;
+        if !applied {
+            // This runsc has no `update`: the limits go straight into the sandbox's cgroups.
+            let limits = Limits::from_linux_resources(&clamped.resources)
+                .map_err(|e| ShimError::InvalidArgument(e.to_string()))?;
+            update::update(self.sandbox_cgroup()?, &limits)
+                .map_err(|e| ShimError::Internal(format!("updating {}: {e}", self.id)))?;
+        }
         let mut rec = self.record(AuditEvent::Update);
         rec.decisions = Some(&clamped.decisions);
         self.audit_best_effort(&rec);

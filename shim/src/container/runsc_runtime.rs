@@ -1,28 +1,25 @@
-//! The real [`SandboxRuntime`]: each call is one runsc command, run through the shim's reaper.
+//! The real [`SandboxRuntime`]: each call is one command of the typed runsc client.
 //!
 //! Every command of a container gets the same global flags: runsc re-reads its configuration
-//! per invocation, and `start` without `--network=none` tries to set up networking that
-//! `create` never asked for. runsc's own messages go to a JSON log in the bundle (`--log`), not
-//! to its stderr: for create/exec/start its stdio *is* the container's, so an error from runsc
-//! would otherwise land in the container's stderr and nowhere the shim can read it.
+//! per invocation, and `start` without `--network=none` tries to set up the networking that
+//! `create` never asked for. runsc's own messages go to a JSON log in the bundle (`--log`):
+//! for create/exec/start its stdio *is* the container's, so the client reads the reason for a
+//! failure from that log.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use policy_injector::{NetworkMode, Policy, RunscFlags};
 
 use super::runtime::{CreateCall, ExecCall, KillTarget, RuntimeError, SandboxRuntime};
-use crate::reaper::Reaper;
+use crate::runsc::client::{ExecOpts, Runsc};
 use crate::runsc::command::{
-    argv, ExtraFlag, GlobalFlags, HostUds, LogFormat, Network, Overlay, Platform, Subcommand,
+    ExtraFlag, GlobalFlags, HostUds, LogFormat, Network, Overlay, Platform,
 };
+use crate::runsc::error::RunscError;
+use crate::runsc::features::Features;
 use crate::service::ShimEnv;
 use crate::stdio::RunscStdio;
 
-/// No runsc command the shim issues legitimately takes this long; one that does is stuck.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 const LOG_FILE: &str = "runsc.log.json";
 
 #[derive(Debug, thiserror::Error)]
@@ -31,17 +28,62 @@ pub enum RunscConfigError {
         "policy runsc.platform {0:?} is not a platform this shim knows (ptrace, kvm, systrap)"
     )]
     Platform(String),
-    #[error("policy runsc overlay {0:?} is not one of none, root:memory, all:memory, root:self")]
+    #[error("runsc overlay {0:?} is not one of none, root:memory, all:memory, root:self")]
     Overlay(String),
+    #[error("runsc --host-uds={0} is never granted by this shim")]
+    HostUds(String),
     #[error("{0}")]
     Flag(#[from] crate::runsc::command::FlagError),
+    #[error("runsc {binary} cannot be configured as the policy demands: {source}")]
+    Runsc { binary: String, source: RunscError },
+}
+
+/// The global flags the policy and the hardening result ask for (before reconciling them with
+/// what the installed runsc supports).
+pub fn wanted_flags(
+    policy: &Policy,
+    flags: &RunscFlags,
+    namespace: &str,
+    bundle: &Path,
+) -> Result<GlobalFlags, RunscConfigError> {
+    let mut global = GlobalFlags::new(RunscRuntime::root_for(policy, namespace));
+    global.platform = match flags.platform.as_deref() {
+        None | Some("") => None,
+        Some(p) => Some(Platform::parse(p).ok_or_else(|| RunscConfigError::Platform(p.into()))?),
+    };
+    global.network = Some(match flags.network {
+        NetworkMode::None => Network::None,
+        NetworkMode::Sandbox => Network::Sandbox,
+        NetworkMode::Host => Network::Host,
+    });
+    global.oci_seccomp = flags.oci_seccomp;
+    global.net_raw = flags.net_raw;
+    global.host_uds = Some(match flags.host_uds.as_str() {
+        "none" => HostUds::None,
+        // The policy core never asks for more; refuse rather than widen silently.
+        other => return Err(RunscConfigError::HostUds(other.into())),
+    });
+    global.overlay = match flags.overlay.as_deref() {
+        None => None,
+        Some(o) => Some(Overlay::parse(o).ok_or_else(|| RunscConfigError::Overlay(o.into()))?),
+    };
+    global.log = Some(bundle.join(LOG_FILE));
+    global.log_format = Some(LogFormat::Json);
+    if policy.runsc.debug {
+        global.debug = true;
+        let dir =
+            Path::new(&policy.runsc.debug_log_dir).join(bundle.file_name().unwrap_or_default());
+        // A trailing slash makes runsc write one file per command inside the directory.
+        global.debug_log = Some(PathBuf::from(format!("{}/", dir.display())));
+    }
+    for (name, value) in &flags.extra {
+        global.extra.push(ExtraFlag::parse(name, value)?);
+    }
+    Ok(global)
 }
 
 pub struct RunscRuntime {
-    binary: String,
-    global: GlobalFlags,
-    reaper: Reaper,
-    log: PathBuf,
+    client: Runsc,
 }
 
 impl RunscRuntime {
@@ -53,177 +95,40 @@ impl RunscRuntime {
             .to_string()
     }
 
+    /// Reconciles the wanted flags with what the installed runsc supports; fails closed.
     pub fn new(
         policy: &Policy,
         flags: &RunscFlags,
         env: &ShimEnv,
         bundle: &Path,
+        features: Features,
     ) -> Result<Self, RunscConfigError> {
-        let log = bundle.join(LOG_FILE);
-        let mut global = GlobalFlags::new(Self::root_for(policy, &env.namespace));
-        global.platform = match flags.platform.as_deref() {
-            None | Some("") => None,
-            Some(p) => {
-                Some(Platform::parse(p).ok_or_else(|| RunscConfigError::Platform(p.into()))?)
-            }
-        };
-        global.network = Some(match flags.network {
-            NetworkMode::None => Network::None,
-            NetworkMode::Sandbox => Network::Sandbox,
-            NetworkMode::Host => Network::Host,
-        });
-        global.oci_seccomp = flags.oci_seccomp;
-        global.net_raw = flags.net_raw;
-        global.host_uds = Some(match flags.host_uds.as_str() {
-            "none" => HostUds::None,
-            // The policy core never asks for more; refuse rather than widen silently.
-            other => {
-                return Err(RunscConfigError::Flag(
-                    crate::runsc::command::FlagError::BadValue {
-                        name: "host-uds".into(),
-                        value: other.into(),
-                    },
-                ))
-            }
-        });
-        global.overlay = match flags.overlay.as_deref() {
-            None => None,
-            Some("none") => Some(Overlay::Off),
-            Some("root:memory") => Some(Overlay::RootMemory),
-            Some("all:memory") => Some(Overlay::AllMemory),
-            Some("root:self") => Some(Overlay::RootSelf),
-            Some(other) => return Err(RunscConfigError::Overlay(other.into())),
-        };
-        global.log = Some(log.clone());
-        global.log_format = Some(LogFormat::Json);
-        if policy.runsc.debug {
-            global.debug = true;
-            let dir =
-                Path::new(&policy.runsc.debug_log_dir).join(bundle.file_name().unwrap_or_default());
-            // A trailing slash makes runsc create one file per command inside the directory.
-            global.debug_log = Some(PathBuf::from(format!("{}/", dir.display())));
+        let wanted = wanted_flags(policy, flags, &env.namespace, bundle)?;
+        let client = Runsc::new(&policy.runsc.path, &wanted, features, env.reaper.clone())
+            .map_err(|source| RunscConfigError::Runsc {
+                binary: policy.runsc.path.clone(),
+                source,
+            })?;
+        for a in client.adjustments() {
+            log::info!("runsc --{}: left out: {}", a.flag, a.reason);
         }
-        for (name, value) in &flags.extra {
-            global.extra.push(ExtraFlag::parse(name, value)?);
-        }
-        Ok(RunscRuntime {
-            binary: policy.runsc.path.clone(),
-            global,
-            reaper: env.reaper.clone(),
-            log,
-        })
-    }
-
-    /// The last error runsc logged, if any: the reason behind a failed command.
-    fn last_logged_error(&self) -> Option<String> {
-        let mut text = String::new();
-        std::fs::File::open(&self.log)
-            .ok()?
-            .read_to_string(&mut text)
-            .ok()?;
-        text.lines().rev().find_map(|line| {
-            let v: serde_json::Value = serde_json::from_str(line).ok()?;
-            (v.get("level")?.as_str()? == "error" || v.get("level")?.as_str()? == "warning")
-                .then(|| v.get("msg")?.as_str().map(str::to_string))
-                .flatten()
-        })
-    }
-
-    async fn run(
-        &self,
-        sub: Subcommand,
-        stdio: Option<RunscStdio>,
-    ) -> Result<String, RuntimeError> {
-        let name = sub.name();
-        let mut cmd = Command::new(&self.binary);
-        cmd.args(argv(&self.global, &sub));
-        let capture = stdio.is_none();
-        match stdio {
-            Some(s) => {
-                let (i, o, e) = s.into_stdio();
-                cmd.stdin(i).stdout(o).stderr(e);
-            }
-            None => {
-                cmd.stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped());
-            }
-        }
-        let log_len = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
-        let mut spawned = self
-            .reaper
-            .spawn(cmd)
-            .map_err(|e| RuntimeError::Failed(format!("{name}: {e}")))?;
-        // Read the pipes on blocking threads while waiting for the exit: a full pipe would
-        // otherwise stall runsc.
-        let out = spawned.stdout.take().map(|mut s| {
-            std::thread::spawn(move || {
-                let mut buf = String::new();
-                let _ = s.read_to_string(&mut buf);
-                buf
-            })
-        });
-        let err = spawned.stderr.take().map(|mut s| {
-            std::thread::spawn(move || {
-                let mut buf = String::new();
-                let _ = s.read_to_string(&mut buf);
-                buf
-            })
-        });
-        let status = match tokio::time::timeout(COMMAND_TIMEOUT, spawned.exit).await {
-            Ok(status) => status,
-            Err(_) => {
-                // SAFETY: signalling a child we spawned and have not reaped.
-                unsafe { libc::kill(spawned.pid, libc::SIGKILL) };
-                return Err(RuntimeError::Failed(format!(
-                    "{name} did not finish within {COMMAND_TIMEOUT:?} and was killed"
-                )));
-            }
-        };
-        let stdout = out.and_then(|h| h.join().ok()).unwrap_or_default();
-        let stderr = err.and_then(|h| h.join().ok()).unwrap_or_default();
-        if status.success() {
-            return Ok(stdout);
-        }
-        let logged = (std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0) > log_len)
-            .then(|| self.last_logged_error())
-            .flatten();
-        let reason = logged
-            .or_else(|| {
-                capture
-                    .then(|| stderr.trim().to_string())
-                    .filter(|s| !s.is_empty())
-            })
-            .unwrap_or_else(|| format!("exited with {status}"));
-        Err(classify(&reason))
+        Ok(RunscRuntime { client })
     }
 }
 
-/// runsc's words for "that container or process is not there any more".
-fn classify(reason: &str) -> RuntimeError {
-    const GONE: &[&str] = &[
-        "sandbox is not running",
-        "no such process",
-        "does not exist",
-        "not found",
-        "is stopped",
-        "in state stopped",
-        "container not running",
-        "cannot signal container",
-        "process is not running",
-    ];
-    let lower = reason.to_lowercase();
-    if GONE.iter().any(|g| lower.contains(g)) {
-        RuntimeError::Gone(reason.to_string())
+fn map_err(e: RunscError) -> RuntimeError {
+    if e.is_gone() {
+        RuntimeError::Gone(e.to_string())
     } else {
-        RuntimeError::Failed(reason.to_string())
+        RuntimeError::Failed(e.to_string())
     }
 }
 
 #[async_trait::async_trait]
 impl SandboxRuntime for RunscRuntime {
     fn global_args(&self) -> Vec<String> {
-        self.global
+        self.client
+            .global()
             .to_args()
             .into_iter()
             .map(|a| a.to_string_lossy().into_owned())
@@ -231,42 +136,34 @@ impl SandboxRuntime for RunscRuntime {
     }
 
     async fn create(&self, call: CreateCall<'_>) -> Result<(), RuntimeError> {
-        self.run(
-            Subcommand::Create {
-                id: call.id.to_string(),
-                bundle: call.bundle.to_path_buf(),
-                pid_file: call.pid_file.to_path_buf(),
-                console_socket: call.console_socket.map(Path::to_path_buf),
-            },
-            Some(call.stdio),
-        )
-        .await
-        .map(drop)
+        self.client
+            .create(
+                call.id,
+                call.bundle,
+                call.pid_file,
+                call.console_socket,
+                call.stdio,
+            )
+            .await
+            .map_err(map_err)
     }
 
     async fn start(&self, id: &str, stdio: Option<RunscStdio>) -> Result<(), RuntimeError> {
-        self.run(
-            Subcommand::Start { id: id.to_string() },
-            Some(stdio.unwrap_or_else(RunscStdio::null)),
-        )
-        .await
-        .map(drop)
+        self.client.start(id, stdio).await.map_err(map_err)
     }
 
     async fn exec(&self, call: ExecCall<'_>) -> Result<(), RuntimeError> {
-        self.run(
-            Subcommand::Exec {
-                id: call.id.to_string(),
-                process_json: call.process_file.to_path_buf(),
-                pid_file: call.pid_file.to_path_buf(),
-                internal_pid_file: Some(call.internal_pid_file.to_path_buf()),
-                detach: true,
-                console_socket: call.console_socket.map(Path::to_path_buf),
-            },
-            Some(call.stdio),
-        )
-        .await
-        .map(drop)
+        let opts = ExecOpts {
+            process_json: call.process_file.to_path_buf(),
+            pid_file: call.pid_file.to_path_buf(),
+            internal_pid_file: Some(call.internal_pid_file.to_path_buf()),
+            detach: true,
+            console_socket: call.console_socket.map(Path::to_path_buf),
+        };
+        self.client
+            .exec(call.id, &opts, call.stdio)
+            .await
+            .map_err(map_err)
     }
 
     async fn kill(&self, id: &str, signal: u32, target: KillTarget) -> Result<(), RuntimeError> {
@@ -275,49 +172,39 @@ impl SandboxRuntime for RunscRuntime {
             KillTarget::All => (true, None),
             KillTarget::Guest(p) => (false, Some(p)),
         };
-        self.run(
-            Subcommand::Kill {
-                id: id.to_string(),
-                signal: signal as i32,
-                all,
-                pid,
-            },
-            None,
-        )
-        .await
-        .map(drop)
+        self.client
+            .kill(id, signal as i32, all, pid)
+            .await
+            .map_err(map_err)
     }
 
     async fn delete(&self, id: &str) -> Result<(), RuntimeError> {
-        self.run(
-            Subcommand::Delete {
-                id: id.to_string(),
-                force: true,
-            },
-            None,
-        )
-        .await
-        .map(drop)
+        self.client.delete(id, true).await.map_err(map_err)
     }
 
     async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
-        self.run(Subcommand::Pause { id: id.to_string() }, None)
-            .await
-            .map(drop)
+        self.client.pause(id).await.map_err(map_err)
     }
 
     async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
-        self.run(Subcommand::Resume { id: id.to_string() }, None)
-            .await
-            .map(drop)
+        self.client.resume(id).await.map_err(map_err)
     }
 
     async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeError> {
-        let out = self
-            .run(Subcommand::Ps { id: id.to_string() }, None)
-            .await?;
-        serde_json::from_str::<Vec<u32>>(out.trim())
-            .map_err(|e| RuntimeError::Failed(format!("ps output {out:?}: {e}")))
+        let pids = self.client.ps(id).await.map_err(map_err)?;
+        Ok(pids
+            .into_iter()
+            .filter(|p| *p > 0)
+            .map(|p| p as u32)
+            .collect())
+    }
+
+    async fn update(&self, id: &str, resources: &[u8]) -> Result<bool, RuntimeError> {
+        match self.client.update(id, resources).await {
+            Ok(()) => Ok(true),
+            Err(RunscError::Unsupported(_)) => Ok(false),
+            Err(e) => Err(map_err(e)),
+        }
     }
 }
 
@@ -326,17 +213,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn vanished_targets_are_classified_as_gone() {
-        for msg in [
-            "sandbox is not running",
-            "cannot signal container \"x\" in state stopped",
-            "container \"x\" does not exist",
+    fn default_policy_asks_for_loopback_only_no_raw_sockets_no_host_sockets() {
+        let policy = Policy::default();
+        let flags = RunscFlags {
+            network: NetworkMode::None,
+            oci_seccomp: true,
+            net_raw: false,
+            host_uds: "none".into(),
+            overlay: None,
+            platform: None,
+            extra: Default::default(),
+        };
+        let args: Vec<String> = wanted_flags(&policy, &flags, "default", Path::new("/b/c1"))
+            .unwrap()
+            .to_args()
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        for want in [
+            "--root=/run/gvisor-hardened/runsc/default",
+            "--network=none",
+            "--oci-seccomp",
+            "--net-raw=false",
+            "--host-uds=none",
+            "--log=/b/c1/runsc.log.json",
+            "--log-format=json",
         ] {
-            assert!(matches!(classify(msg), RuntimeError::Gone(_)), "{msg}");
+            assert!(
+                args.contains(&want.to_string()),
+                "{want} missing from {args:?}"
+            );
         }
+        assert!(!args
+            .iter()
+            .any(|a| a.contains("ignore-cgroups") || a.contains("allow-flag-override")));
+    }
+
+    #[test]
+    fn unknown_platform_fails_closed() {
+        let policy = Policy::default();
+        let flags = RunscFlags {
+            network: NetworkMode::None,
+            oci_seccomp: false,
+            net_raw: false,
+            host_uds: "none".into(),
+            overlay: None,
+            platform: Some("vmware".into()),
+            extra: Default::default(),
+        };
         assert!(matches!(
-            classify("reading spec: SELinux is not supported: x"),
-            RuntimeError::Failed(_)
+            wanted_flags(&policy, &flags, "ns", Path::new("/b")),
+            Err(RunscConfigError::Platform(_))
         ));
     }
 }

@@ -59,4 +59,7 @@ pub trait SandboxRuntime: Send + Sync {
     async fn resume(&self, id: &str) -> Result<(), RuntimeError>;
     /// Pids of the container's processes, as seen inside the sandbox.
     async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeError>;
+    /// Applies new resources through runsc itself; `Ok(false)` when this runsc cannot (then the
+    /// shim writes the sandbox's cgroup files).
+    async fn update(&self, id: &str, resources: &[u8]) -> Result<bool, RuntimeError>;
 }

@@ -7,14 +7,14 @@ use std::sync::Mutex;
 
 use tokio::sync::watch;
 
-use crate::stdio::{ProcessIo, StdioPaths};
+use crate::stdio::{StdioPaths, Streams};
 use state::{Exit, State, StateError};
 
 pub struct Process {
     /// Empty for the init process, as containerd addresses it.
     pub exec_id: String,
     pub stdio: StdioPaths,
-    pub io: ProcessIo,
+    pub io: Streams,
     state: Mutex<State>,
     exited: watch::Sender<Option<Exit>>,
     /// The process's pid inside the sandbox (execs), for `runsc kill --pid`.
@@ -28,7 +28,7 @@ impl Process {
         Process {
             exec_id: exec_id.to_string(),
             stdio,
-            io: ProcessIo::default(),
+            io: Streams::default(),
             state: Mutex::new(State::Pending),
             exited: watch::channel(None).0,
             guest_pid: AtomicI32::new(0),

@@ -1,316 +1,16 @@
-//! Typed runsc command lines.
-//!
-//! [`GlobalFlags`] holds the top-level flags the shim may pass and [`Subcommand`] the operations it
-//! runs; together they build the exact argv. Only allowlisted flags are representable: there is no
-//! field, variant or free-form map that could emit `--ignore-cgroups` (limits would not be enforced)
-//! or `--allow-flag-override` (annotations could then override our flags).
-//!
-//! Go's flag package parses `--name=value` and `--name value` alike, but a boolean flag only takes a
-//! value in the `=` form, so every flag with a value is emitted as `--name=value`.
+//! Typed runsc command lines: [`Subcommand`] and the argv it builds after the global flags
+//! ([`super::flags::GlobalFlags`]); an exact test per subcommand.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-/// The platform the sentry uses to intercept syscalls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Platform {
-    Ptrace,
-    Kvm,
-    Systrap,
-}
-
-impl Platform {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Platform::Ptrace => "ptrace",
-            Platform::Kvm => "kvm",
-            Platform::Systrap => "systrap",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Platform> {
-        match s {
-            "ptrace" => Some(Platform::Ptrace),
-            "kvm" => Some(Platform::Kvm),
-            "systrap" => Some(Platform::Systrap),
-            _ => None,
-        }
-    }
-}
-
-/// `--network`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Network {
-    /// Loopback only.
-    None,
-    /// gVisor's netstack on the sandbox's network namespace.
-    Sandbox,
-    /// The host stack of the namespace runsc runs in.
-    Host,
-}
-
-impl Network {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Network::None => "none",
-            Network::Sandbox => "sandbox",
-            Network::Host => "host",
-        }
-    }
-}
-
-/// `--host-uds`: which host Unix sockets the sandbox may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HostUds {
-    None,
-    Open,
-    Create,
-    All,
-}
-
-impl HostUds {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            HostUds::None => "none",
-            HostUds::Open => "open",
-            HostUds::Create => "create",
-            HostUds::All => "all",
-        }
-    }
-}
-
-/// `--overlay2={mount}:{medium}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Overlay {
-    /// `none`: no overlay; writes go where the mount says.
-    Off,
-    /// `root:memory`: writes to the root filesystem stay in sandbox memory.
-    RootMemory,
-    /// `all:memory`: every mount is overlaid in memory.
-    AllMemory,
-    /// `root:self` (current default): the upper layer is a file in the rootfs itself.
-    RootSelf,
-}
-
-impl Overlay {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Overlay::Off => "none",
-            Overlay::RootMemory => "root:memory",
-            Overlay::AllMemory => "all:memory",
-            Overlay::RootSelf => "root:self",
-        }
-    }
-}
-
-/// `--log-format` / `--debug-log-format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
-    JsonK8s,
-}
-
-impl LogFormat {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            LogFormat::Text => "text",
-            LogFormat::Json => "json",
-            LogFormat::JsonK8s => "json-k8s",
-        }
-    }
-}
-
-/// Further top-level flags a policy may set. Each is harmless to isolation; anything not listed
-/// here is refused by [`ExtraFlag::parse`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExtraFlag {
-    /// `--debug-command=create,start`: limit debug logs to these commands.
-    DebugCommand(String),
-    /// `--panic-log=PATH`.
-    PanicLog(PathBuf),
-    /// `--fdlimit=N`: host fd ceiling for sentry and gofer.
-    FdLimit(u32),
-    /// `--cpu-num-from-quota`: size the sandbox's CPU count from the CFS quota.
-    CpuNumFromQuota(bool),
-    /// `--num-network-channels=N`.
-    NumNetworkChannels(u32),
-    /// `--watchdog-action=log|panic`.
-    WatchdogAction(WatchdogAction),
-    /// `--file-access=exclusive|shared` for the root mount.
-    FileAccess(FileAccess),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WatchdogAction {
-    Log,
-    Panic,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileAccess {
-    Exclusive,
-    Shared,
-}
-
-/// A flag name/value a policy asked for that is not on the allowlist or has a bad value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FlagError {
-    #[error("runsc flag --{0} is not allowed by the shim (not on its allowlist)")]
-    NotAllowed(String),
-    #[error("runsc flag --{name}: invalid value {value:?}")]
-    BadValue { name: String, value: String },
-}
-
-impl ExtraFlag {
-    /// The flag's name without dashes, as runsc spells it.
-    pub fn name(&self) -> &'static str {
-        match self {
-            ExtraFlag::DebugCommand(_) => "debug-command",
-            ExtraFlag::PanicLog(_) => "panic-log",
-            ExtraFlag::FdLimit(_) => "fdlimit",
-            ExtraFlag::CpuNumFromQuota(_) => "cpu-num-from-quota",
-            ExtraFlag::NumNetworkChannels(_) => "num-network-channels",
-            ExtraFlag::WatchdogAction(_) => "watchdog-action",
-            ExtraFlag::FileAccess(_) => "file-access",
-        }
-    }
-
-    /// Parses a `name = value` pair from a policy. Names may be given with or without dashes.
-    pub fn parse(name: &str, value: &str) -> Result<ExtraFlag, FlagError> {
-        let name = name.trim_start_matches('-');
-        let bad = || FlagError::BadValue {
-            name: name.to_string(),
-            value: value.to_string(),
-        };
-        let number = |v: &str| v.parse::<u32>().map_err(|_| bad());
-        Ok(match name {
-            "debug-command" => ExtraFlag::DebugCommand(value.to_string()),
-            "panic-log" => ExtraFlag::PanicLog(PathBuf::from(value)),
-            "fdlimit" => ExtraFlag::FdLimit(number(value)?),
-            "cpu-num-from-quota" => ExtraFlag::CpuNumFromQuota(parse_bool(value).ok_or_else(bad)?),
-            "num-network-channels" => ExtraFlag::NumNetworkChannels(number(value)?),
-            "watchdog-action" => ExtraFlag::WatchdogAction(match value {
-                "log" => WatchdogAction::Log,
-                "panic" => WatchdogAction::Panic,
-                _ => return Err(bad()),
-            }),
-            "file-access" => ExtraFlag::FileAccess(match value {
-                "exclusive" => FileAccess::Exclusive,
-                "shared" => FileAccess::Shared,
-                _ => return Err(bad()),
-            }),
-            other => return Err(FlagError::NotAllowed(other.to_string())),
-        })
-    }
-
-    fn value(&self) -> String {
-        match self {
-            ExtraFlag::DebugCommand(v) => v.clone(),
-            ExtraFlag::PanicLog(p) => p.display().to_string(),
-            ExtraFlag::FdLimit(n) | ExtraFlag::NumNetworkChannels(n) => n.to_string(),
-            ExtraFlag::CpuNumFromQuota(b) => b.to_string(),
-            ExtraFlag::WatchdogAction(WatchdogAction::Log) => "log".into(),
-            ExtraFlag::WatchdogAction(WatchdogAction::Panic) => "panic".into(),
-            ExtraFlag::FileAccess(FileAccess::Exclusive) => "exclusive".into(),
-            ExtraFlag::FileAccess(FileAccess::Shared) => "shared".into(),
-        }
-    }
-}
-
-fn parse_bool(v: &str) -> Option<bool> {
-    match v {
-        "true" | "1" => Some(true),
-        "false" | "0" => Some(false),
-        _ => None,
-    }
-}
-
-/// Top-level runsc flags. `None` means "leave runsc's default"; the security-relevant ones
-/// (`net_raw`, `host_uds`) are always emitted so the default of a given release does not matter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GlobalFlags {
-    /// `--root`: where runsc keeps its state.
-    pub root: PathBuf,
-    pub platform: Option<Platform>,
-    pub network: Option<Network>,
-    /// `--oci-seccomp`: without it runsc silently ignores the spec's seccomp profile.
-    pub oci_seccomp: bool,
-    /// `--net-raw`: always emitted, `false` keeps CAP_NET_RAW out of containers.
-    pub net_raw: bool,
-    /// `--host-uds`; `None` when the release has no such flag (its default is "no access").
-    pub host_uds: Option<HostUds>,
-    pub overlay: Option<Overlay>,
-    /// `--directfs`; `None` when not set or not known to the release.
-    pub directfs: Option<bool>,
-    pub debug: bool,
-    pub debug_log: Option<PathBuf>,
-    pub log: Option<PathBuf>,
-    pub log_format: Option<LogFormat>,
-    pub extra: Vec<ExtraFlag>,
-}
-
-impl GlobalFlags {
-    /// Hardened defaults: seccomp enforced, no raw sockets, no host Unix sockets.
-    pub fn new(root: impl Into<PathBuf>) -> GlobalFlags {
-        GlobalFlags {
-            root: root.into(),
-            platform: None,
-            network: None,
-            oci_seccomp: true,
-            net_raw: false,
-            host_uds: Some(HostUds::None),
-            overlay: None,
-            directfs: None,
-            debug: false,
-            debug_log: None,
-            log: None,
-            log_format: None,
-            extra: Vec::new(),
-        }
-    }
-
-    pub fn to_args(&self) -> Vec<OsString> {
-        let mut args = Args::default();
-        args.value("root", self.root.as_os_str());
-        if let Some(log) = &self.log {
-            args.value("log", log.as_os_str());
-        }
-        if let Some(format) = self.log_format {
-            args.value("log-format", format.as_str());
-        }
-        if self.debug {
-            args.switch("debug");
-        }
-        if let Some(path) = &self.debug_log {
-            args.value("debug-log", path.as_os_str());
-        }
-        if let Some(platform) = self.platform {
-            args.value("platform", platform.as_str());
-        }
-        if let Some(network) = self.network {
-            args.value("network", network.as_str());
-        }
-        if self.oci_seccomp {
-            args.switch("oci-seccomp");
-        }
-        args.value("net-raw", if self.net_raw { "true" } else { "false" });
-        if let Some(host_uds) = self.host_uds {
-            args.value("host-uds", host_uds.as_str());
-        }
-        if let Some(overlay) = &self.overlay {
-            args.value("overlay2", overlay.as_str());
-        }
-        if let Some(directfs) = self.directfs {
-            args.value("directfs", if directfs { "true" } else { "false" });
-        }
-        for flag in &self.extra {
-            args.value(flag.name(), flag.value());
-        }
-        args.0
-    }
-}
-
+// The flag types lived in this module before `flags.rs` split off; callers written against that
+// version keep importing them from here.
+#[allow(unused_imports)]
+pub use super::flags::{
+    ExtraFlag, FileAccess, FlagError, GlobalFlags, HostUds, LogFormat, Network, Overlay, Platform,
+    WatchdogAction,
+};
 /// Which process `runsc wait` waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitTarget {
@@ -526,18 +226,18 @@ pub fn argv(global: &GlobalFlags, sub: &Subcommand) -> Vec<OsString> {
 }
 
 #[derive(Default)]
-struct Args(Vec<OsString>);
+pub(super) struct Args(pub(super) Vec<OsString>);
 
 impl Args {
-    fn word(&mut self, w: impl Into<OsString>) {
+    pub(super) fn word(&mut self, w: impl Into<OsString>) {
         self.0.push(w.into());
     }
 
-    fn switch(&mut self, name: &str) {
+    pub(super) fn switch(&mut self, name: &str) {
         self.0.push(format!("--{name}").into());
     }
 
-    fn value(&mut self, name: &str, value: impl AsRef<std::ffi::OsStr>) {
+    pub(super) fn value(&mut self, name: &str, value: impl AsRef<std::ffi::OsStr>) {
         let mut arg = OsString::from(format!("--{name}="));
         arg.push(value.as_ref());
         self.0.push(arg);
@@ -554,63 +254,6 @@ mod tests {
 
     fn sub(s: Subcommand) -> Vec<String> {
         strings(s.to_args())
-    }
-
-    #[test]
-    fn default_global_flags_are_hardened() {
-        assert_eq!(
-            strings(GlobalFlags::new("/run/gh/runsc/default").to_args()),
-            [
-                "--root=/run/gh/runsc/default",
-                "--oci-seccomp",
-                "--net-raw=false",
-                "--host-uds=none"
-            ]
-        );
-    }
-
-    #[test]
-    fn every_global_flag_is_emitted_in_a_fixed_order() {
-        let mut g = GlobalFlags::new("/r");
-        g.platform = Some(Platform::Systrap);
-        g.network = Some(Network::None);
-        g.overlay = Some(Overlay::RootMemory);
-        g.directfs = Some(false);
-        g.debug = true;
-        g.debug_log = Some("/var/log/runsc/".into());
-        g.log = Some("/run/x/log.json".into());
-        g.log_format = Some(LogFormat::Json);
-        g.extra = vec![
-            ExtraFlag::FdLimit(4096),
-            ExtraFlag::DebugCommand("create,start".into()),
-        ];
-        assert_eq!(
-            strings(g.to_args()),
-            [
-                "--root=/r",
-                "--log=/run/x/log.json",
-                "--log-format=json",
-                "--debug",
-                "--debug-log=/var/log/runsc/",
-                "--platform=systrap",
-                "--network=none",
-                "--oci-seccomp",
-                "--net-raw=false",
-                "--host-uds=none",
-                "--overlay2=root:memory",
-                "--directfs=false",
-                "--fdlimit=4096",
-                "--debug-command=create,start",
-            ]
-        );
-    }
-
-    #[test]
-    fn seccomp_off_and_host_uds_unknown_are_omitted() {
-        let mut g = GlobalFlags::new("/r");
-        g.oci_seccomp = false;
-        g.host_uds = None;
-        assert_eq!(strings(g.to_args()), ["--root=/r", "--net-raw=false"]);
     }
 
     #[test]
@@ -781,48 +424,6 @@ mod tests {
                 "c"
             ]
         );
-    }
-
-    #[test]
-    fn dangerous_flags_are_refused_by_the_allowlist() {
-        for name in [
-            "ignore-cgroups",
-            "--allow-flag-override",
-            "TESTONLY-unsafe-nonroot",
-            "rootless",
-            "net-raw",
-            "host-uds",
-            "profile",
-            "network",
-        ] {
-            assert!(
-                matches!(
-                    ExtraFlag::parse(name, "true"),
-                    Err(FlagError::NotAllowed(_))
-                ),
-                "{name} must be refused"
-            );
-        }
-    }
-
-    #[test]
-    fn allowlisted_flags_parse_and_bad_values_are_refused() {
-        assert_eq!(
-            ExtraFlag::parse("--fdlimit", "512").unwrap(),
-            ExtraFlag::FdLimit(512)
-        );
-        assert_eq!(
-            ExtraFlag::parse("watchdog-action", "panic").unwrap(),
-            ExtraFlag::WatchdogAction(WatchdogAction::Panic)
-        );
-        assert!(matches!(
-            ExtraFlag::parse("fdlimit", "-1"),
-            Err(FlagError::BadValue { .. })
-        ));
-        assert!(matches!(
-            ExtraFlag::parse("file-access", "everything"),
-            Err(FlagError::BadValue { .. })
-        ));
     }
 
     #[test]

@@ -201,6 +201,9 @@ fn layer_entries(busybox: Vec<u8>, probe: Vec<u8>) -> Vec<Entry> {
         Entry::dir("root", 0o700),
         Entry::dir("sys", 0o755),
         Entry::dir("tmp", 0o1777),
+        // World-writable on the image's root filesystem: a write here fails only because the
+        // root is mounted read-only (EROFS), not because of file permissions (EACCES).
+        Entry::dir("srv", 0o1777),
         Entry::file("bin/busybox", 0o755, busybox),
         Entry::file(
             "etc/passwd",

@@ -1,0 +1,408 @@
+//! Top-level runsc flags. Only allowlisted flags are representable: there is no field, variant
+//! or free-form map that could emit `--ignore-cgroups` (limits would not be enforced) or
+//! `--allow-flag-override` (annotations could then override our flags).
+//!
+//! Go's flag package parses `--name=value` and `--name value` alike, but a boolean flag only takes
+//! a value in the `=` form, so every flag with a value is emitted as `--name=value`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use super::command::Args;
+
+/// A flag value with one fixed spelling per variant: `as_str` gives runsc's spelling, `parse` reads
+/// it back (for policies), and `ALL` lists the accepted values for error messages.
+macro_rules! flag_value {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal,)+ }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vdoc])* $variant,)+
+        }
+
+        impl $name {
+            pub const ALL: &'static [&'static str] = &[$($text),+];
+
+            pub fn as_str(&self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+
+            pub fn parse(s: &str) -> Option<$name> {
+                match s {
+                    $($text => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+flag_value! {
+    /// `--platform`: how the sentry intercepts syscalls.
+    Platform {
+        Ptrace = "ptrace",
+        Kvm = "kvm",
+        /// Default in current releases; absent in 20221219.
+        Systrap = "systrap",
+    }
+}
+
+flag_value! {
+    /// `--network`.
+    Network {
+        /// Loopback only.
+        None = "none",
+        /// gVisor's netstack on the sandbox's network namespace.
+        Sandbox = "sandbox",
+        /// The host stack of the namespace runsc runs in.
+        Host = "host",
+    }
+}
+
+flag_value! {
+    /// `--host-uds`: which host Unix sockets the sandbox may use.
+    HostUds {
+        None = "none",
+        Open = "open",
+        Create = "create",
+        All = "all",
+    }
+}
+
+flag_value! {
+    /// `--overlay2={mount}:{medium}`.
+    Overlay {
+        /// No overlay; writes go where the mount says.
+        Off = "none",
+        /// Writes to the root filesystem stay in sandbox memory.
+        RootMemory = "root:memory",
+        /// Every mount is overlaid in memory.
+        AllMemory = "all:memory",
+        /// Current default: the upper layer is a file in the rootfs itself.
+        RootSelf = "root:self",
+    }
+}
+
+flag_value! {
+    /// `--log-format` / `--debug-log-format`.
+    LogFormat {
+        Text = "text",
+        Json = "json",
+        JsonK8s = "json-k8s",
+    }
+}
+
+/// Further top-level flags a policy may set. Each is harmless to isolation; anything not listed
+/// here is refused by [`ExtraFlag::parse`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExtraFlag {
+    /// `--debug-command=create,start`: limit debug logs to these commands.
+    DebugCommand(String),
+    /// `--panic-log=PATH`.
+    PanicLog(PathBuf),
+    /// `--fdlimit=N`: host fd ceiling for sentry and gofer.
+    FdLimit(u32),
+    /// `--cpu-num-from-quota`: size the sandbox's CPU count from the CFS quota.
+    CpuNumFromQuota(bool),
+    /// `--num-network-channels=N`.
+    NumNetworkChannels(u32),
+    /// `--watchdog-action=log|panic`.
+    WatchdogAction(WatchdogAction),
+    /// `--file-access=exclusive|shared` for the root mount.
+    FileAccess(FileAccess),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchdogAction {
+    Log,
+    Panic,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileAccess {
+    Exclusive,
+    Shared,
+}
+
+/// A flag name/value a policy asked for that is not on the allowlist or has a bad value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlagError {
+    #[error("runsc flag --{0} is not allowed by the shim (not on its allowlist)")]
+    NotAllowed(String),
+    #[error("runsc flag --{name}: invalid value {value:?}")]
+    BadValue { name: String, value: String },
+}
+
+impl ExtraFlag {
+    /// The flag's name without dashes, as runsc spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ExtraFlag::DebugCommand(_) => "debug-command",
+            ExtraFlag::PanicLog(_) => "panic-log",
+            ExtraFlag::FdLimit(_) => "fdlimit",
+            ExtraFlag::CpuNumFromQuota(_) => "cpu-num-from-quota",
+            ExtraFlag::NumNetworkChannels(_) => "num-network-channels",
+            ExtraFlag::WatchdogAction(_) => "watchdog-action",
+            ExtraFlag::FileAccess(_) => "file-access",
+        }
+    }
+
+    /// Parses a `name = value` pair from a policy. Names may be given with or without dashes.
+    pub fn parse(name: &str, value: &str) -> Result<ExtraFlag, FlagError> {
+        let name = name.trim_start_matches('-');
+        let bad = || FlagError::BadValue {
+            name: name.to_string(),
+            value: value.to_string(),
+        };
+        let number = |v: &str| v.parse::<u32>().map_err(|_| bad());
+        Ok(match name {
+            "debug-command" => ExtraFlag::DebugCommand(value.to_string()),
+            "panic-log" => ExtraFlag::PanicLog(PathBuf::from(value)),
+            "fdlimit" => ExtraFlag::FdLimit(number(value)?),
+            "cpu-num-from-quota" => ExtraFlag::CpuNumFromQuota(parse_bool(value).ok_or_else(bad)?),
+            "num-network-channels" => ExtraFlag::NumNetworkChannels(number(value)?),
+            "watchdog-action" => ExtraFlag::WatchdogAction(match value {
+                "log" => WatchdogAction::Log,
+                "panic" => WatchdogAction::Panic,
+                _ => return Err(bad()),
+            }),
+            "file-access" => ExtraFlag::FileAccess(match value {
+                "exclusive" => FileAccess::Exclusive,
+                "shared" => FileAccess::Shared,
+                _ => return Err(bad()),
+            }),
+            other => return Err(FlagError::NotAllowed(other.to_string())),
+        })
+    }
+
+    fn value(&self) -> String {
+        match self {
+            ExtraFlag::DebugCommand(v) => v.clone(),
+            ExtraFlag::PanicLog(p) => p.display().to_string(),
+            ExtraFlag::FdLimit(n) | ExtraFlag::NumNetworkChannels(n) => n.to_string(),
+            ExtraFlag::CpuNumFromQuota(b) => b.to_string(),
+            ExtraFlag::WatchdogAction(WatchdogAction::Log) => "log".into(),
+            ExtraFlag::WatchdogAction(WatchdogAction::Panic) => "panic".into(),
+            ExtraFlag::FileAccess(FileAccess::Exclusive) => "exclusive".into(),
+            ExtraFlag::FileAccess(FileAccess::Shared) => "shared".into(),
+        }
+    }
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "true" | "1" => Some(true),
+        "false" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+/// Top-level runsc flags. `None` means "leave runsc's default"; the security-relevant ones
+/// (`net_raw`, `host_uds`) are always emitted so the default of a given release does not matter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobalFlags {
+    /// `--root`: where runsc keeps its state.
+    pub root: PathBuf,
+    pub platform: Option<Platform>,
+    pub network: Option<Network>,
+    /// `--oci-seccomp`: without it runsc silently ignores the spec's seccomp profile.
+    pub oci_seccomp: bool,
+    /// `--net-raw`: always emitted, `false` keeps CAP_NET_RAW out of containers.
+    pub net_raw: bool,
+    /// `--host-uds`; `None` when the release has no such flag (its default is "no access").
+    pub host_uds: Option<HostUds>,
+    pub overlay: Option<Overlay>,
+    /// `--directfs`; `None` when not set or not known to the release.
+    pub directfs: Option<bool>,
+    pub debug: bool,
+    pub debug_log: Option<PathBuf>,
+    pub log: Option<PathBuf>,
+    pub log_format: Option<LogFormat>,
+    pub extra: Vec<ExtraFlag>,
+}
+
+impl GlobalFlags {
+    /// Hardened defaults: seccomp enforced, no raw sockets, no host Unix sockets.
+    pub fn new(root: impl Into<PathBuf>) -> GlobalFlags {
+        GlobalFlags {
+            root: root.into(),
+            platform: None,
+            network: None,
+            oci_seccomp: true,
+            net_raw: false,
+            host_uds: Some(HostUds::None),
+            overlay: None,
+            directfs: None,
+            debug: false,
+            debug_log: None,
+            log: None,
+            log_format: None,
+            extra: Vec::new(),
+        }
+    }
+
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut args = Args::default();
+        args.value("root", self.root.as_os_str());
+        if let Some(log) = &self.log {
+            args.value("log", log.as_os_str());
+        }
+        if let Some(format) = self.log_format {
+            args.value("log-format", format.as_str());
+        }
+        if self.debug {
+            args.switch("debug");
+        }
+        if let Some(path) = &self.debug_log {
+            args.value("debug-log", path.as_os_str());
+        }
+        if let Some(platform) = self.platform {
+            args.value("platform", platform.as_str());
+        }
+        if let Some(network) = self.network {
+            args.value("network", network.as_str());
+        }
+        if self.oci_seccomp {
+            args.switch("oci-seccomp");
+        }
+        args.value("net-raw", if self.net_raw { "true" } else { "false" });
+        if let Some(host_uds) = self.host_uds {
+            args.value("host-uds", host_uds.as_str());
+        }
+        if let Some(overlay) = self.overlay {
+            args.value("overlay2", overlay.as_str());
+        }
+        if let Some(directfs) = self.directfs {
+            args.value("directfs", if directfs { "true" } else { "false" });
+        }
+        for flag in &self.extra {
+            args.value(flag.name(), flag.value());
+        }
+        args.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: Vec<OsString>) -> Vec<String> {
+        args.into_iter().map(|a| a.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn default_global_flags_are_hardened() {
+        assert_eq!(
+            strings(GlobalFlags::new("/run/gh/runsc/default").to_args()),
+            [
+                "--root=/run/gh/runsc/default",
+                "--oci-seccomp",
+                "--net-raw=false",
+                "--host-uds=none"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_global_flag_is_emitted_in_a_fixed_order() {
+        let mut g = GlobalFlags::new("/r");
+        g.platform = Some(Platform::Systrap);
+        g.network = Some(Network::None);
+        g.overlay = Some(Overlay::RootMemory);
+        g.directfs = Some(false);
+        g.debug = true;
+        g.debug_log = Some("/var/log/runsc/".into());
+        g.log = Some("/run/x/log.json".into());
+        g.log_format = Some(LogFormat::Json);
+        g.extra = vec![
+            ExtraFlag::FdLimit(4096),
+            ExtraFlag::DebugCommand("create,start".into()),
+        ];
+        assert_eq!(
+            strings(g.to_args()),
+            [
+                "--root=/r",
+                "--log=/run/x/log.json",
+                "--log-format=json",
+                "--debug",
+                "--debug-log=/var/log/runsc/",
+                "--platform=systrap",
+                "--network=none",
+                "--oci-seccomp",
+                "--net-raw=false",
+                "--host-uds=none",
+                "--overlay2=root:memory",
+                "--directfs=false",
+                "--fdlimit=4096",
+                "--debug-command=create,start",
+            ]
+        );
+    }
+
+    #[test]
+    fn seccomp_off_and_host_uds_unknown_are_omitted() {
+        let mut g = GlobalFlags::new("/r");
+        g.oci_seccomp = false;
+        g.host_uds = None;
+        assert_eq!(strings(g.to_args()), ["--root=/r", "--net-raw=false"]);
+    }
+
+    #[test]
+    fn flag_values_round_trip_and_unknown_spellings_are_refused() {
+        for v in Overlay::ALL {
+            assert_eq!(Overlay::parse(v).unwrap().as_str(), *v);
+        }
+        for v in Platform::ALL {
+            assert_eq!(Platform::parse(v).unwrap().as_str(), *v);
+        }
+        assert_eq!(Network::parse("none"), Some(Network::None));
+        assert_eq!(HostUds::parse("all"), Some(HostUds::All));
+        assert_eq!(LogFormat::parse("json-k8s"), Some(LogFormat::JsonK8s));
+        assert_eq!(Platform::parse("PTRACE"), None);
+        assert_eq!(Overlay::parse("root:/tmp/x"), None);
+    }
+
+    #[test]
+    fn dangerous_flags_are_refused_by_the_allowlist() {
+        for name in [
+            "ignore-cgroups",
+            "--allow-flag-override",
+            "TESTONLY-unsafe-nonroot",
+            "rootless",
+            "net-raw",
+            "host-uds",
+            "profile",
+            "network",
+        ] {
+            assert!(
+                matches!(
+                    ExtraFlag::parse(name, "true"),
+                    Err(FlagError::NotAllowed(_))
+                ),
+                "{name} must be refused"
+            );
+        }
+    }
+
+    #[test]
+    fn allowlisted_flags_parse_and_bad_values_are_refused() {
+        assert_eq!(
+            ExtraFlag::parse("--fdlimit", "512").unwrap(),
+            ExtraFlag::FdLimit(512)
+        );
+        assert_eq!(
+            ExtraFlag::parse("watchdog-action", "panic").unwrap(),
+            ExtraFlag::WatchdogAction(WatchdogAction::Panic)
+        );
+        assert!(matches!(
+            ExtraFlag::parse("fdlimit", "-1"),
+            Err(FlagError::BadValue { .. })
+        ));
+        assert!(matches!(
+            ExtraFlag::parse("file-access", "everything"),
+            Err(FlagError::BadValue { .. })
+        ));
+    }
+}

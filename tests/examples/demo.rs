@@ -1,0 +1,99 @@
+//! The demo behind `hack/demo.sh`: one hardened sandbox on the embedded default policy, what it
+//! can and cannot do from the inside, and the audit record of what was enforced.
+//!
+//! Uses a private containerd (its own directory, sockets and namespace) and stops it at the end;
+//! the system containerd, if any, is never touched.
+
+use gvisor_hardened_tests::*;
+
+const AUDIT_LOG: &str = "/var/log/gvisor-hardened/audit.jsonl";
+
+/// Each line: what is shown, then the shell that shows it (run inside the sandbox).
+const CHECKS: &[(&str, &str)] = &[
+    ("kernel", "head -c 60 /proc/version"),
+    ("user", "id"),
+    ("capabilities", "sandbox-probe caps"),
+    ("no_new_privs", "sandbox-probe nnp"),
+    ("write /srv (on the root fs)", "sandbox-probe write /srv/x"),
+    ("write /etc/passwd", "sandbox-probe write /etc/passwd"),
+    ("write /tmp (tmpfs scratch)", "sandbox-probe write /tmp/x"),
+    ("/tmp size", "df -h /tmp | tail -1"),
+    (
+        "fill /tmp with 2 GiB",
+        "sandbox-probe fill /tmp/big 2147483648",
+    ),
+    ("network interfaces", "echo $(ls /sys/class/net)"),
+    (
+        "connect 1.1.1.1:443",
+        "sandbox-probe connect 1.1.1.1 443 1000",
+    ),
+    ("raw socket", "sandbox-probe socket-raw"),
+    ("become root: setuid(0)", "sandbox-probe setuid 0"),
+    ("user namespace", "sandbox-probe unshare user"),
+    ("keyctl (seccomp)", "sandbox-probe keyctl"),
+    ("mount tmpfs", "sandbox-probe mount-tmpfs /mnt"),
+    ("service-account token", "ls /var/run/secrets 2>&1"),
+    ("open files limit", "ulimit -n"),
+];
+
+fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let c = Containerd::start(ContainerdOptions::with_shim(shim_binary()?))?;
+    println!(
+        "private containerd: {} (namespace {})",
+        c.dir().display(),
+        c.namespace()
+    );
+    let image = TestImage::ensure()?;
+    c.import(&image)?;
+    let id = unique_id("demo");
+    let script: String = CHECKS
+        .iter()
+        .map(|(what, cmd)| format!("printf '  %-30s ' '{what}:'; {{ {cmd}; }} 2>&1 | head -1\n"))
+        .collect();
+    println!(
+        "\n$ ctr run --runtime io.containerd.gvisor-hardened.v1 {} {id} sh -c '...'\n",
+        image.reference()
+    );
+    let out = c.run_output(&Run::new(image.reference(), &id).sh(script))?;
+    print!("{}", out.stdout);
+    if !out.stderr.trim().is_empty() {
+        println!("  (stderr) {}", out.stderr.trim());
+    }
+    println!("  exit status: {}", out.code());
+
+    println!("\naudit log {AUDIT_LOG}, lines for {id}:");
+    let text = std::fs::read_to_string(AUDIT_LOG).unwrap_or_default();
+    for line in text.lines().filter(|l| l.contains(&format!("\"{id}\""))) {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        println!(
+            "  {} {:<7} policy={} ({}) exit={}",
+            v["time"].as_str().unwrap_or(""),
+            v["event"].as_str().unwrap_or(""),
+            v["policy"]["path"].as_str().unwrap_or(""),
+            v["policy"]["mode"].as_str().unwrap_or(""),
+            v.get("exit_status")
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".into()),
+        );
+        if let Some(decisions) = v["decisions"].as_array() {
+            println!(
+                "    {} decisions, {} config sha256 {}",
+                decisions.len(),
+                v["event"],
+                v["config_sha256"]
+            );
+            for d in decisions {
+                println!(
+                    "    - {:<13} {:<8} {:<44} {}",
+                    d["rule"].as_str().unwrap_or(""),
+                    d["action"].as_str().unwrap_or(""),
+                    d["field"].as_str().unwrap_or(""),
+                    d["reason"].as_str().unwrap_or(""),
+                );
+            }
+        }
+    }
+    let report = c.shutdown();
+    println!("\nprivate containerd stopped: {report}");
+    Ok(())
+}
