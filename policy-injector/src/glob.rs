@@ -21,6 +21,16 @@ pub(crate) fn normalize(path: &str) -> Option<Vec<&str>> {
     Some(out)
 }
 
+/// Is the path absolute and already in normal form (so `normalize` + `join` would return it)?
+pub(crate) fn is_normal(path: &str) -> bool {
+    path == "/"
+        || (path.starts_with('/')
+            && !path.ends_with('/')
+            && path[1..]
+                .split('/')
+                .all(|s| !s.is_empty() && s != "." && s != ".."))
+}
+
 /// Joins segments back into an absolute path.
 pub(crate) fn join(segs: &[&str]) -> String {
     if segs.is_empty() {
@@ -37,6 +47,15 @@ pub(crate) fn join(segs: &[&str]) -> String {
 
 /// `*` matches any run of characters (including none); everything else is literal.
 pub(crate) fn wildcard_match(pattern: &str, text: &str) -> bool {
+    wildcard_match_by(pattern, text, |a, b| a == b)
+}
+
+/// As `wildcard_match`, ignoring ASCII case (environment variable names).
+pub(crate) fn wildcard_match_ignore_case(pattern: &str, text: &str) -> bool {
+    wildcard_match_by(pattern, text, |a, b| a.eq_ignore_ascii_case(&b))
+}
+
+fn wildcard_match_by(pattern: &str, text: &str, eq: impl Fn(u8, u8) -> bool) -> bool {
     let p = pattern.as_bytes();
     let t = text.as_bytes();
     // Classic greedy matcher with backtracking to the last star: linear in practice.
@@ -46,7 +65,7 @@ pub(crate) fn wildcard_match(pattern: &str, text: &str) -> bool {
         if pi < p.len() && p[pi] == b'*' {
             star = Some((pi, ti));
             pi += 1;
-        } else if pi < p.len() && p[pi] == t[ti] {
+        } else if pi < p.len() && eq(p[pi], t[ti]) {
             pi += 1;
             ti += 1;
         } else if let Some((sp, st)) = star {
@@ -66,6 +85,8 @@ pub(crate) struct PathGlob<'a> {
     /// A pattern that does not start with `/` (such as `**/docker.sock`) is anchored anywhere
     /// only through a leading `**`; validation requires absolute patterns or a leading `**`.
     segs: Vec<&'a str>,
+    /// How many segments come before the first `**`.
+    anchored: usize,
 }
 
 impl<'a> PathGlob<'a> {
@@ -92,7 +113,8 @@ impl<'a> PathGlob<'a> {
                 s => segs.push(s),
             }
         }
-        Ok(PathGlob { segs })
+        let anchored = segs.iter().position(|s| *s == "**").unwrap_or(segs.len());
+        Ok(PathGlob { segs, anchored })
     }
 
     /// Does the (normalised) path match the whole pattern?
@@ -104,16 +126,10 @@ impl<'a> PathGlob<'a> {
     /// part before the first `**` counts: binding `/run` exposes `/run/containerd/**`, but every
     /// directory is an ancestor of `**/docker.sock`, which would deny everything.
     pub(crate) fn is_strict_ancestor_of_match(&self, path: &[&str]) -> bool {
-        let anchored: Vec<&str> = self
-            .segs
-            .iter()
-            .copied()
-            .take_while(|s| *s != "**")
-            .collect();
-        path.len() < anchored.len()
+        path.len() < self.anchored
             && path
                 .iter()
-                .zip(anchored.iter())
+                .zip(&self.segs[..self.anchored])
                 .all(|(seg, pat)| wildcard_match(pat, seg))
     }
 }
@@ -149,6 +165,12 @@ mod tests {
         assert_eq!(normalize("rel/path"), None);
         assert_eq!(join(&["a", "b"]), "/a/b");
         assert_eq!(join(&[]), "/");
+        for p in ["/", "/a", "/a/b.c"] {
+            assert!(is_normal(p), "{p}");
+        }
+        for p in ["", "a", "/a/", "//a", "/a/./b", "/a/../b", "/.."] {
+            assert!(!is_normal(p), "{p}");
+        }
     }
 
     #[test]

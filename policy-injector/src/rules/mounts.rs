@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::Pass;
 use crate::decision::{Action, Rule};
 use crate::error::HardenError;
-use crate::glob::{join, normalize, PathGlob};
+use crate::glob::{is_normal, join, normalize, PathGlob};
 use crate::json::{self, Object};
 
 fn is_under(base: &str, path: &str) -> bool {
@@ -88,7 +88,11 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
             );
             continue;
         }
-        let norm = join(&normalize(&dest).unwrap_or_default());
+        let norm = if is_normal(&dest) {
+            dest.clone()
+        } else {
+            join(&normalize(&dest).unwrap_or_default())
+        };
         if norm == "/" {
             pass.reject(
                 Rule::Mounts,
