@@ -79,14 +79,14 @@ fn wildcard_match_by(pattern: &str, text: &str, eq: impl Fn(u8, u8) -> bool) -> 
     p[pi..].iter().all(|&c| c == b'*')
 }
 
-/// A compiled path pattern.
+/// A checked path pattern. Matching walks the pattern text segment by segment without
+/// allocating: `harden` runs on every container start and checks every bind against every
+/// denied pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PathGlob<'a> {
-    /// A pattern that does not start with `/` (such as `**/docker.sock`) is anchored anywhere
-    /// only through a leading `**`; validation requires absolute patterns or a leading `**`.
-    segs: Vec<&'a str>,
-    /// How many segments come before the first `**`.
-    anchored: usize,
+    /// The pattern without its leading `/`. A pattern that does not start with `/` must start
+    /// with `**` (such as `**/docker.sock`).
+    body: &'a str,
 }
 
 impl<'a> PathGlob<'a> {
@@ -100,48 +100,50 @@ impl<'a> PathGlob<'a> {
                 "pattern {pattern:?} must be an absolute path or start with \"**\""
             ));
         };
-        let mut segs = Vec::new();
         for seg in body.split('/') {
             match seg {
-                "" => {}
                 "." | ".." => return Err(format!("pattern {pattern:?} contains {seg:?}")),
                 s if s.contains("**") && s != "**" => {
                     return Err(format!(
                         "pattern {pattern:?}: \"**\" must be a whole path segment"
                     ))
                 }
-                s => segs.push(s),
+                _ => {}
             }
         }
-        let anchored = segs.iter().position(|s| *s == "**").unwrap_or(segs.len());
-        Ok(PathGlob { segs, anchored })
+        Ok(PathGlob { body })
+    }
+
+    fn segs(&self) -> impl Iterator<Item = &'a str> + Clone {
+        self.body.split('/').filter(|s| !s.is_empty())
     }
 
     /// Does the (normalised) path match the whole pattern?
     pub(crate) fn matches(&self, path: &[&str]) -> bool {
-        match_segs(&self.segs, path)
+        match_segs(self.segs(), path)
     }
 
     /// Is the path a strict ancestor of something the pattern names? Only the literal-anchored
     /// part before the first `**` counts: binding `/run` exposes `/run/containerd/**`, but every
     /// directory is an ancestor of `**/docker.sock`, which would deny everything.
     pub(crate) fn is_strict_ancestor_of_match(&self, path: &[&str]) -> bool {
-        path.len() < self.anchored
-            && path
-                .iter()
-                .zip(&self.segs[..self.anchored])
-                .all(|(seg, pat)| wildcard_match(pat, seg))
+        let mut pat = self.segs();
+        for seg in path {
+            match pat.next() {
+                Some(p) if p != "**" && wildcard_match(p, seg) => {}
+                _ => return false,
+            }
+        }
+        matches!(pat.next(), Some(p) if p != "**")
     }
 }
 
-fn match_segs(pat: &[&str], path: &[&str]) -> bool {
-    match pat.split_first() {
+fn match_segs<'p>(mut pat: impl Iterator<Item = &'p str> + Clone, path: &[&str]) -> bool {
+    match pat.next() {
         None => path.is_empty(),
-        Some((first, rest)) if *first == "**" => {
-            (0..=path.len()).any(|skip| match_segs(rest, &path[skip..]))
-        }
-        Some((first, rest)) => match path.split_first() {
-            Some((seg, path_rest)) => wildcard_match(first, seg) && match_segs(rest, path_rest),
+        Some("**") => (0..=path.len()).any(|skip| match_segs(pat.clone(), &path[skip..])),
+        Some(p) => match path.split_first() {
+            Some((seg, rest)) => wildcard_match(p, seg) && match_segs(pat, rest),
             None => false,
         },
     }

@@ -3,7 +3,7 @@
 //! bind of a host directory over /tmp is the classic way to make "scratch" mean "host disk".
 //! runsc would otherwise add its own unlimited tmpfs at /tmp.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::Pass;
 use crate::decision::{Action, Rule};
@@ -52,12 +52,14 @@ pub(crate) fn desired_mount(t: &ScratchTmpfs) -> Value {
     }
     options.extend(t.options.iter().cloned());
     options.push(format!("size={}", t.size.0));
-    json!({
-        "destination": t.path,
-        "type": "tmpfs",
-        "source": "tmpfs",
-        "options": options
-    })
+    // Built by hand rather than with json!, which would go through serde: this runs for every
+    // scratch path of every container.
+    let mut m = Object::new();
+    m.insert("destination".into(), Value::String(t.path.clone()));
+    m.insert("type".into(), Value::from("tmpfs"));
+    m.insert("source".into(), Value::from("tmpfs"));
+    m.insert("options".into(), json::strings_value(&options));
+    Value::Object(m)
 }
 
 fn is_strict_ancestor(ancestor: &str, path: &str) -> bool {

@@ -6,7 +6,7 @@
 //! are a register that the profile checks. runsc ignores `architectures` and looks syscall names
 //! up for the native architecture, skipping names it does not know.
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 const CLONE_NEWUSER: u64 = 0x1000_0000;
 const EPERM: u64 = 1;
@@ -14,13 +14,18 @@ const ENOSYS: u64 = 38;
 
 /// The profile for a deny list, as OCI `linux.seccomp` JSON.
 pub(crate) fn default_profile(deny: &[String]) -> Value {
-    let mut syscalls = Vec::new();
+    let mut syscalls = Vec::with_capacity(4);
     if !deny.is_empty() {
-        syscalls.push(json!({
-            "names": deny,
-            "action": "SCMP_ACT_ERRNO",
-            "errnoRet": EPERM
-        }));
+        // Built by hand rather than with json!: this runs for every container, and json! would
+        // serialise the list through serde.
+        let mut rule = Map::new();
+        rule.insert(
+            "names".into(),
+            Value::Array(deny.iter().map(|n| Value::String(n.clone())).collect()),
+        );
+        rule.insert("action".into(), Value::from("SCMP_ACT_ERRNO"));
+        rule.insert("errnoRet".into(), Value::from(EPERM));
+        syscalls.push(Value::Object(rule));
     }
     // unshare(flags): flags is argument 0. clone's flags are argument 0 on x86_64 and aarch64.
     // MASKED_EQ: (arg & value) == valueTwo.
