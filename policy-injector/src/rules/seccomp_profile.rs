@@ -3,8 +3,16 @@
 //!
 //! clone3 passes its flags in a struct in memory, which seccomp cannot read, so it cannot be
 //! filtered for CLONE_NEWUSER; ENOSYS (not EPERM) makes libc fall back to clone, whose flags
-//! are a register that the profile checks. runsc ignores `architectures` and looks syscall names
-//! up for the native architecture, skipping names it does not know.
+//! are a register that the profile checks. EPERM would break every thread: glibc >= 2.34 only
+//! falls back on ENOSYS, so pthread_create fails.
+//!
+//! clone3 uses SCMP_ACT_TRACE, not SCMP_ACT_ERRNO with errnoRet 38: runsc 20221219 ignores
+//! errnoRet and answers every SCMP_ACT_ERRNO with EPERM (measured: clone3 gave EPERM and
+//! pthread_create failed), while SCMP_ACT_TRACE with no tracer attached returns ENOSYS in Linux
+//! and in gVisor, old and new (measured on 20221219: clone3 ENOSYS, pthread_create works). No
+//! tracer can attach inside the container: ptrace is on the deny list. errnoRet 38 is kept for
+//! runtimes that honour it. runsc ignores `architectures` and looks syscall names up for the
+//! native architecture, skipping names it does not know.
 
 use serde_json::{json, Map, Value};
 
@@ -44,7 +52,7 @@ pub(crate) fn default_profile(deny: &[String]) -> Value {
     }
     syscalls.push(json!({
         "names": ["clone3"],
-        "action": "SCMP_ACT_ERRNO",
+        "action": "SCMP_ACT_TRACE",
         "errnoRet": ENOSYS
     }));
     json!({
@@ -76,7 +84,7 @@ mod tests {
         assert_eq!(rules[2]["names"], json!(["clone"]));
         assert_eq!(
             rules[3],
-            json!({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38})
+            json!({"names": ["clone3"], "action": "SCMP_ACT_TRACE", "errnoRet": 38})
         );
     }
 }
