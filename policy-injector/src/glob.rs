@@ -58,6 +58,9 @@ pub(crate) fn wildcard_match_ignore_case(pattern: &str, text: &str) -> bool {
 fn wildcard_match_by(pattern: &str, text: &str, eq: impl Fn(u8, u8) -> bool) -> bool {
     let p = pattern.as_bytes();
     let t = text.as_bytes();
+    if !p.contains(&b'*') {
+        return p.len() == t.len() && p.iter().zip(t).all(|(a, b)| eq(*a, *b));
+    }
     // Classic greedy matcher with backtracking to the last star: linear in practice.
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
@@ -79,14 +82,14 @@ fn wildcard_match_by(pattern: &str, text: &str, eq: impl Fn(u8, u8) -> bool) -> 
     p[pi..].iter().all(|&c| c == b'*')
 }
 
-/// A checked path pattern. Matching walks the pattern text segment by segment without
-/// allocating: `harden` runs on every container start and checks every bind against every
-/// denied pattern.
+/// A compiled path pattern: its segments, split once so that matching every bind against every
+/// denied pattern (on every container start) only compares slices.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PathGlob<'a> {
-    /// The pattern without its leading `/`. A pattern that does not start with `/` must start
-    /// with `**` (such as `**/docker.sock`).
-    body: &'a str,
+    /// A pattern that does not start with `/` must start with `**` (such as `**/docker.sock`).
+    segs: Vec<&'a str>,
+    /// How many segments come before the first `**`.
+    anchored: usize,
 }
 
 impl<'a> PathGlob<'a> {
@@ -100,50 +103,50 @@ impl<'a> PathGlob<'a> {
                 "pattern {pattern:?} must be an absolute path or start with \"**\""
             ));
         };
+        let mut segs = Vec::with_capacity(8);
         for seg in body.split('/') {
             match seg {
+                "" => {}
                 "." | ".." => return Err(format!("pattern {pattern:?} contains {seg:?}")),
                 s if s.contains("**") && s != "**" => {
                     return Err(format!(
                         "pattern {pattern:?}: \"**\" must be a whole path segment"
                     ))
                 }
-                _ => {}
+                s => segs.push(s),
             }
         }
-        Ok(PathGlob { body })
-    }
-
-    fn segs(&self) -> impl Iterator<Item = &'a str> + Clone {
-        self.body.split('/').filter(|s| !s.is_empty())
+        let anchored = segs.iter().position(|s| *s == "**").unwrap_or(segs.len());
+        Ok(PathGlob { segs, anchored })
     }
 
     /// Does the (normalised) path match the whole pattern?
     pub(crate) fn matches(&self, path: &[&str]) -> bool {
-        match_segs(self.segs(), path)
+        match_segs(&self.segs, path)
     }
 
     /// Is the path a strict ancestor of something the pattern names? Only the literal-anchored
     /// part before the first `**` counts: binding `/run` exposes `/run/containerd/**`, but every
     /// directory is an ancestor of `**/docker.sock`, which would deny everything.
     pub(crate) fn is_strict_ancestor_of_match(&self, path: &[&str]) -> bool {
-        let mut pat = self.segs();
-        for seg in path {
-            match pat.next() {
-                Some(p) if p != "**" && wildcard_match(p, seg) => {}
-                _ => return false,
-            }
-        }
-        matches!(pat.next(), Some(p) if p != "**")
+        path.len() < self.anchored
+            && path
+                .iter()
+                .zip(&self.segs[..self.anchored])
+                .all(|(seg, pat)| wildcard_match(pat, seg))
     }
 }
 
-fn match_segs<'p>(mut pat: impl Iterator<Item = &'p str> + Clone, path: &[&str]) -> bool {
-    match pat.next() {
+fn match_segs(pat: &[&str], path: &[&str]) -> bool {
+    match pat.split_first() {
         None => path.is_empty(),
-        Some("**") => (0..=path.len()).any(|skip| match_segs(pat.clone(), &path[skip..])),
-        Some(p) => match path.split_first() {
-            Some((seg, rest)) => wildcard_match(p, seg) && match_segs(pat, rest),
+        // The common `**/name` shape: without another `**`, the rest can only match the tail.
+        Some((&"**", rest)) if !rest.contains(&"**") => {
+            path.len() >= rest.len() && match_segs(rest, &path[path.len() - rest.len()..])
+        }
+        Some((&"**", rest)) => (0..=path.len()).any(|skip| match_segs(rest, &path[skip..])),
+        Some((first, rest)) => match path.split_first() {
+            Some((seg, path_rest)) => wildcard_match(first, seg) && match_segs(rest, path_rest),
             None => false,
         },
     }
@@ -191,6 +194,10 @@ mod tests {
         assert!(m("**/docker.sock", "/var/run/docker.sock"));
         assert!(m("**/docker.sock", "/docker.sock"));
         assert!(!m("**/docker.sock", "/var/run/docker.sock.bak"));
+        assert!(m("/a/**/b/**/c", "/a/x/b/y/z/c"));
+        assert!(!m("/a/**/b/**/c", "/a/x/c"));
+        assert!(m("/a/**/x/*", "/a/x/y"));
+        assert!(!m("/a/**/x/*", "/a/x"));
         assert!(m(
             "/var/lib/kubelet/pods/*/volumes/kubernetes.io~empty-dir/**",
             "/var/lib/kubelet/pods/abc/volumes/kubernetes.io~empty-dir/cache"

@@ -26,7 +26,7 @@ pub(crate) fn default_profile(deny: &[String]) -> Value {
     if !deny.is_empty() {
         // Built by hand rather than with json!: this runs for every container, and json! would
         // serialise the list through serde.
-        let mut rule = Map::new();
+        let mut rule = Map::with_capacity(3);
         rule.insert(
             "names".into(),
             Value::Array(deny.iter().map(|n| Value::String(n.clone())).collect()),
