@@ -238,7 +238,9 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
             let readonly = opts.contains(&"ro") && !opts.contains(&"rw");
             if !writable && !readonly {
                 opts.retain(|o| *o != "rw");
-                opts.push("ro");
+                if !opts.contains(&"ro") {
+                    opts.push("ro");
+                }
                 why.push("binds are read-only unless the source is in mounts.writable_sources");
             }
         }
