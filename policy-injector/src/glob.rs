@@ -21,6 +21,16 @@ pub(crate) fn normalize(path: &str) -> Option<Vec<&str>> {
     Some(out)
 }
 
+/// Is the path absolute and already in normal form (so `normalize` + `join` would return it)?
+pub(crate) fn is_normal(path: &str) -> bool {
+    path == "/"
+        || (path.starts_with('/')
+            && !path.ends_with('/')
+            && path[1..]
+                .split('/')
+                .all(|s| !s.is_empty() && s != "." && s != ".."))
+}
+
 /// Joins segments back into an absolute path.
 pub(crate) fn join(segs: &[&str]) -> String {
     if segs.is_empty() {
@@ -37,8 +47,20 @@ pub(crate) fn join(segs: &[&str]) -> String {
 
 /// `*` matches any run of characters (including none); everything else is literal.
 pub(crate) fn wildcard_match(pattern: &str, text: &str) -> bool {
+    wildcard_match_by(pattern, text, |a, b| a == b)
+}
+
+/// As `wildcard_match`, ignoring ASCII case (environment variable names).
+pub(crate) fn wildcard_match_ignore_case(pattern: &str, text: &str) -> bool {
+    wildcard_match_by(pattern, text, |a, b| a.eq_ignore_ascii_case(&b))
+}
+
+fn wildcard_match_by(pattern: &str, text: &str, eq: impl Fn(u8, u8) -> bool) -> bool {
     let p = pattern.as_bytes();
     let t = text.as_bytes();
+    if !p.contains(&b'*') {
+        return p.len() == t.len() && p.iter().zip(t).all(|(a, b)| eq(*a, *b));
+    }
     // Classic greedy matcher with backtracking to the last star: linear in practice.
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
@@ -46,7 +68,7 @@ pub(crate) fn wildcard_match(pattern: &str, text: &str) -> bool {
         if pi < p.len() && p[pi] == b'*' {
             star = Some((pi, ti));
             pi += 1;
-        } else if pi < p.len() && p[pi] == t[ti] {
+        } else if pi < p.len() && eq(p[pi], t[ti]) {
             pi += 1;
             ti += 1;
         } else if let Some((sp, st)) = star {
@@ -60,12 +82,14 @@ pub(crate) fn wildcard_match(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|&c| c == b'*')
 }
 
-/// A compiled path pattern.
+/// A compiled path pattern: its segments, split once so that matching every bind against every
+/// denied pattern (on every container start) only compares slices.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PathGlob<'a> {
-    /// A pattern that does not start with `/` (such as `**/docker.sock`) is anchored anywhere
-    /// only through a leading `**`; validation requires absolute patterns or a leading `**`.
+    /// A pattern that does not start with `/` must start with `**` (such as `**/docker.sock`).
     segs: Vec<&'a str>,
+    /// How many segments come before the first `**`.
+    anchored: usize,
 }
 
 impl<'a> PathGlob<'a> {
@@ -79,7 +103,7 @@ impl<'a> PathGlob<'a> {
                 "pattern {pattern:?} must be an absolute path or start with \"**\""
             ));
         };
-        let mut segs = Vec::new();
+        let mut segs = Vec::with_capacity(8);
         for seg in body.split('/') {
             match seg {
                 "" => {}
@@ -92,7 +116,8 @@ impl<'a> PathGlob<'a> {
                 s => segs.push(s),
             }
         }
-        Ok(PathGlob { segs })
+        let anchored = segs.iter().position(|s| *s == "**").unwrap_or(segs.len());
+        Ok(PathGlob { segs, anchored })
     }
 
     /// Does the (normalised) path match the whole pattern?
@@ -104,16 +129,10 @@ impl<'a> PathGlob<'a> {
     /// part before the first `**` counts: binding `/run` exposes `/run/containerd/**`, but every
     /// directory is an ancestor of `**/docker.sock`, which would deny everything.
     pub(crate) fn is_strict_ancestor_of_match(&self, path: &[&str]) -> bool {
-        let anchored: Vec<&str> = self
-            .segs
-            .iter()
-            .copied()
-            .take_while(|s| *s != "**")
-            .collect();
-        path.len() < anchored.len()
+        path.len() < self.anchored
             && path
                 .iter()
-                .zip(anchored.iter())
+                .zip(&self.segs[..self.anchored])
                 .all(|(seg, pat)| wildcard_match(pat, seg))
     }
 }
@@ -121,9 +140,11 @@ impl<'a> PathGlob<'a> {
 fn match_segs(pat: &[&str], path: &[&str]) -> bool {
     match pat.split_first() {
         None => path.is_empty(),
-        Some((first, rest)) if *first == "**" => {
-            (0..=path.len()).any(|skip| match_segs(rest, &path[skip..]))
+        // The common `**/name` shape: without another `**`, the rest can only match the tail.
+        Some((&"**", rest)) if !rest.contains(&"**") => {
+            path.len() >= rest.len() && match_segs(rest, &path[path.len() - rest.len()..])
         }
+        Some((&"**", rest)) => (0..=path.len()).any(|skip| match_segs(rest, &path[skip..])),
         Some((first, rest)) => match path.split_first() {
             Some((seg, path_rest)) => wildcard_match(first, seg) && match_segs(rest, path_rest),
             None => false,
@@ -149,6 +170,12 @@ mod tests {
         assert_eq!(normalize("rel/path"), None);
         assert_eq!(join(&["a", "b"]), "/a/b");
         assert_eq!(join(&[]), "/");
+        for p in ["/", "/a", "/a/b.c"] {
+            assert!(is_normal(p), "{p}");
+        }
+        for p in ["", "a", "/a/", "//a", "/a/./b", "/a/../b", "/.."] {
+            assert!(!is_normal(p), "{p}");
+        }
     }
 
     #[test]
@@ -167,6 +194,10 @@ mod tests {
         assert!(m("**/docker.sock", "/var/run/docker.sock"));
         assert!(m("**/docker.sock", "/docker.sock"));
         assert!(!m("**/docker.sock", "/var/run/docker.sock.bak"));
+        assert!(m("/a/**/b/**/c", "/a/x/b/y/z/c"));
+        assert!(!m("/a/**/b/**/c", "/a/x/c"));
+        assert!(m("/a/**/x/*", "/a/x/y"));
+        assert!(!m("/a/**/x/*", "/a/x"));
         assert!(m(
             "/var/lib/kubelet/pods/*/volumes/kubernetes.io~empty-dir/**",
             "/var/lib/kubelet/pods/abc/volumes/kubernetes.io~empty-dir/cache"

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::decision::{Action, Decision};
-use crate::error::{HardenError, Rejection};
+use crate::decision::Decision;
+use crate::error::HardenError;
 use crate::json::Object;
 use crate::policy::{Mode, NetworkMode, Policy};
 use crate::rules::{self, Pass};
@@ -190,17 +190,137 @@ fn finish(
     }
 }
 
-/// Rejections as the decisions audit mode reports them (used by tests and `explain`).
-pub fn rejections_as_decisions(rejections: &[Rejection]) -> Vec<Decision> {
-    rejections
-        .iter()
-        .map(|r| Decision {
-            rule: r.rule,
-            field: r.field.clone(),
-            action: Action::Rejected,
-            before: None,
-            after: None,
-            reason: r.reason.clone(),
-        })
-        .collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::{Action, Rule};
+    use crate::rules::testutil::base_spec;
+    use serde_json::json;
+
+    fn audit() -> Policy {
+        Policy {
+            mode: Mode::Audit,
+            ..Policy::default()
+        }
+    }
+
+    #[test]
+    fn a_spec_that_is_not_an_object_is_malformed() {
+        for v in [json!([]), json!("x"), json!(null)] {
+            let e = harden(&v, &Policy::default(), &Context::default()).unwrap_err();
+            assert!(
+                matches!(e, HardenError::Malformed { ref field, .. } if field == "spec"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn enforce_reports_every_rejection_and_names_the_first() {
+        let mut spec = base_spec();
+        spec["hooks"] = json!({"prestart": [{"path": "/x"}]});
+        spec["linux"]["sysctl"] = json!({"kernel.core_pattern": "|/x"});
+        let e = harden(&spec, &Policy::default(), &Context::default()).unwrap_err();
+        let HardenError::Rejected(r) = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            e.to_string(),
+            "rejected by policy: hooks: hooks.prestart: 1 prestart hook(s) would run on the host as root, outside the sandbox (+1 more)"
+        );
+    }
+
+    #[test]
+    fn audit_returns_the_input_and_lists_rejections_as_decisions() {
+        let mut spec = base_spec();
+        spec["hooks"] = json!({"prestart": [{"path": "/x"}]});
+        let h = harden(&spec, &audit(), &Context::default()).unwrap();
+        assert_eq!(h.spec, spec);
+        assert_eq!(h.mode, Mode::Audit);
+        let rejected: Vec<_> = h
+            .decisions
+            .iter()
+            .filter(|d| d.action == Action::Rejected)
+            .collect();
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0].rule, Rule::Hooks);
+        // What enforce would change is there too.
+        assert!(h
+            .decisions
+            .iter()
+            .any(|d| d.rule == Rule::Root && d.action == Action::Set));
+        // The flags describe the spec that runs: the unchanged one, which has no seccomp.
+        assert!(!h.runsc.oci_seccomp);
+    }
+
+    #[test]
+    fn decisions_come_in_rule_order() {
+        let mut spec = base_spec();
+        spec["annotations"] = json!({"dev.gvisor.x": "1"});
+        spec["process"]["selinuxLabel"] = json!("l");
+        let h = harden(&spec, &Policy::default(), &Context::default()).unwrap();
+        assert!(h.decisions.windows(2).all(|w| w[0].rule <= w[1].rule));
+        assert_eq!(h.decisions.first().unwrap().rule, Rule::Annotations);
+        assert_eq!(h.decisions.last().unwrap().rule, Rule::Lifetime);
+    }
+
+    #[test]
+    fn runsc_flags_are_fixed_where_the_policy_leaves_no_choice() {
+        let mut policy = Policy::default();
+        policy.runsc.platform = "ptrace".into();
+        policy
+            .runsc
+            .extra_flags
+            .insert("fdlimit".into(), "4096".into());
+        let h = harden(&base_spec(), &policy, &Context::default()).unwrap();
+        assert!(!h.runsc.net_raw);
+        assert_eq!(h.runsc.host_uds, "none");
+        assert_eq!(h.runsc.platform.as_deref(), Some("ptrace"));
+        assert_eq!(
+            h.runsc.extra.get("fdlimit").map(String::as_str),
+            Some("4096")
+        );
+    }
+
+    #[test]
+    fn exec_process_gets_the_process_rules() {
+        let process = json!({
+            "user": {"uid": 0, "gid": 0},
+            "args": ["sh"],
+            "env": ["GITHUB_TOKEN=x"],
+            "capabilities": {"bounding": ["CAP_SYS_ADMIN"], "ambient": ["CAP_SYS_ADMIN"]},
+            "selinuxLabel": "l",
+            "rlimits": [{"type": "RLIMIT_NPROC", "hard": 5, "soft": 5}]
+        });
+        let h = harden_process(&process, &Policy::default(), &Context::default()).unwrap();
+        assert_eq!(h.process["user"], json!({"uid": 65534, "gid": 65534}));
+        assert_eq!(
+            h.process["capabilities"],
+            json!({"bounding": [], "ambient": []})
+        );
+        assert_eq!(h.process["noNewPrivileges"], json!(true));
+        assert!(h.process.get("selinuxLabel").is_none());
+        assert_eq!(h.process["rlimits"].as_array().unwrap().len(), 3);
+        assert!(h
+            .decisions
+            .iter()
+            .any(|d| d.rule == Rule::Environment && d.action == Action::Reported));
+    }
+
+    #[test]
+    fn exec_process_in_audit_mode_is_unchanged() {
+        let process = json!({"user": {"uid": 0, "gid": 0}, "args": ["sh"]});
+        let h = harden_process(&process, &audit(), &Context::default()).unwrap();
+        assert_eq!(h.process, process);
+        assert!(!h.decisions.is_empty());
+    }
+
+    #[test]
+    fn update_in_audit_mode_is_unchanged_but_reported() {
+        let update = json!({"memory": {"limit": 1i64 << 40}});
+        let c = clamp_resources(&update, &audit(), &BTreeMap::new()).unwrap();
+        assert_eq!(c.resources, update);
+        assert!(c.decisions.iter().any(|d| d.action == Action::Clamped));
+    }
 }

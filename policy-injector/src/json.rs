@@ -136,19 +136,17 @@ pub(crate) fn opt_u64(m: &Object, key: &str, path: &str) -> Result<Option<u64>, 
     }
 }
 
-/// A list of strings (capability sets, mount options, env).
-pub(crate) fn string_list(v: &Value, path: &str) -> Result<Vec<String>, HardenError> {
+/// A list of strings, checked but not copied.
+pub(crate) fn str_list<'a>(v: &'a Value, path: &str) -> Result<Vec<&'a str>, HardenError> {
     match v {
         Value::Null => Ok(Vec::new()),
         Value::Array(items) => items
             .iter()
             .enumerate()
-            .map(|(i, item)| match item {
-                Value::String(s) => Ok(s.clone()),
-                _ => Err(HardenError::malformed(
-                    format!("{path}[{i}]"),
-                    "expected a string",
-                )),
+            .map(|(i, item)| {
+                item.as_str().ok_or_else(|| {
+                    HardenError::malformed(format!("{path}[{i}]"), "expected a string")
+                })
             })
             .collect(),
         _ => Err(HardenError::malformed(path, "expected an array of strings")),

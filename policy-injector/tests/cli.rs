@@ -306,3 +306,13 @@ fn pod_namespaces_given_on_the_command_line_may_be_joined() {
     ]);
     assert_eq!(with.status.code(), Some(0), "{}", stderr(&with));
 }
+
+#[test]
+fn readme_carries_the_default_policy_verbatim() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    assert!(
+        readme.contains(DEFAULT_POLICY_TOML),
+        "README's default policy is out of date"
+    );
+}

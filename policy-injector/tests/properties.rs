@@ -291,6 +291,8 @@ proptest! {
         let ctx = Context::default();
         match harden(&spec, &policy, &ctx) {
             Ok(h) => {
+                prop_assert!(h.decisions.windows(2).all(|w| w[0].rule <= w[1].rule), "decisions out of rule order");
+                prop_assert!(h.decisions.iter().all(|d| d.action != Action::Rejected));
                 if let Err(e) = common::check_spec(&h.spec, &policy) {
                     return Err(TestCaseError::fail(format!("invariant broken: {e}\n{}", h.spec)));
                 }

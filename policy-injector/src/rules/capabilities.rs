@@ -2,6 +2,8 @@
 //! for in that set; the ambient set is always emptied (runsc drops it after the first exec
 //! anyway, and an ambient capability survives execve of unprivileged binaries).
 
+use serde_json::Value;
+
 use super::Pass;
 use crate::decision::{Action, Rule};
 use crate::error::HardenError;
@@ -27,15 +29,17 @@ pub(crate) fn apply(
     for set in SETS {
         let Some(value) = caps.get(set) else { continue };
         let field = format!("{path}.{set}");
-        let before = json::string_list(value, &field)?;
-        let mut kept: Vec<String> = Vec::new();
+        let before = json::str_list(value, &field)?;
+        let mut kept: Vec<&str> = Vec::new();
         for cap in &before {
-            let allowed = set != "ambient" && pass.policy.capabilities.allow.contains(cap);
+            let allowed =
+                set != "ambient" && pass.policy.capabilities.allow.iter().any(|a| a == cap);
             if allowed && !kept.contains(cap) {
-                kept.push(cap.clone());
+                kept.push(cap);
             }
         }
-        if kept == before {
+        // kept is an ordered subset of before: equal length means unchanged.
+        if kept.len() == before.len() {
             continue;
         }
         let reason = if set == "ambient" {
@@ -45,13 +49,13 @@ pub(crate) fn apply(
         } else {
             format!("kept only the allowlisted {}", kept.join(", "))
         };
-        let after = json::strings_value(&kept);
-        caps.insert(set.to_string(), after.clone());
+        let after = Value::Array(kept.iter().map(|c| Value::from(*c)).collect());
+        let before = caps.insert(set.to_string(), after.clone());
         pass.record(
             Rule::Capabilities,
             field,
             Action::Removed,
-            Some(json::strings_value(&before)),
+            before,
             Some(after),
             reason,
         );

@@ -4,7 +4,7 @@
 use super::Pass;
 use crate::decision::{Action, Rule};
 use crate::error::HardenError;
-use crate::glob::wildcard_match;
+use crate::glob::wildcard_match_ignore_case;
 use crate::json::{self, Object};
 use crate::policy::SecretEnvAction;
 
@@ -17,14 +17,9 @@ pub(crate) fn apply(
     let Some(env) = json::opt_array_mut(process, "env", prefix)? else {
         return Ok(());
     };
-    let patterns: Vec<String> = pass
-        .policy
-        .environment
-        .secret_patterns
-        .iter()
-        .map(|p| p.to_ascii_uppercase())
-        .collect();
-    let strip = pass.policy.environment.action == SecretEnvAction::Strip;
+    let policy = pass.policy;
+    let patterns = &policy.environment.secret_patterns;
+    let strip = policy.environment.action == SecretEnvAction::Strip;
     let mut keep = Vec::with_capacity(env.len());
     for (i, item) in env.iter().enumerate() {
         let Some(s) = item.as_str() else {
@@ -34,8 +29,9 @@ pub(crate) fn apply(
             ));
         };
         let name = s.split_once('=').map_or(s, |(n, _)| n);
-        let upper = name.to_ascii_uppercase();
-        let hit = patterns.iter().find(|p| wildcard_match(p, &upper));
+        let hit = patterns
+            .iter()
+            .find(|p| wildcard_match_ignore_case(p, name));
         match hit {
             Some(pattern) if strip => {
                 keep.push(false);

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::Pass;
 use crate::decision::{Action, Rule};
 use crate::error::HardenError;
-use crate::glob::{join, normalize, PathGlob};
+use crate::glob::{is_normal, join, normalize, PathGlob};
 use crate::json::{self, Object};
 
 fn is_under(base: &str, path: &str) -> bool {
@@ -55,6 +55,114 @@ impl<'p> Lists<'p> {
     }
 }
 
+/// The string at `key` of mount `i`, malformed when it is another type.
+fn mount_str<'m>(obj: &'m Object, key: &str, i: usize) -> Result<Option<&'m str>, HardenError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(HardenError::malformed(
+            format!("mounts[{i}].{key}"),
+            "expected a string",
+        )),
+    }
+}
+
+/// What the destination check decided for one mount.
+enum Destination {
+    /// Keep the mount; the destination in normal form.
+    Keep(String),
+    /// Remove the mount (a credential mount).
+    Remove,
+    /// Rejected; the rejection is recorded.
+    Rejected,
+}
+
+fn check_destination(dest: &str, seen: &[String], pass: &mut Pass<'_>) -> Destination {
+    let policy = pass.policy;
+    let reject = |pass: &mut Pass<'_>, reason: String| {
+        pass.reject(Rule::Mounts, format!("mounts[{dest}]"), reason);
+        Destination::Rejected
+    };
+    if !dest.starts_with('/') {
+        return reject(pass, format!("destination {dest:?} is not absolute"));
+    }
+    // ".." is refused rather than resolved: it only ever serves to hide where a mount lands.
+    if dest.split('/').any(|s| s == "..") {
+        return reject(pass, format!("destination {dest:?} contains \"..\""));
+    }
+    let norm = if is_normal(dest) {
+        dest.to_string()
+    } else {
+        join(&normalize(dest).unwrap_or_default())
+    };
+    if norm == "/" {
+        return reject(
+            pass,
+            "a mount over / would replace the root filesystem".into(),
+        );
+    }
+    if policy.mounts.remove_service_account_token
+        && policy
+            .mounts
+            .credential_destinations
+            .iter()
+            .any(|c| is_under(c, &norm))
+    {
+        return Destination::Remove;
+    }
+    if seen.contains(&norm) {
+        return reject(pass, format!("destination {norm} is mounted twice"));
+    }
+    Destination::Keep(norm)
+}
+
+/// Checks a bind's source against the deny list; returns whether it may stay writable, or
+/// `None` when it was rejected.
+fn check_bind_source(
+    source: Option<&str>,
+    label: &str,
+    lists: &Lists<'_>,
+    pass: &mut Pass<'_>,
+) -> Option<bool> {
+    let Some(source) = source else {
+        pass.reject(Rule::Mounts, label, "bind mount without a source");
+        return None;
+    };
+    let Some(written) = normalize(source) else {
+        pass.reject(
+            Rule::Mounts,
+            label,
+            format!("bind source {source:?} is not absolute"),
+        );
+        return None;
+    };
+    let resolved = pass
+        .ctx
+        .resolved_sources
+        .get(source)
+        .and_then(|r| normalize(r));
+    for (what, segs) in [
+        ("source", Some(&written)),
+        ("resolved source", resolved.as_ref()),
+    ] {
+        let Some(segs) = segs else { continue };
+        if let Some(pattern) = lists.denied_by(segs) {
+            pass.reject(
+                Rule::Mounts,
+                label,
+                format!(
+                    "bind of denied host path: {what} {} matches or contains {pattern:?}",
+                    join(segs)
+                ),
+            );
+            return None;
+        }
+    }
+    // Writable only if the path as written and the path it really is are both allowed: a
+    // symlink inside an emptyDir must not make some other host directory writable.
+    Some(lists.writable(&written) && resolved.as_ref().is_none_or(|r| lists.writable(r)))
+}
+
 pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), HardenError> {
     let policy = pass.policy;
     let lists = Lists::new(policy);
@@ -64,84 +172,53 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
     let mut keep = vec![true; mounts.len()];
     let mut seen: Vec<String> = Vec::with_capacity(mounts.len());
     for (i, m) in mounts.iter_mut().enumerate() {
-        let field = format!("mounts[{i}]");
         let obj = m
             .as_object_mut()
-            .ok_or_else(|| HardenError::malformed(&field, "expected an object"))?;
-        let dest = json::opt_str(obj, "destination", &field)?
-            .ok_or_else(|| HardenError::malformed(format!("{field}.destination"), "missing"))?
-            .to_string();
-        let label = format!("mounts[{dest}]");
-        if !dest.starts_with('/') {
-            pass.reject(
-                Rule::Mounts,
-                label,
-                format!("destination {dest:?} is not absolute"),
-            );
-            continue;
-        }
-        if dest.split('/').any(|s| s == "..") {
-            pass.reject(
-                Rule::Mounts,
-                label,
-                format!("destination {dest:?} contains \"..\""),
-            );
-            continue;
-        }
-        let norm = join(&normalize(&dest).unwrap_or_default());
-        if norm == "/" {
-            pass.reject(
-                Rule::Mounts,
-                label,
-                "a mount over / would replace the root filesystem",
-            );
-            continue;
-        }
-        if policy.mounts.remove_service_account_token
-            && policy
-                .mounts
-                .credential_destinations
-                .iter()
-                .any(|c| is_under(c, &norm))
-        {
-            keep[i] = false;
-            pass.record(
-                Rule::Mounts,
-                label,
-                Action::Removed,
-                Some(Value::Object(obj.clone())),
-                None,
-                "credential mount: the service-account token would give the container the pod's API identity",
-            );
-            continue;
-        }
-        if seen.contains(&norm) {
-            pass.reject(
-                Rule::Mounts,
-                label,
-                format!("destination {norm} is mounted twice"),
-            );
-            continue;
-        }
-        seen.push(norm.clone());
+            .ok_or_else(|| HardenError::malformed(format!("mounts[{i}]"), "expected an object"))?;
+        let Some(dest) = mount_str(obj, "destination", i)? else {
+            return Err(HardenError::malformed(
+                format!("mounts[{i}].destination"),
+                "missing",
+            ));
+        };
+        let norm = match check_destination(dest, &seen, pass) {
+            Destination::Keep(norm) => norm,
+            Destination::Rejected => continue,
+            Destination::Remove => {
+                keep[i] = false;
+                pass.record(
+                    Rule::Mounts,
+                    format!("mounts[{dest}]"),
+                    Action::Removed,
+                    Some(std::mem::take(m)),
+                    None,
+                    "credential mount: the service-account token would give the container the pod's API identity",
+                );
+                continue;
+            }
+        };
+        let label = format!("mounts[{norm}]");
         if norm != dest {
-            obj.insert("destination".into(), Value::String(norm.clone()));
+            let before = obj.insert("destination".into(), Value::String(norm.clone()));
             pass.record(
                 Rule::Mounts,
-                format!("{label}.destination"),
+                format!(
+                    "mounts[{}].destination",
+                    before.as_ref().and_then(Value::as_str).unwrap_or_default()
+                ),
                 Action::Set,
-                Some(Value::String(dest.clone())),
+                before,
                 Some(Value::String(norm.clone())),
                 "destination in normal form",
             );
         }
-        let label = format!("mounts[{norm}]");
+        seen.push(norm);
         let before_opts = match obj.get("options") {
             None => Vec::new(),
-            Some(v) => json::string_list(v, &format!("{field}.options"))?,
+            Some(v) => json::str_list(v, &format!("mounts[{i}].options"))?,
         };
-        let kind = json::opt_str(obj, "type", &field)?.unwrap_or("");
-        let is_bind = kind == "bind" || before_opts.iter().any(|o| o == "bind" || o == "rbind");
+        let kind = mount_str(obj, "type", i)?.unwrap_or("");
+        let is_bind = kind == "bind" || before_opts.iter().any(|o| *o == "bind" || *o == "rbind");
         let effective = if is_bind { "bind" } else { kind };
         if !policy.mounts.allowed_types.iter().any(|t| t == effective) {
             pass.reject(
@@ -151,76 +228,44 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
             );
             continue;
         }
-        let mut opts = before_opts.clone();
-        let mut why: Vec<String> = Vec::new();
+        let mut opts: Vec<&str> = before_opts.clone();
+        let mut why: Vec<&str> = Vec::new();
         if is_bind {
-            let Some(source) = json::opt_str(obj, "source", &field)? else {
-                pass.reject(Rule::Mounts, label, "bind mount without a source");
+            let source = mount_str(obj, "source", i)?;
+            let Some(writable) = check_bind_source(source, &label, &lists, pass) else {
                 continue;
             };
-            let Some(written) = normalize(source) else {
-                pass.reject(
-                    Rule::Mounts,
-                    label,
-                    format!("bind source {source:?} is not absolute"),
-                );
-                continue;
-            };
-            let resolved_raw = pass.ctx.resolved_sources.get(source);
-            let resolved = resolved_raw.and_then(|r| normalize(r));
-            let mut denied = false;
-            for (what, segs) in [
-                ("source", Some(&written)),
-                ("resolved source", resolved.as_ref()),
-            ] {
-                let Some(segs) = segs else { continue };
-                if let Some(pattern) = lists.denied_by(segs) {
-                    pass.reject(
-                        Rule::Mounts,
-                        label.clone(),
-                        format!(
-                            "bind of denied host path: {what} {} matches or contains {pattern:?}",
-                            join(segs)
-                        ),
-                    );
-                    denied = true;
-                    break;
-                }
-            }
-            if denied {
-                continue;
-            }
-            let writable =
-                lists.writable(&written) && resolved.as_ref().is_none_or(|r| lists.writable(r));
-            let readonly = opts.iter().any(|o| o == "ro") && !opts.iter().any(|o| o == "rw");
+            let readonly = opts.contains(&"ro") && !opts.contains(&"rw");
             if !writable && !readonly {
-                opts.retain(|o| o != "rw");
-                opts.push("ro".to_string());
-                why.push(format!(
-                    "bind of {source} is read-only (not in mounts.writable_sources)"
-                ));
+                opts.retain(|o| *o != "rw");
+                if !opts.contains(&"ro") {
+                    opts.push("ro");
+                }
+                why.push("binds are read-only unless the source is in mounts.writable_sources");
             }
         }
-        let had_suid = opts.iter().any(|o| o == "suid" || o == "dev");
-        opts.retain(|o| o != "suid" && o != "dev");
+        // nosuid,nodev everywhere: gVisor ignores them today, but they cost nothing and keep a
+        // setuid binary or device node from meaning anything if that ever changes.
+        let had_suid = opts.iter().any(|o| *o == "suid" || *o == "dev");
+        opts.retain(|o| *o != "suid" && *o != "dev");
         let mut added = had_suid;
         for flag in ["nosuid", "nodev"] {
-            if !opts.iter().any(|o| o == flag) {
-                opts.push(flag.to_string());
+            if !opts.contains(&flag) {
+                opts.push(flag);
                 added = true;
             }
         }
         if added {
-            why.push("every mount gets nosuid,nodev".to_string());
+            why.push("every mount gets nosuid,nodev");
         }
         if opts != before_opts {
-            let after = json::strings_value(&opts);
-            obj.insert("options".into(), after.clone());
+            let after = Value::Array(opts.iter().map(|o| Value::from(*o)).collect());
+            let before = obj.insert("options".into(), after.clone());
             pass.record(
                 Rule::Mounts,
                 format!("{label}.options"),
                 Action::Set,
-                Some(json::strings_value(&before_opts)),
+                Some(before.unwrap_or(Value::Array(Vec::new()))),
                 Some(after),
                 why.join("; "),
             );

@@ -3,23 +3,40 @@
 //! bind of a host directory over /tmp is the classic way to make "scratch" mean "host disk".
 //! runsc would otherwise add its own unlimited tmpfs at /tmp.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::Pass;
 use crate::decision::{Action, Rule};
 use crate::error::HardenError;
-use crate::glob::{join, normalize};
+use crate::glob::{is_normal, join, normalize};
 use crate::json::{self, Object};
 use crate::policy::ScratchTmpfs;
 
 /// The destination of a mount in normal form, or as written when it is relative (the mounts
 /// rule rejects those).
-pub(crate) fn normalized_destination(m: &Value, field: &str) -> Result<String, HardenError> {
+pub(crate) fn normalized_destination(m: &Value, index: usize) -> Result<String, HardenError> {
+    let field = || format!("mounts[{index}]");
     let obj = m
         .as_object()
-        .ok_or_else(|| HardenError::malformed(field, "expected an object"))?;
-    let dest = json::opt_str(obj, "destination", field)?
-        .ok_or_else(|| HardenError::malformed(format!("{field}.destination"), "missing"))?;
+        .ok_or_else(|| HardenError::malformed(field(), "expected an object"))?;
+    let dest = match obj.get("destination") {
+        Some(Value::String(s)) => s.as_str(),
+        None | Some(Value::Null) => {
+            return Err(HardenError::malformed(
+                format!("{}.destination", field()),
+                "missing",
+            ))
+        }
+        Some(_) => {
+            return Err(HardenError::malformed(
+                format!("{}.destination", field()),
+                "expected a string",
+            ))
+        }
+    };
+    if is_normal(dest) {
+        return Ok(dest.to_string());
+    }
     Ok(match normalize(dest) {
         Some(segs) => join(&segs),
         None => dest.to_string(),
@@ -35,12 +52,14 @@ pub(crate) fn desired_mount(t: &ScratchTmpfs) -> Value {
     }
     options.extend(t.options.iter().cloned());
     options.push(format!("size={}", t.size.0));
-    json!({
-        "destination": t.path,
-        "type": "tmpfs",
-        "source": "tmpfs",
-        "options": options
-    })
+    // Built by hand rather than with json!, which would go through serde: this runs for every
+    // scratch path of every container.
+    let mut m = Object::new();
+    m.insert("destination".into(), Value::String(t.path.clone()));
+    m.insert("type".into(), Value::from("tmpfs"));
+    m.insert("source".into(), Value::from("tmpfs"));
+    m.insert("options".into(), json::strings_value(&options));
+    Value::Object(m)
 }
 
 fn is_strict_ancestor(ancestor: &str, path: &str) -> bool {
@@ -58,12 +77,12 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
         spec.insert("mounts".into(), Value::Array(Vec::new()));
     }
     let mounts = json::opt_array_mut(spec, "mounts", "")?.expect("ensured above");
+    let mut dests = Vec::with_capacity(mounts.len() + pass.policy.scratch.tmpfs.len());
+    for (i, m) in mounts.iter().enumerate() {
+        dests.push(normalized_destination(m, i)?);
+    }
     for t in &pass.policy.scratch.tmpfs {
         let desired = desired_mount(t);
-        let mut dests = Vec::with_capacity(mounts.len());
-        for (i, m) in mounts.iter().enumerate() {
-            dests.push(normalized_destination(m, &format!("mounts[{i}]"))?);
-        }
         let at: Vec<usize> = (0..dests.len()).filter(|&i| dests[i] == t.path).collect();
         // Already exactly right (hardened before)? Then it must also sit after its ancestors.
         if at.len() == 1 && mounts[at[0]] == desired {
@@ -99,6 +118,7 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
             pos = child;
         }
         mounts.insert(pos, desired.clone());
+        dests.insert(pos, t.path.clone());
         pass.record(
             Rule::Scratch,
             format!("mounts[{}]", t.path),

@@ -231,3 +231,16 @@ fn malformed_mounts_are_malformed() {
         ));
     }
 }
+
+#[test]
+fn conflicting_ro_and_rw_end_as_a_single_ro() {
+    let h = harden_ok(&with_mount(bind(
+        "/srv/a",
+        "/a",
+        json!(["bind", "ro", "rw"]),
+    )));
+    assert_eq!(
+        mount_at(&h.spec, "/a").unwrap()["options"],
+        json!(["bind", "ro", "nosuid", "nodev"])
+    );
+}
