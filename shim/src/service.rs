@@ -155,6 +155,7 @@ impl Shim {
     }
 
     pub async fn close_io(&self, id: &str, exec_id: &str, stdin: bool) -> Result<()> {
+        log::debug!("close_io {id} exec {exec_id:?} stdin={stdin}");
         if stdin {
             self.get(id).await?.close_stdin(exec_id).await?;
         }

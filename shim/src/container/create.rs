@@ -272,6 +272,7 @@ impl Container {
             init: Arc::new(Process::new("", p.stdio.clone(), None)),
             execs: Default::default(),
             timed_out: AtomicBool::new(false),
+            start_lock: Default::default(),
             oom_reported: AtomicBool::new(false),
             lifetime_task: Default::default(),
         });

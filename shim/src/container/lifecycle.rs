@@ -25,6 +25,7 @@ fn runtime_err(op: &str, id: &str, e: RuntimeError) -> ShimError {
 
 impl Container {
     pub async fn start(self: &Arc<Self>) -> Result<u32> {
+        let _starting = self.start_lock.lock().await;
         // Validate the transition before touching runsc, apply it after runsc agreed.
         let state = self.init.state();
         if !matches!(state, State::Created { .. }) {
@@ -105,6 +106,8 @@ impl Container {
                 }
             }
         };
+        // An exit during Start waits until Start has recorded the start and sent TaskStart.
+        drop(self.start_lock.lock().await);
         // Terminal output still in flight must reach the client before the exit does.
         let init = self.init.clone();
         let _ = tokio::task::spawn_blocking(move || init.io.wait_output()).await;

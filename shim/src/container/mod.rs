@@ -75,6 +75,10 @@ pub struct Container {
     init: Arc<Process>,
     execs: Mutex<HashMap<String, Arc<Process>>>,
     timed_out: AtomicBool,
+    /// Held by Start from `runsc start` until TaskStart is out, and by the exit handler before it
+    /// records the exit: a task that exits at once must not be seen as stopped by Start itself,
+    /// and its TaskExit must not overtake its TaskStart.
+    start_lock: Mutex<()>,
     /// TaskOOM is published once, by the cgroup's OOM notification or by the exit, whichever
     /// comes first.
     oom_reported: AtomicBool,
