@@ -15,7 +15,11 @@ fn setup() -> (Containerd, TestImage) {
 /// Starts a detached long-running task and waits until it runs.
 fn start_sleeper(c: &Containerd, image: &TestImage, id: &str) {
     let out = c
-        .run_output(&Run::new(image.reference(), id).detach().cmd(["sleep", "600"]))
+        .run_output(
+            &Run::new(image.reference(), id)
+                .detach()
+                .cmd(["sleep", "600"]),
+        )
         .unwrap();
     assert!(out.success(), "{out}");
     wait_running(c, id);
@@ -36,7 +40,11 @@ fn remove(c: &Containerd, id: &str) {
     let _ = c.ctr().args(["task", "kill", "-s", "SIGKILL", id]).output();
     poll_until("task stopped", Duration::from_secs(10), || {
         let out = c.ctr().args(["task", "ls"]).output().ok()?;
-        (!out.stdout.lines().any(|l| l.starts_with(id) && l.contains("RUNNING"))).then_some(())
+        (!out
+            .stdout
+            .lines()
+            .any(|l| l.starts_with(id) && l.contains("RUNNING")))
+        .then_some(())
     })
     .unwrap();
     c.ctr().args(["task", "delete", id]).checked().unwrap();
@@ -63,10 +71,15 @@ fn sigkill_gives_137_and_sigterm_gives_143() {
     for (signal, want) in [("SIGKILL", 137), ("SIGTERM", 143)] {
         let id = unique_id("sig");
         // An attached `ctr run` exits with the task's status (ctr 1.6 has no `task wait`).
-        let args = Run::new(image.reference(), &id).cmd(["sleep", "600"]).ctr_args_for(&c);
+        let args = Run::new(image.reference(), &id)
+            .cmd(["sleep", "600"])
+            .ctr_args_for(&c);
         let mut child = c.ctr().args(&args).spawn().unwrap();
         wait_running(&c, &id);
-        c.ctr().args(["task", "kill", "-s", signal, &id]).checked().unwrap();
+        c.ctr()
+            .args(["task", "kill", "-s", signal, &id])
+            .checked()
+            .unwrap();
         let status = child.wait().unwrap();
         assert_eq!(status.code(), Some(want), "{signal}");
         assert_nothing_left(&c, &id, &Runtime::hardened());
@@ -80,7 +93,11 @@ fn exec_runs_hardened_even_when_asking_for_root() {
     let id = unique_id("exec");
     start_sleeper(&c, &image, &id);
     let out = c
-        .exec(&id, &["--user", "0"], ["sh", "-c", "id; sandbox-probe caps; sandbox-probe nnp"])
+        .exec(
+            &id,
+            &["--user", "0"],
+            ["sh", "-c", "id; sandbox-probe caps; sandbox-probe nnp"],
+        )
         .checked()
         .unwrap();
     assert!(out.stdout.contains("uid=65534"), "{out}");
@@ -101,7 +118,11 @@ fn exec_with_a_terminal_sees_a_tty() {
     let id = unique_id("exectty");
     start_sleeper(&c, &image, &id);
     let out = c
-        .exec(&id, &["-t"], ["sh", "-c", "test -t 0 && echo has-tty; id -u"])
+        .exec(
+            &id,
+            &["-t"],
+            ["sh", "-c", "test -t 0 && echo has-tty; id -u"],
+        )
         .output_in_pty(b"")
         .unwrap();
     assert!(out.stdout.contains("has-tty"), "{out}");
@@ -115,7 +136,10 @@ fn exec_with_a_terminal_sees_a_tty() {
 fn interactive_run_with_a_terminal_reads_input_and_writes_output() {
     let (c, image) = setup();
     let id = unique_id("tty");
-    let args = Run::new(image.reference(), &id).flags(["-t"]).cmd(["sh"]).ctr_args_for(&c);
+    let args = Run::new(image.reference(), &id)
+        .flags(["-t"])
+        .cmd(["sh"])
+        .ctr_args_for(&c);
     let out = c
         .ctr()
         .args(&args)
@@ -143,7 +167,11 @@ fn stdin_reaches_the_task() {
         .timeout(Duration::from_secs(60))
         .checked()
         .unwrap();
-    assert_eq!(out.stdout.split_whitespace().collect::<Vec<_>>(), ["3", "done"], "{out}");
+    assert_eq!(
+        out.stdout.split_whitespace().collect::<Vec<_>>(),
+        ["3", "done"],
+        "{out}"
+    );
     assert_nothing_left(&c, &id, &Runtime::hardened());
     assert_clean_shutdown(c);
 }
@@ -156,7 +184,12 @@ fn output_is_complete_and_in_order() {
         .run_output(&Run::new(image.reference(), &id).sh("seq 1 20000"))
         .unwrap();
     let want: String = (1..=20000).map(|i| format!("{i}\n")).collect();
-    assert!(out.stdout == want, "output differs: {} bytes vs {}", out.stdout.len(), want.len());
+    assert!(
+        out.stdout == want,
+        "output differs: {} bytes vs {}",
+        out.stdout.len(),
+        want.len()
+    );
     assert_nothing_left(&c, &id, &Runtime::hardened());
     assert_clean_shutdown(c);
 }
@@ -167,7 +200,13 @@ fn metrics_show_memory_cpu_and_pids() {
     let id = unique_id("metrics");
     start_sleeper(&c, &image, &id);
     let out = c.ctr().args(["task", "metrics", &id]).checked().unwrap();
-    for want in ["memory.usage_in_bytes", "memory.limit_in_bytes", "cpuacct.usage", "pids.current", "pids.limit"] {
+    for want in [
+        "memory.usage_in_bytes",
+        "memory.limit_in_bytes",
+        "cpuacct.usage",
+        "pids.current",
+        "pids.limit",
+    ] {
         assert!(out.stdout.contains(want), "{want} missing: {out}");
     }
     // The policy's ceilings are what the host enforces: 2Gi, and 32 + 12 * 512 host tasks.
@@ -177,7 +216,11 @@ fn metrics_show_memory_cpu_and_pids() {
             .find(|l| l.starts_with(k))
             .map(|l| l.split_whitespace().last().unwrap_or_default().to_string())
     };
-    assert_eq!(line("memory.limit_in_bytes").as_deref(), Some("2147483648"), "{out}");
+    assert_eq!(
+        line("memory.limit_in_bytes").as_deref(),
+        Some("2147483648"),
+        "{out}"
+    );
     assert_eq!(line("pids.limit").as_deref(), Some("6176"), "{out}");
     remove(&c, &id);
     assert_nothing_left(&c, &id, &Runtime::hardened());
@@ -193,10 +236,20 @@ fn ps_pause_and_resume_work() {
     assert!(out.stdout.lines().count() >= 2, "{out}");
     c.ctr().args(["task", "pause", &id]).checked().unwrap();
     let out = c.ctr().args(["task", "ls"]).checked().unwrap();
-    assert!(out.stdout.lines().any(|l| l.starts_with(&id) && l.contains("PAUSED")), "{out}");
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with(&id) && l.contains("PAUSED")),
+        "{out}"
+    );
     c.ctr().args(["task", "resume", &id]).checked().unwrap();
     let out = c.ctr().args(["task", "ls"]).checked().unwrap();
-    assert!(out.stdout.lines().any(|l| l.starts_with(&id) && l.contains("RUNNING")), "{out}");
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with(&id) && l.contains("RUNNING")),
+        "{out}"
+    );
     remove(&c, &id);
     assert_nothing_left(&c, &id, &Runtime::hardened());
     assert_clean_shutdown(c);
