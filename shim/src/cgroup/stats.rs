@@ -35,6 +35,45 @@ fn pack<M: MessageFull>(message: &M) -> Result<Any, CgroupError> {
     Ok(any)
 }
 
+/// A pod's later container has no host cgroup of its own that holds its processes (they run in
+/// the pod's sentry): its numbers come from the sentry's accounting, `runsc events --stats`,
+/// repacked as v1 metrics so containerd and CRI read them like any other.
+pub fn sentry_metrics_any(event: &serde_json::Value) -> Result<Any, CgroupError> {
+    let data = event.get("data").unwrap_or(event);
+    let num = |path: &str| {
+        data.pointer(path)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0)
+    };
+    let mut m = v1::Metrics::new();
+    let mut usage = v1::CPUUsage::new();
+    usage.total = num("/cpu/usage/total");
+    usage.kernel = num("/cpu/usage/kernel");
+    usage.user = num("/cpu/usage/user");
+    usage.per_cpu = data
+        .pointer("/cpu/usage/percpu")
+        .and_then(serde_json::Value::as_array)
+        .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+        .unwrap_or_default();
+    let mut cpu = v1::CPUStat::new();
+    cpu.usage = MessageField::some(usage);
+    m.cpu = MessageField::some(cpu);
+    let mut entry = v1::MemoryEntry::new();
+    entry.usage = num("/memory/usage/usage");
+    entry.limit = num("/memory/usage/limit");
+    entry.max = num("/memory/usage/max");
+    entry.failcnt = num("/memory/usage/failcnt");
+    let mut memory = v1::MemoryStat::new();
+    memory.cache = num("/memory/cache");
+    memory.usage = MessageField::some(entry);
+    m.memory = MessageField::some(memory);
+    let mut pids = v1::PidsStat::new();
+    pids.current = num("/pids/current");
+    pids.limit = num("/pids/limit");
+    m.pids = MessageField::some(pids);
+    pack(&m)
+}
+
 /// cgroup v1 metrics from the memory, cpu, cpuacct and pids controllers.
 pub fn v1_metrics(cgroup: &SandboxCgroup) -> Result<v1::Metrics, CgroupError> {
     let mut m = v1::Metrics::new();
@@ -232,6 +271,29 @@ pub fn v2_metrics(dir: &Path) -> Result<v2::Metrics, CgroupError> {
 
 fn limit_or_zero(path: &Path) -> Result<u64, CgroupError> {
     Ok(files::read_limit(path)?.unwrap_or(0))
+}
+
+#[cfg(test)]
+mod sentry_tests {
+    use super::*;
+    use containerd_shim_protos::protobuf::Message;
+
+    #[test]
+    fn sentry_stats_event_becomes_v1_metrics() {
+        let event = serde_json::json!({"type": "stats", "id": "c1", "data": {
+            "cpu": {"usage": {"total": 900, "kernel": 200, "user": 700, "percpu": [400, 500]}},
+            "memory": {"cache": 10, "usage": {"usage": 4096, "limit": 1024000, "max": 8192, "failcnt": 0}},
+            "pids": {"current": 3, "limit": 0}
+        }});
+        let any = sentry_metrics_any(&event).unwrap();
+        assert_eq!(any.type_url, "io.containerd.cgroups.v1.Metrics");
+        let m = v1::Metrics::parse_from_bytes(&any.value).unwrap();
+        assert_eq!(m.cpu.usage.total, 900);
+        assert_eq!(m.cpu.usage.per_cpu, vec![400, 500]);
+        assert_eq!(m.memory.usage.usage, 4096);
+        assert_eq!(m.memory.usage.limit, 1024000);
+        assert_eq!(m.pids.current, 3);
+    }
 }
 
 #[cfg(test)]

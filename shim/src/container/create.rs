@@ -266,7 +266,7 @@ impl Container {
             subject,
             audit,
             policy,
-            sandbox_id: sandbox.as_ref().map(|s| s.id.clone()),
+            pod_sandbox: sandbox.clone(),
             pod_namespace_paths: Default::default(),
             rootfs_mounted: !p.rootfs.is_empty(),
             init: Arc::new(Process::new("", p.stdio.clone(), None)),
@@ -295,7 +295,9 @@ impl Container {
         } else {
             None
         };
-        let stdio = if p.stdio.terminal {
+        // A pod's app container gets its streams at start: runsc hands `runsc start`'s own stdio
+        // to a subcontainer (and create's to the sandbox's first container).
+        let stdio = if p.stdio.terminal || self.pod_sandbox.is_some() {
             stdio::RunscStdio::default()
         } else {
             self.init.io.open_pipes(&p.stdio)?
@@ -317,8 +319,35 @@ impl Container {
                 .map_err(|e| ShimError::Internal(e.to_string()))??;
             self.init.io.attach_console(master, &p.stdio)?;
         }
+        // runsc writes the sandbox's pid, also for a pod's later containers.
         let pid = stdio::read_pid_file(&pid_file)
             .map_err(|e| ShimError::Runsc(format!("reading runsc's pid file: {e}")))?;
+        match &self.pod_sandbox {
+            Some(sandbox) => {
+                // The pod's sandbox process and cgroups are the first container's; this one's
+                // exit comes from `runsc wait` once it has started.
+                if let Some(probe) = sandbox.cgroup.get() {
+                    let _ = self.cgroup.set(probe.clone());
+                }
+                self.init.transition(|s| s.created(pid as u32))?;
+            }
+            None => self.watch_sandbox(pid)?,
+        }
+        self.events()
+            .create(
+                &self.id,
+                &self.bundle.display().to_string(),
+                task_io(&p.stdio),
+                pid as u32,
+            )
+            .await;
+        log::info!("container {} created, sandbox pid {pid}", self.id);
+        Ok(self)
+    }
+
+    /// The first container of a sandbox: its exit is the sandbox process's exit, its cgroups are
+    /// the sandbox's, its namespaces are what the pod's later containers join.
+    fn watch_sandbox(self: &Arc<Self>, pid: i32) -> Result<()> {
         let exit = self
             .env
             .reaper
@@ -331,7 +360,7 @@ impl Container {
             Ok(probe) => {
                 match OomWatcher::start(probe.cgroup()) {
                     Ok(mut watcher) => {
-                        let weak = Arc::downgrade(&self);
+                        let weak = Arc::downgrade(self);
                         tokio::spawn(async move {
                             // Ends when the cgroup goes away (runsc delete) or the container does.
                             while let Ok(true) = watcher.next().await {
@@ -346,7 +375,10 @@ impl Container {
                 }
                 let _ = self.cgroup.set(probe);
             }
-            Err(e) => log::warn!("container {}: sandbox cgroups: {e}; OOM and process-limit exits will not be told apart", self.id),
+            Err(e) => log::warn!(
+                "container {}: sandbox cgroups: {e}; OOM and process-limit exits will not be told apart",
+                self.id
+            ),
         }
         let pod_paths = ["net", "ipc", "uts", "pid"]
             .iter()
@@ -358,16 +390,7 @@ impl Container {
             let status = exit.await;
             watcher.on_init_exit(status).await;
         });
-        self.events()
-            .create(
-                &self.id,
-                &self.bundle.display().to_string(),
-                task_io(&p.stdio),
-                pid as u32,
-            )
-            .await;
-        log::info!("container {} created, sandbox pid {pid}", self.id);
-        Ok(self)
+        Ok(())
     }
 
     /// Leaves nothing behind after a failed Create: runsc state, sandbox, mounts.

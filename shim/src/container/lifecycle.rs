@@ -35,11 +35,20 @@ impl Container {
             }
             .into());
         }
-        self.runtime
-            .start(&self.id, None)
-            .await
-            .map_err(|e| runtime_err("start", &self.id, e))?;
+        let sub = self.pod_sandbox.is_some();
+        let stdio = if sub && !self.init.stdio.terminal {
+            Some(self.init.io.open_pipes(&self.init.stdio)?)
+        } else {
+            None
+        };
+        if let Err(e) = self.runtime.start(&self.id, stdio).await {
+            self.init.io.close();
+            return Err(runtime_err("start", &self.id, e));
+        }
         let pid = self.init.transition(|s| s.start())?;
+        if sub {
+            self.watch_subcontainer();
+        }
         self.arm_lifetime();
         self.events().start(&self.id, pid).await;
         let mut rec = self.record(AuditEvent::Start);
@@ -47,6 +56,31 @@ impl Container {
         self.audit_best_effort(&rec);
         log::info!("container {} started", self.id);
         Ok(pid)
+    }
+
+    /// A pod's later container: its exit comes from `runsc wait`, which the sandbox answers as
+    /// long as it lives. When the whole sandbox goes (pod stopped, sandbox killed), the wait
+    /// fails and the container is reported killed.
+    fn watch_subcontainer(self: &Arc<Self>) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let code = match me.runtime.wait(&me.id).await {
+                Ok(code) => code,
+                Err(e) => {
+                    log::warn!("container {}: runsc wait: {e}; reporting it killed", me.id);
+                    128 + libc::SIGKILL as u32
+                }
+            };
+            let status = if code > 128 {
+                ExitStatus::Signaled {
+                    signal: (code - 128) as i32,
+                    core_dumped: false,
+                }
+            } else {
+                ExitStatus::Exited(code as i32)
+            };
+            me.on_init_exit(status).await;
+        });
     }
 
     /// The policy's wall-clock limit: SIGTERM to every process, a grace period, then SIGKILL.
@@ -205,7 +239,14 @@ impl Container {
                     .await
                     .or_else(ignore_gone)
                     .map_err(|e| runtime_err("delete", &self.id, e))?;
-                if tokio::time::timeout(REAP_AFTER_DELETE, self.init.wait())
+                if self.pod_sandbox.is_some() {
+                    // Never started: no process of its own ever ran, nothing to wait for.
+                    self.init.record_exit(Exit {
+                        status: 128 + libc::SIGKILL as u32,
+                        at: SystemTime::now(),
+                        cause: ExitCause::Normal,
+                    });
+                } else if tokio::time::timeout(REAP_AFTER_DELETE, self.init.wait())
                     .await
                     .is_err()
                 {

@@ -65,9 +65,9 @@ pub struct Container {
     lifetime: Lifetime,
     /// The sandbox's cgroups and their counters at create: how it died is read from them.
     cgroup: std::sync::OnceLock<crate::cgroup::exit_cause::ExitProbe>,
-    /// Set when this container joined another container's sandbox (a pod's app container).
-    #[allow(dead_code)] // read by the pod support (issue 4)
-    sandbox_id: Option<String>,
+    /// The pod's first container, when this one joined its runsc sandbox (a pod's app
+    /// container, per the CRI annotations). All containers of a pod share one sandbox.
+    pod_sandbox: Option<Arc<Container>>,
     /// Host paths of this sandbox's namespaces, offered to the pod's later containers; set
     /// once the sandbox process exists.
     pod_namespace_paths: std::sync::OnceLock<Vec<String>>,

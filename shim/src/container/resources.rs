@@ -37,8 +37,16 @@ impl Container {
     }
 
     pub async fn stats(&self) -> Result<StatsResponse> {
-        let any = crate::cgroup::stats::metrics_any(self.sandbox_cgroup()?)
-            .map_err(|e| ShimError::Internal(format!("stats of {}: {e}", self.id)))?;
+        let any = if self.pod_sandbox.is_some() {
+            let event =
+                self.runtime.stats(&self.id).await.map_err(|e| {
+                    ShimError::Runsc(format!("runsc events --stats {}: {e}", self.id))
+                })?;
+            crate::cgroup::stats::sentry_metrics_any(&event)
+        } else {
+            crate::cgroup::stats::metrics_any(self.sandbox_cgroup()?)
+        }
+        .map_err(|e| ShimError::Internal(format!("stats of {}: {e}", self.id)))?;
         let mut resp = StatsResponse::new();
         resp.stats = Some(any).into();
         Ok(resp)

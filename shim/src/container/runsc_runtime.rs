@@ -13,7 +13,7 @@ use policy_injector::{NetworkMode, Policy, RunscFlags};
 use super::runtime::{CreateCall, ExecCall, KillTarget, RuntimeError, SandboxRuntime};
 use crate::runsc::client::{ExecOpts, Runsc};
 use crate::runsc::command::{
-    ExtraFlag, GlobalFlags, HostUds, LogFormat, Network, Overlay, Platform,
+    ExtraFlag, GlobalFlags, HostUds, LogFormat, Network, Overlay, Platform, WaitTarget,
 };
 use crate::runsc::error::RunscError;
 use crate::runsc::features::Features;
@@ -197,6 +197,17 @@ impl SandboxRuntime for RunscRuntime {
             .filter(|p| *p > 0)
             .map(|p| p as u32)
             .collect())
+    }
+
+    async fn wait(&self, id: &str) -> Result<u32, RuntimeError> {
+        self.client
+            .wait(id, WaitTarget::Init)
+            .await
+            .map_err(map_err)
+    }
+
+    async fn stats(&self, id: &str) -> Result<serde_json::Value, RuntimeError> {
+        self.client.stats(id).await.map_err(map_err)
     }
 
     async fn update(&self, id: &str, resources: &[u8]) -> Result<bool, RuntimeError> {

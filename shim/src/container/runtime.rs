@@ -59,6 +59,11 @@ pub trait SandboxRuntime: Send + Sync {
     async fn resume(&self, id: &str) -> Result<(), RuntimeError>;
     /// Pids of the container's processes, as seen inside the sandbox.
     async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeError>;
+    /// Waits for a pod's later container to exit (its own process, not the sandbox's);
+    /// containerd's code (exit code, or 128 + signal).
+    async fn wait(&self, id: &str) -> Result<u32, RuntimeError>;
+    /// The sentry's own accounting for one container (`runsc events --stats`), as JSON.
+    async fn stats(&self, id: &str) -> Result<serde_json::Value, RuntimeError>;
     /// Applies new resources through runsc itself; `Ok(false)` when this runsc cannot (then the
     /// shim writes the sandbox's cgroup files).
     async fn update(&self, id: &str, resources: &[u8]) -> Result<bool, RuntimeError>;
