@@ -15,11 +15,8 @@ mod logger;
 mod options;
 mod policy_source;
 mod process;
-// Parts of the OS layer (state, wait, stats, update) are wired in as their callers land.
-#[allow(dead_code)]
 mod reaper;
 mod rootfs;
-#[allow(dead_code)]
 mod runsc;
 mod server;
 mod service;

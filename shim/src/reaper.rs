@@ -64,6 +64,7 @@ impl ExitStatus {
         matches!(self, ExitStatus::Exited(0))
     }
 
+    #[cfg(test)]
     /// The signal that killed the process, if one did.
     pub fn signal(&self) -> Option<i32> {
         match *self {
@@ -198,6 +199,7 @@ impl Future for ExitFuture {
 }
 
 impl ExitFuture {
+    #[cfg(test)]
     /// Blocks the calling thread until the exit, for synchronous code (e.g. cleanup in `Drop`).
     /// Panics inside an async context: there, `.await` the future instead.
     pub fn wait_blocking(self) -> ExitStatus {
@@ -290,6 +292,7 @@ impl Reaper {
         })
     }
 
+    #[cfg(test)]
     /// An exit collected for `pid` that nobody has claimed yet (for diagnostics and tests).
     pub fn unclaimed(&self, pid: i32) -> Option<ExitStatus> {
         lock(&self.inner).unclaimed.get(&pid).copied()

@@ -14,7 +14,7 @@
 //! (`--console-socket`); the shim copies between the master and the fifos and resizes it.
 
 use std::fs::{File, OpenOptions};
-use std::io::{IoSliceMut, Read, Write};
+use std::io::{IoSliceMut, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixListener;
@@ -306,15 +306,6 @@ impl ConsoleSocket {
     }
 }
 
-/// Reads a pid file runsc wrote.
-pub fn read_pid_file(path: &Path) -> std::io::Result<i32> {
-    let mut s = String::new();
-    File::open(path)?.read_to_string(&mut s)?;
-    s.trim()
-        .parse()
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{path:?}: {e}")))
-}
-
 /// Writes `bytes` and flushes; used for small state files in the bundle.
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
@@ -335,6 +326,7 @@ pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use nix::sys::stat::Mode;
+    use std::io::Read;
 
     fn fifo(dir: &Path, name: &str) -> String {
         let p = dir.join(name);
@@ -415,15 +407,5 @@ mod tests {
         let mut buf = [0u8; 16];
         let n = client.read(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"out\n");
-    }
-
-    #[test]
-    fn pid_file_parses_trimmed_number() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("pid");
-        std::fs::write(&p, "1234\n").unwrap();
-        assert_eq!(read_pid_file(&p).unwrap(), 1234);
-        std::fs::write(&p, "x").unwrap();
-        assert!(read_pid_file(&p).is_err());
     }
 }

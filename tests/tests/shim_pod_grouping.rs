@@ -12,7 +12,11 @@ fn running(c: &Containerd, id: &str) -> bool {
     c.ctr()
         .args(["task", "ls"])
         .output()
-        .map(|o| o.stdout.lines().any(|l| l.starts_with(id) && l.contains("RUNNING")))
+        .map(|o| {
+            o.stdout
+                .lines()
+                .any(|l| l.starts_with(id) && l.contains("RUNNING"))
+        })
         .unwrap_or(false)
 }
 
@@ -34,7 +38,10 @@ fn containers_of_one_pod_share_one_shim_and_one_sandbox() {
         )
         .unwrap();
     assert!(out.success(), "{out}");
-    poll_until("sandbox running", Duration::from_secs(10), || running(&c, &sb).then_some(())).unwrap();
+    poll_until("sandbox running", Duration::from_secs(10), || {
+        running(&c, &sb).then_some(())
+    })
+    .unwrap();
     let out = c
         .run_output(
             &Run::new(image.reference(), &app)
@@ -52,10 +59,19 @@ fn containers_of_one_pod_share_one_shim_and_one_sandbox() {
         .filter(|p| p.cmdline.contains("containerd-shim-gvisor-hardened-v1"))
         .count();
     assert_eq!(shims, 1, "one shim per pod");
-    c.ctr().args(["task", "kill", "-s", "SIGKILL", &sb]).checked().unwrap();
-    poll_until("sandbox stopped", Duration::from_secs(10), || (!running(&c, &sb)).then_some(())).unwrap();
+    c.ctr()
+        .args(["task", "kill", "-s", "SIGKILL", &sb])
+        .checked()
+        .unwrap();
+    poll_until("sandbox stopped", Duration::from_secs(10), || {
+        (!running(&c, &sb)).then_some(())
+    })
+    .unwrap();
     c.ctr().args(["task", "delete", &sb]).checked().unwrap();
-    c.ctr().args(["container", "delete", &sb]).checked().unwrap();
+    c.ctr()
+        .args(["container", "delete", &sb])
+        .checked()
+        .unwrap();
     assert_nothing_left(&c, &app, &Runtime::hardened());
     assert_nothing_left(&c, &sb, &Runtime::hardened());
     assert_clean_shutdown(c);

@@ -320,7 +320,7 @@ impl Container {
             self.init.io.attach_console(master, &p.stdio)?;
         }
         // runsc writes the sandbox's pid, also for a pod's later containers.
-        let pid = stdio::read_pid_file(&pid_file)
+        let pid = crate::runsc::client::read_pid_file(&pid_file)
             .map_err(|e| ShimError::Runsc(format!("reading runsc's pid file: {e}")))?;
         match &self.pod_sandbox {
             Some(sandbox) => {

@@ -143,9 +143,9 @@ impl Container {
                 .map_err(|e| ShimError::Internal(e.to_string()))??;
             p.io.attach_console(master, &p.stdio)?;
         }
-        let pid = stdio::read_pid_file(&pid_file)
+        let pid = crate::runsc::client::read_pid_file(&pid_file)
             .map_err(|e| ShimError::Runsc(format!("reading exec pid file: {e}")))?;
-        if let Ok(guest) = stdio::read_pid_file(&internal_pid_file) {
+        if let Ok(guest) = crate::runsc::client::read_pid_file(&internal_pid_file) {
             p.set_guest_pid(guest);
         }
         let exit = self

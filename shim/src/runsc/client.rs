@@ -36,6 +36,7 @@ pub struct ProcessIo {
     pub stderr: Option<OwnedFd>,
 }
 
+#[cfg(test)]
 /// `runsc state` output.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct State {
@@ -47,6 +48,7 @@ pub struct State {
     pub bundle: String,
 }
 
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
@@ -152,6 +154,7 @@ impl Runsc {
         })
     }
 
+    #[cfg(test)]
     pub fn with_timeout(mut self, timeout: Duration) -> Runsc {
         self.timeout = timeout;
         self
@@ -162,6 +165,7 @@ impl Runsc {
         &self.global
     }
 
+    #[cfg(test)]
     pub fn features(&self) -> &Features {
         &self.features
     }
@@ -171,6 +175,7 @@ impl Runsc {
         &self.adjustments
     }
 
+    #[cfg(test)]
     /// The argv (after the binary) a subcommand runs with; for logs and the audit.
     pub fn args(&self, sub: &Subcommand) -> Vec<std::ffi::OsString> {
         argv(&self.global, sub)
@@ -204,6 +209,7 @@ impl Runsc {
         }
     }
 
+    #[cfg(test)]
     pub async fn state(&self, id: &str) -> Result<State, RunscError> {
         let sub = Subcommand::State { id: id.into() };
         let out = self.run(sub, None).await?;

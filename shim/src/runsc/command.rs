@@ -1,6 +1,10 @@
 //! Typed runsc command lines: [`Subcommand`] and the argv it builds after the global flags
 //! ([`super::flags::GlobalFlags`]); an exact test per subcommand.
 
+// This module spells runsc's command line completely (every value a flag takes, every
+// subcommand the shim may issue), so some values exist only to be refused or parsed.
+#![allow(dead_code)]
+
 use std::ffi::OsString;
 use std::path::PathBuf;
 

@@ -10,7 +10,9 @@
 
 use std::collections::BTreeSet;
 
-use super::flags::{GlobalFlags, HostUds, Overlay, Platform};
+#[cfg(test)]
+use super::flags::Platform;
+use super::flags::{GlobalFlags, HostUds, Overlay};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Features {
@@ -191,6 +193,7 @@ impl Features {
         }
     }
 
+    #[cfg(test)]
     /// Does the installed platform list allow `platform`? Used when a policy names one.
     pub fn has_platform(&self, platform: Platform) -> bool {
         self.platforms.contains(platform.as_str())
