@@ -86,11 +86,13 @@ impl Sources {
     }
 }
 
+/// A policy the shim would refuse must not be installed: every Create under its handler would
+/// fail. The same strict parser the shim uses checks it here.
 fn check_toml(path: &Path) -> Result<(), String> {
     let text = fs::read_to_string(path).map_err(|e| format!("policy {}: {e}", path.display()))?;
-    text.parse::<toml_edit::DocumentMut>()
+    policy_injector::Policy::from_toml_str(&text)
         .map(|_| ())
-        .map_err(|e| format!("policy {} is not valid TOML: {e}", path.display()))
+        .map_err(|e| format!("policy {}: {e}", path.display()))
 }
 
 /// The extra classes among the policy sources.
@@ -146,7 +148,32 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = sources(d.path());
         fs::write(s.policy_dir.join("policy.toml"), "[[[").unwrap();
-        assert!(s.validate().unwrap_err().contains("not valid TOML"));
+        let err = s.validate().unwrap_err();
+        assert!(
+            err.contains("policy.toml") && err.contains("line 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn policy_the_shim_would_refuse_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let s = sources(d.path());
+        // Valid TOML, invalid policy: an unknown key and a bad size.
+        fs::write(
+            s.policy_dir.join("policy.toml"),
+            "[resources]\nmemory = \"2 gigs\"\n",
+        )
+        .unwrap();
+        let err = s.validate().unwrap_err();
+        assert!(err.contains("resources.memory"), "{err}");
+        fs::write(
+            s.policy_dir.join("policy.toml"),
+            "[root]\nread_only = true\n",
+        )
+        .unwrap();
+        let err = s.validate().unwrap_err();
+        assert!(err.contains("read_only"), "{err}");
     }
 
     #[test]

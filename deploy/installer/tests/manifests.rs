@@ -100,6 +100,19 @@ fn policies_configmap_yields_exactly_the_runtime_class_handlers() {
 }
 
 #[test]
+fn shipped_policies_load_with_the_shims_own_parser() {
+    for name in [DEFAULT_POLICY_FILE, "gvisor-hardened-tool.toml"] {
+        let path = repo()
+            .join("deploy/kustomize/runtimeclasses/policies")
+            .join(name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        if let Err(e) = policy_injector::Policy::from_toml_str(&text) {
+            panic!("{}: {e}", path.display());
+        }
+    }
+}
+
+#[test]
 fn tool_policy_is_the_strict_one() {
     let text = std::fs::read_to_string(
         repo().join("deploy/kustomize/runtimeclasses/policies/gvisor-hardened-tool.toml"),

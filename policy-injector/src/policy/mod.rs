@@ -4,6 +4,8 @@ mod locate;
 mod sections;
 mod validate;
 
+pub use validate::ALLOWED_EXTRA_FLAGS;
+
 use serde::{Deserialize, Serialize};
 
 pub use sections::*;

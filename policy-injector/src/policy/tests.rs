@@ -137,6 +137,16 @@ fn semantic_errors_name_key_and_line() {
             2,
         ),
         (
+            "[runsc.extra_flags]\nfdlimit = \"lots\"\n",
+            "runsc.extra_flags.fdlimit",
+            2,
+        ),
+        (
+            "[runsc.extra_flags]\nfile-access = \"sometimes\"\n",
+            "runsc.extra_flags.file-access",
+            2,
+        ),
+        (
             "[annotations]\nstrip_prefixes = [\"io.\"]\n",
             "annotations.strip_prefixes",
             2,

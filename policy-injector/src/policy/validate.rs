@@ -5,7 +5,8 @@ use crate::error::PolicyError;
 use crate::glob::{join, normalize, PathGlob};
 
 /// runsc flags a policy may add. Each tunes performance or compatibility; none weakens the
-/// sandbox boundary or hides what runsc does.
+/// sandbox boundary or hides what runsc does. The shim spells each of them as a typed flag and
+/// tests that it can represent every entry here.
 pub const ALLOWED_EXTRA_FLAGS: &[&str] = &[
     "buffer-pooling",
     "cpu-num-from-quota",
@@ -19,6 +20,21 @@ pub const ALLOWED_EXTRA_FLAGS: &[&str] = &[
     "software-gso",
     "watchdog-action",
 ];
+
+/// The values each allowed extra flag takes, checked when the policy loads so a typo fails
+/// `check-policy` rather than the first Create.
+fn extra_flag_value_ok(flag: &str, value: &str) -> bool {
+    let boolean = matches!(value, "true" | "false");
+    match flag {
+        "buffer-pooling" | "cpu-num-from-quota" | "directfs" | "gso" | "software-gso" => boolean,
+        "dcache" => value.parse::<i32>().is_ok_and(|n| n >= -1),
+        "fdlimit" => value.parse::<i32>().is_ok_and(|n| n >= -1),
+        "num-network-channels" => value.parse::<u32>().is_ok_and(|n| (1..=64).contains(&n)),
+        "file-access" | "file-access-mounts" => matches!(value, "exclusive" | "shared"),
+        "watchdog-action" => matches!(value, "log" | "panic"),
+        _ => false,
+    }
+}
 
 /// Flags that are refused with a specific reason (anything else off the allowlist is refused
 /// as unknown).
@@ -548,8 +564,8 @@ fn runsc(p: &Policy) -> Result<(), Issue> {
                 ),
             ));
         }
-        if value.is_empty() || value.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(invalid(key, format!("bad value {value:?}")));
+        if !extra_flag_value_ok(flag, value) {
+            return Err(invalid(key, format!("bad value {value:?} for --{flag}")));
         }
     }
     check_abs_path("runsc.debug_log_dir", r.debug_log_dir.trim_end_matches('/'))?;

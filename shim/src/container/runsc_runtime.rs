@@ -77,7 +77,11 @@ pub fn wanted_flags(
         global.debug_log = Some(PathBuf::from(format!("{}/", dir.display())));
     }
     for (name, value) in &flags.extra {
-        global.extra.push(ExtraFlag::parse(name, value)?);
+        if name == "directfs" {
+            global.directfs = Some(value == "true");
+        } else {
+            global.extra.push(ExtraFlag::parse(name, value)?);
+        }
     }
     Ok(global)
 }

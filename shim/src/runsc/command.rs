@@ -438,7 +438,7 @@ mod tests {
             ExtraFlag::CpuNumFromQuota(true),
             ExtraFlag::NumNetworkChannels(2),
             ExtraFlag::FileAccess(FileAccess::Shared),
-            ExtraFlag::PanicLog("/p".into()),
+            ExtraFlag::Dcache(-1),
         ];
         let args = strings(argv(&g, &Subcommand::Flags));
         assert!(args

@@ -102,20 +102,26 @@ flag_value! {
 /// here is refused by [`ExtraFlag::parse`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExtraFlag {
-    /// `--debug-command=create,start`: limit debug logs to these commands.
-    DebugCommand(String),
-    /// `--panic-log=PATH`.
-    PanicLog(PathBuf),
-    /// `--fdlimit=N`: host fd ceiling for sentry and gofer.
-    FdLimit(u32),
+    /// `--buffer-pooling`.
+    BufferPooling(bool),
     /// `--cpu-num-from-quota`: size the sandbox's CPU count from the CFS quota.
     CpuNumFromQuota(bool),
-    /// `--num-network-channels=N`.
-    NumNetworkChannels(u32),
-    /// `--watchdog-action=log|panic`.
-    WatchdogAction(WatchdogAction),
+    /// `--dcache=N`: the sentry's dentry cache size (-1: per-mount caches).
+    Dcache(i32),
+    /// `--fdlimit=N`: host fd ceiling for sentry and gofer (-1: none).
+    FdLimit(i32),
     /// `--file-access=exclusive|shared` for the root mount.
     FileAccess(FileAccess),
+    /// `--file-access-mounts=exclusive|shared` for the other mounts.
+    FileAccessMounts(FileAccess),
+    /// `--gso`.
+    Gso(bool),
+    /// `--num-network-channels=N`.
+    NumNetworkChannels(u32),
+    /// `--software-gso`.
+    SoftwareGso(bool),
+    /// `--watchdog-action=log|panic`.
+    WatchdogAction(WatchdogAction),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,54 +149,70 @@ impl ExtraFlag {
     /// The flag's name without dashes, as runsc spells it.
     pub fn name(&self) -> &'static str {
         match self {
-            ExtraFlag::DebugCommand(_) => "debug-command",
-            ExtraFlag::PanicLog(_) => "panic-log",
-            ExtraFlag::FdLimit(_) => "fdlimit",
+            ExtraFlag::BufferPooling(_) => "buffer-pooling",
             ExtraFlag::CpuNumFromQuota(_) => "cpu-num-from-quota",
-            ExtraFlag::NumNetworkChannels(_) => "num-network-channels",
-            ExtraFlag::WatchdogAction(_) => "watchdog-action",
+            ExtraFlag::Dcache(_) => "dcache",
+            ExtraFlag::FdLimit(_) => "fdlimit",
             ExtraFlag::FileAccess(_) => "file-access",
+            ExtraFlag::FileAccessMounts(_) => "file-access-mounts",
+            ExtraFlag::Gso(_) => "gso",
+            ExtraFlag::NumNetworkChannels(_) => "num-network-channels",
+            ExtraFlag::SoftwareGso(_) => "software-gso",
+            ExtraFlag::WatchdogAction(_) => "watchdog-action",
         }
     }
 
     /// Parses a `name = value` pair from a policy. Names may be given with or without dashes.
+    /// (`directfs` is a global flag of its own: see `GlobalFlags::directfs`.)
     pub fn parse(name: &str, value: &str) -> Result<ExtraFlag, FlagError> {
         let name = name.trim_start_matches('-');
         let bad = || FlagError::BadValue {
             name: name.to_string(),
             value: value.to_string(),
         };
-        let number = |v: &str| v.parse::<u32>().map_err(|_| bad());
+        let boolean = |v: &str| parse_bool(v).ok_or_else(bad);
+        let int = |v: &str| v.parse::<i32>().ok().filter(|n| *n >= -1).ok_or_else(bad);
+        let access = |v: &str| match v {
+            "exclusive" => Ok(FileAccess::Exclusive),
+            "shared" => Ok(FileAccess::Shared),
+            _ => Err(bad()),
+        };
         Ok(match name {
-            "debug-command" => ExtraFlag::DebugCommand(value.to_string()),
-            "panic-log" => ExtraFlag::PanicLog(PathBuf::from(value)),
-            "fdlimit" => ExtraFlag::FdLimit(number(value)?),
-            "cpu-num-from-quota" => ExtraFlag::CpuNumFromQuota(parse_bool(value).ok_or_else(bad)?),
-            "num-network-channels" => ExtraFlag::NumNetworkChannels(number(value)?),
+            "buffer-pooling" => ExtraFlag::BufferPooling(boolean(value)?),
+            "cpu-num-from-quota" => ExtraFlag::CpuNumFromQuota(boolean(value)?),
+            "dcache" => ExtraFlag::Dcache(int(value)?),
+            "fdlimit" => ExtraFlag::FdLimit(int(value)?),
+            "file-access" => ExtraFlag::FileAccess(access(value)?),
+            "file-access-mounts" => ExtraFlag::FileAccessMounts(access(value)?),
+            "gso" => ExtraFlag::Gso(boolean(value)?),
+            "num-network-channels" => {
+                ExtraFlag::NumNetworkChannels(value.parse::<u32>().map_err(|_| bad())?)
+            }
+            "software-gso" => ExtraFlag::SoftwareGso(boolean(value)?),
             "watchdog-action" => ExtraFlag::WatchdogAction(match value {
                 "log" => WatchdogAction::Log,
                 "panic" => WatchdogAction::Panic,
-                _ => return Err(bad()),
-            }),
-            "file-access" => ExtraFlag::FileAccess(match value {
-                "exclusive" => FileAccess::Exclusive,
-                "shared" => FileAccess::Shared,
                 _ => return Err(bad()),
             }),
             other => return Err(FlagError::NotAllowed(other.to_string())),
         })
     }
 
-    fn value(&self) -> String {
+    pub(super) fn value(&self) -> String {
+        let access = |a: &FileAccess| match a {
+            FileAccess::Exclusive => "exclusive",
+            FileAccess::Shared => "shared",
+        };
         match self {
-            ExtraFlag::DebugCommand(v) => v.clone(),
-            ExtraFlag::PanicLog(p) => p.display().to_string(),
-            ExtraFlag::FdLimit(n) | ExtraFlag::NumNetworkChannels(n) => n.to_string(),
-            ExtraFlag::CpuNumFromQuota(b) => b.to_string(),
+            ExtraFlag::BufferPooling(b)
+            | ExtraFlag::CpuNumFromQuota(b)
+            | ExtraFlag::Gso(b)
+            | ExtraFlag::SoftwareGso(b) => b.to_string(),
+            ExtraFlag::Dcache(n) | ExtraFlag::FdLimit(n) => n.to_string(),
+            ExtraFlag::NumNetworkChannels(n) => n.to_string(),
+            ExtraFlag::FileAccess(a) | ExtraFlag::FileAccessMounts(a) => access(a).to_string(),
             ExtraFlag::WatchdogAction(WatchdogAction::Log) => "log".into(),
             ExtraFlag::WatchdogAction(WatchdogAction::Panic) => "panic".into(),
-            ExtraFlag::FileAccess(FileAccess::Exclusive) => "exclusive".into(),
-            ExtraFlag::FileAccess(FileAccess::Shared) => "shared".into(),
         }
     }
 }
@@ -322,7 +344,7 @@ mod tests {
         g.log_format = Some(LogFormat::Json);
         g.extra = vec![
             ExtraFlag::FdLimit(4096),
-            ExtraFlag::DebugCommand("create,start".into()),
+            ExtraFlag::FileAccessMounts(FileAccess::Shared),
         ];
         assert_eq!(
             strings(g.to_args()),
@@ -340,9 +362,29 @@ mod tests {
                 "--overlay2=root:memory",
                 "--directfs=false",
                 "--fdlimit=4096",
-                "--debug-command=create,start",
+                "--file-access-mounts=shared",
             ]
         );
+    }
+
+    #[test]
+    fn every_extra_flag_a_policy_may_set_is_representable() {
+        // The policy's allowlist and this enum must agree, or a policy that loads fine would
+        // fail every Create. directfs is a global flag of its own.
+        let sample = |name: &str| match name {
+            "file-access" | "file-access-mounts" => "shared",
+            "watchdog-action" => "log",
+            "dcache" | "fdlimit" | "num-network-channels" => "4",
+            _ => "true",
+        };
+        for name in policy_injector::policy::ALLOWED_EXTRA_FLAGS {
+            if *name == "directfs" {
+                continue;
+            }
+            let flag =
+                ExtraFlag::parse(name, sample(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(flag.name(), *name);
+        }
     }
 
     #[test]
@@ -400,8 +442,13 @@ mod tests {
             ExtraFlag::parse("watchdog-action", "panic").unwrap(),
             ExtraFlag::WatchdogAction(WatchdogAction::Panic)
         );
+        // -1 is runsc's own "no limit" default; anything below is garbage.
+        assert_eq!(
+            ExtraFlag::parse("fdlimit", "-1").unwrap(),
+            ExtraFlag::FdLimit(-1)
+        );
         assert!(matches!(
-            ExtraFlag::parse("fdlimit", "-1"),
+            ExtraFlag::parse("fdlimit", "-2"),
             Err(FlagError::BadValue { .. })
         ));
         assert!(matches!(
