@@ -43,11 +43,7 @@ fn runc_pod_with_two_containers_execs_reports_stats_restarts_and_leaves_nothing(
     }
 
     // Both containers are in the pod's network namespace, with an address on the CNI subnet.
-    let subnet_prefix = cri
-        .layout()
-        .subnet()
-        .trim_end_matches("0/24")
-        .to_string();
+    let subnet_prefix = cri.layout().subnet().trim_end_matches("0/24").to_string();
     let addr_a = cri
         .client()
         .exec_sync(&a, &["ip", "-o", "-4", "addr", "show", "eth0"], 10)
@@ -60,7 +56,10 @@ fn runc_pod_with_two_containers_execs_reports_stats_restarts_and_leaves_nothing(
     assert_eq!(addr_a.stdout, addr_b.stdout);
 
     // A failing command is an exit code, not an RPC error.
-    let fail = cri.client().exec_sync(&a, &["sh", "-c", "exit 3"], 10).unwrap();
+    let fail = cri
+        .client()
+        .exec_sync(&a, &["sh", "-c", "exit 3"], 10)
+        .unwrap();
     assert_eq!(fail.exit_code, 3, "{fail}");
 
     // Container logs in CRI format under the pod's log directory.
@@ -148,7 +147,10 @@ fn handlers_registered_by_the_installer_code_are_listed_by_cri() {
     let runtimes = &config["containerd"]["runtimes"];
     for handler in [HARDENED_HANDLER, HARDENED_TOOL_HANDLER] {
         let rt = &runtimes[handler];
-        assert_eq!(rt["runtimeType"], "io.containerd.gvisor-hardened.v1", "{rt}");
+        assert_eq!(
+            rt["runtimeType"], "io.containerd.gvisor-hardened.v1",
+            "{rt}"
+        );
         assert_eq!(
             rt["PodAnnotations"],
             serde_json::json!(["gvisor-hardened.dev/*"]),
