@@ -1,4 +1,5 @@
-//! Compiles the sandbox probe (`probe/*.c`) into a static binary in OUT_DIR.
+//! Compiles the sandbox probe (`probe/*.c`) and the pod pause process (`pause/pause.c`) into
+//! static binaries in OUT_DIR.
 //!
 //! The probe runs inside busybox images without a libc, so it must be fully static. Rust's glibc
 //! `crt-static` is fragile and no musl target is installed, so the probe is C built with
@@ -32,20 +33,33 @@ fn main() {
     }
     println!("cargo:rerun-if-env-changed=GVH_PROBE_CC");
 
-    let output = Command::new(&cc)
+    compile(&cc, &sources, &binary, "the sandbox probe");
+
+    let pause_source = probe_dir
+        .parent()
+        .expect("probe/ has a parent")
+        .join("pause/pause.c");
+    println!("cargo:rerun-if-changed={}", pause_source.display());
+    let pause = out_dir.join("pause");
+    compile(&cc, &[pause_source], &pause, "the pod pause process");
+    println!("cargo:rustc-env=GVH_PAUSE_PATH={}", pause.display());
+
+    println!("cargo:rustc-env=GVH_PROBE_PATH={}", binary.display());
+    println!("cargo:rustc-env=GVH_OUT_DIR={}", out_dir.display());
+}
+
+fn compile(cc: &str, sources: &[PathBuf], binary: &std::path::Path, what: &str) {
+    let output = Command::new(cc)
         .args(["-static", "-O2", "-s", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&binary)
-        .args(&sources)
+        .arg(binary)
+        .args(sources)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run `{cc}` to build the sandbox probe: {e}"));
+        .unwrap_or_else(|e| panic!("cannot run `{cc}` to build {what}: {e}"));
     if !output.status.success() {
         panic!(
-            "building the sandbox probe with `{cc} -static` failed ({}):\n{}",
+            "building {what} with `{cc} -static` failed ({}):\n{}",
             output.status,
             String::from_utf8_lossy(&output.stderr)
         );
     }
-
-    println!("cargo:rustc-env=GVH_PROBE_PATH={}", binary.display());
-    println!("cargo:rustc-env=GVH_OUT_DIR={}", out_dir.display());
 }

@@ -63,6 +63,14 @@ pub enum HarnessError {
     #[error("unparsable probe output {line:?}: {reason}")]
     ProbeOutput { line: String, reason: &'static str },
 
+    /// The config hook of [`crate::ContainerdOptions`] failed.
+    #[error("preparing containerd's config: {0}")]
+    Config(String),
+
+    /// A CRI call failed (see [`crate::cri::CriError`]).
+    #[error(transparent)]
+    Cri(#[from] crate::cri::CriError),
+
     /// A polled condition did not become true before its deadline.
     #[error("gave up after {timeout:?} waiting for {what}")]
     Deadline { what: String, timeout: Duration },

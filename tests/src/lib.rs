@@ -24,6 +24,7 @@
 //! API at a glance, the test image and the probe.
 
 pub mod containerd;
+pub mod cri;
 pub mod ctr;
 pub mod error;
 pub mod events;
@@ -38,7 +39,7 @@ pub mod pty;
 pub mod run;
 pub mod shim_binary;
 
-pub use containerd::{Containerd, ContainerdOptions, ShutdownReport};
+pub use containerd::{ConfigHook, Containerd, ContainerdOptions, ShutdownReport};
 pub use ctr::CtrCommand;
 pub use error::{HarnessError, Result};
 pub use events::Events;

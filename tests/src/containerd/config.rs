@@ -1,6 +1,8 @@
 //! Options of a private containerd, the layout of its directory and its config.toml.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Plugins every private containerd disables. `internal.v1.opt` would create /opt/containerd
@@ -18,6 +20,31 @@ const ALWAYS_DISABLED: &[&str] = &[
 
 /// The CRI plugin, disabled unless [`ContainerdOptions::cri`].
 pub const CRI_PLUGIN: &str = "io.containerd.grpc.v1.cri";
+
+/// Final say over a private containerd's config.toml: called with the instance directory (which
+/// exists, with `bin/`, `root/`, `state/`...) and the rendered config (`extra_config` included),
+/// before containerd starts. It returns the config to write and may create files in the
+/// directory (CNI configs, policies). The CRI harness registers its runtime handlers here
+/// through the node installer's own config code.
+#[derive(Clone)]
+pub struct ConfigHook(
+    #[allow(clippy::type_complexity)]
+    pub  Arc<dyn Fn(&Path, String) -> std::result::Result<String, String> + Send + Sync>,
+);
+
+impl ConfigHook {
+    pub fn new(
+        f: impl Fn(&Path, String) -> std::result::Result<String, String> + Send + Sync + 'static,
+    ) -> Self {
+        ConfigHook(Arc::new(f))
+    }
+}
+
+impl fmt::Debug for ConfigHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ConfigHook(..)")
+    }
+}
 
 /// How to start a private containerd.
 #[derive(Debug, Clone)]
@@ -40,6 +67,8 @@ pub struct ContainerdOptions {
     pub env: Vec<(String, String)>,
     /// Deadline for containerd to become ready.
     pub start_timeout: Duration,
+    /// Rewrites the rendered config (and prepares files) once the directory exists.
+    pub config_hook: Option<ConfigHook>,
 }
 
 impl Default for ContainerdOptions {
@@ -52,6 +81,7 @@ impl Default for ContainerdOptions {
             log_level: "debug".to_string(),
             env: Vec::new(),
             start_timeout: Duration::from_secs(30),
+            config_hook: None,
         }
     }
 }

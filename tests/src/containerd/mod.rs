@@ -4,7 +4,7 @@
 mod config;
 mod teardown;
 
-pub use config::{ContainerdOptions, CRI_PLUGIN};
+pub use config::{ConfigHook, ContainerdOptions, CRI_PLUGIN};
 pub use teardown::ShutdownReport;
 
 use std::ffi::OsString;
@@ -152,7 +152,11 @@ impl Containerd {
             install_shim(shim, &c.layout.bin())?;
         }
         let config_path = c.layout.config();
-        fs::write(&config_path, config::render(&c.layout, &opts))
+        let mut config_text = config::render(&c.layout, &opts);
+        if let Some(hook) = &opts.config_hook {
+            config_text = (hook.0)(&c.layout.dir, config_text).map_err(HarnessError::Config)?;
+        }
+        fs::write(&config_path, config_text)
             .map_err(|e| HarnessError::io("writing", &config_path, e))?;
 
         let log_path = c.layout.log();

@@ -1,7 +1,7 @@
 //! The local test image: busybox-static, its applets, /etc/passwd and /etc/group, an empty
 //! /tmp and the sandbox probe, as an OCI layout archive built here (no registry).
 
-mod oci;
+pub(crate) mod oci;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -144,7 +144,7 @@ impl TestImage {
     }
 }
 
-fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     Path::new(env!("GVH_OUT_DIR")).join("image-cache")
 }
 
@@ -226,14 +226,14 @@ fn layer_entries(busybox: Vec<u8>, probe: Vec<u8>) -> Vec<Entry> {
 }
 
 /// Removes archives of earlier inputs so the cache does not grow with every probe change.
-fn prune_other_archives(cache: &Path, keep: &Path) {
+fn prune_other_archives(cache: &Path, keep: &Path, prefix: &str) {
     let Ok(entries) = fs::read_dir(cache) else {
         return;
     };
     for e in entries.flatten() {
         let path = e.path();
         let name = e.file_name();
-        if path != keep && name.to_string_lossy().starts_with("gvh-test-") {
+        if path != keep && name.to_string_lossy().starts_with(&format!("{prefix}-v")) {
             let _ = fs::remove_file(path);
         }
     }
@@ -263,19 +263,31 @@ fn build(cache: &Path) -> Result<TestImage> {
     let archive = oci::archive(&layer, &config, TEST_IMAGE_REF)
         .map_err(|e| HarnessError::Image(format!("writing the archive: {e}")))?;
 
+    store_archive(cache, "gvh-test", archive, TEST_IMAGE_REF)
+}
+
+/// Writes `archive` into `cache` as `<prefix>-v<FORMAT_VERSION>-<digest prefix>.tar` (unless
+/// that file exists: same name, same bytes), prunes older archives of the same prefix, and
+/// returns the image. Shared by every locally built image (test image, pause image).
+pub(crate) fn store_archive(
+    cache: &Path,
+    prefix: &str,
+    archive: oci::Archive,
+    reference: &str,
+) -> Result<TestImage> {
     let hex = archive.manifest_digest.trim_start_matches("sha256:");
-    let path = cache.join(format!("gvh-test-v{FORMAT_VERSION}-{}.tar", &hex[..16]));
+    let path = cache.join(format!("{prefix}-v{FORMAT_VERSION}-{}.tar", &hex[..16]));
     if !path.exists() {
         fs::create_dir_all(cache).map_err(|e| HarnessError::io("creating", cache, e))?;
         // Write then rename: parallel test binaries may build the same image at once.
         let tmp = cache.join(format!(".tmp-{}", random_hex(8)));
         fs::write(&tmp, &archive.bytes).map_err(|e| HarnessError::io("writing", &tmp, e))?;
         fs::rename(&tmp, &path).map_err(|e| HarnessError::io("renaming into", &path, e))?;
-        prune_other_archives(cache, &path);
+        prune_other_archives(cache, &path, prefix);
     }
     Ok(TestImage {
         path,
-        reference: TEST_IMAGE_REF.to_string(),
+        reference: reference.to_string(),
         manifest_digest: archive.manifest_digest,
     })
 }

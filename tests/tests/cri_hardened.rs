@@ -1,0 +1,303 @@
+//! Pods through CRI with the `gvisor-hardened` RuntimeClass handler, registered by the
+//! installer's config code in a private containerd 1.6: what a kubelet would see.
+//!
+//! Needs root, the machine's containerd 1.6, runsc, runc, containernetworking-plugins,
+//! iproute2, gcc with a static libc, and the shim built (`cargo build -p
+//! containerd-shim-gvisor-hardened`; `shim_binary()` finds it).
+
+use std::collections::BTreeSet;
+
+use gvisor_hardened_tests::cri::*;
+use gvisor_hardened_tests::inspect;
+use gvisor_hardened_tests::{shim_binary, ProbeLine, TEST_IMAGE_REF};
+use k8s_cri::v1::{ContainerConfig, ContainerState};
+
+fn start() -> CriContainerd {
+    CriContainerd::start(CriOptions::with_shim(shim_binary().unwrap())).unwrap()
+}
+
+fn sleeper(name: &str) -> ContainerConfig {
+    container_config(name, TEST_IMAGE_REF, &["sleep", "600"])
+}
+
+fn state(cri: &CriContainerd, id: &str) -> ContainerState {
+    let (status, _) = cri.client().container_status(id, false).unwrap();
+    ContainerState::try_from(status.state).unwrap()
+}
+
+/// Runs the probe commands in one ExecSync and returns one parsed line per command.
+fn probe(cri: &CriContainerd, id: &str, commands: &[&str]) -> Vec<ProbeLine> {
+    let script = commands
+        .iter()
+        .map(|c| format!("/bin/sandbox-probe {c}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let out = cri
+        .client()
+        .exec_sync(id, &["sh", "-c", &script], 30)
+        .unwrap();
+    assert!(out.success(), "{out}");
+    let lines: Vec<ProbeLine> = out
+        .stdout
+        .lines()
+        .map(|l| ProbeLine::parse(l).unwrap_or_else(|e| panic!("{e}\n{out}")))
+        .collect();
+    assert_eq!(lines.len(), commands.len(), "{out}");
+    lines
+}
+
+/// The hardening, checked from inside container `id` through ExecSync.
+fn assert_hardened(cri: &CriContainerd, id: &str) {
+    let r = probe(
+        cri,
+        id,
+        &[
+            "caps",
+            "nnp",
+            "ids",
+            "write /srv/probe x",
+            "statfs /tmp",
+            "write /tmp/probe x",
+            "uname",
+        ],
+    );
+    let [caps, nnp, ids, srv, tmp, tmp_write, uname] = &r[..] else {
+        unreachable!()
+    };
+    for set in ["CapEff", "CapPrm", "CapBnd"] {
+        assert_eq!(caps.field(set), Some("0000000000000000"), "{set}: {caps:?}");
+    }
+    assert_eq!(nnp.field("nnp"), Some("1"), "{nnp:?}");
+    assert_eq!(ids.field("uid"), Some("65534"), "{ids:?}");
+    assert_eq!(ids.field("gid"), Some("65534"), "{ids:?}");
+    // /srv is world-writable in the image: only a read-only root refuses the write.
+    assert_eq!(srv.errno(), Some("EROFS"), "{srv:?}");
+    assert_eq!(tmp.field("fstype"), Some("tmpfs"), "{tmp:?}");
+    assert!(tmp_write.is_ok(), "{tmp_write:?}");
+    // gVisor's kernel answers, not the host's.
+    let host_release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_ne!(
+        uname.field("release"),
+        Some(host_release.trim()),
+        "{uname:?}"
+    );
+    let dmesg = cri.client().exec_sync(id, &["dmesg"], 10).unwrap();
+    assert!(
+        dmesg.stdout.contains("gVisor"),
+        "not gVisor's kernel log: {dmesg}"
+    );
+}
+
+/// Every hardened shim process of this containerd.
+fn all_shims(cri: &CriContainerd) -> Vec<inspect::ProcInfo> {
+    let address = cri.containerd().address().display().to_string();
+    inspect::processes_mentioning(&address)
+        .into_iter()
+        .filter(|p| p.cmdline.contains("containerd-shim-gvisor-hardened-v1"))
+        .collect()
+}
+
+/// Every runsc sandbox process using this instance's runsc root.
+fn all_runsc_sandboxes(cri: &CriContainerd) -> Vec<inspect::ProcInfo> {
+    inspect::processes_mentioning(&cri.runsc_root().display().to_string())
+        .into_iter()
+        .filter(|p| p.cmdline.starts_with("runsc-sandbox"))
+        .collect()
+}
+
+#[test]
+fn hardened_pod_runs_two_hardened_containers_in_one_sandbox_with_one_shim() {
+    let cri = start();
+    let pod = cri.run_pod("agent", HARDENED_HANDLER).unwrap();
+    let a = cri.run_container(&pod, &sleeper("a")).unwrap();
+    let b = cri.run_container(&pod, &sleeper("b")).unwrap();
+    for id in [&a, &b] {
+        assert_eq!(state(&cri, id), ContainerState::ContainerRunning);
+        assert_hardened(&cri, id);
+    }
+
+    // One shim for the pod, serving the sandbox and both containers.
+    let shims = all_shims(&cri);
+    assert_eq!(shims.len(), 1, "{shims:#?}");
+    assert_eq!(shim_processes(&cri, &pod.id).len(), 1, "{shims:#?}");
+    // One runsc sandbox for the pod: the containers joined it.
+    let sandboxes = all_runsc_sandboxes(&cri);
+    assert_eq!(sandboxes.len(), 1, "{sandboxes:#?}");
+    assert_eq!(runsc_sandbox_processes(&pod.id).len(), 1, "{sandboxes:#?}");
+    // The decisions are in the audit log, under the handler's policy.
+    let audit = cri.audit_log();
+    let policy = cri.policy_path(HARDENED_HANDLER).unwrap();
+    for id in [&pod.id, &a, &b] {
+        assert!(
+            audit
+                .lines()
+                .any(|l| l.contains(id.as_str()) && l.contains(&policy.display().to_string())),
+            "no audit line for {id} under {}:\n{audit}",
+            policy.display()
+        );
+    }
+
+    cri.remove_pod(&pod).unwrap();
+    assert_pod_gone(&cri, &pod, &[a, b]);
+    assert!(all_shims(&cri).is_empty());
+    assert!(all_runsc_sandboxes(&cri).is_empty());
+    assert_clean_cri_shutdown(cri);
+}
+
+#[test]
+fn hardened_pod_reports_stats_restarts_a_container_and_leaves_nothing() {
+    let cri = start();
+    let pod = cri.run_pod("stats", HARDENED_HANDLER).unwrap();
+    let a = cri.run_container(&pod, &sleeper("a")).unwrap();
+    let b = cri.run_container(&pod, &sleeper("b")).unwrap();
+    let mut ids = vec![a.clone(), b.clone()];
+
+    let stats = cri.client().container_stats(&a).unwrap();
+    assert!(stats.cpu.is_some(), "{stats:?}");
+    let mem = stats.memory.expect("memory stats");
+    assert!(
+        mem.working_set_bytes.is_some_and(|w| w.value > 0),
+        "{mem:?}"
+    );
+    let pod_stats = cri.client().pod_sandbox_stats(&pod.id).unwrap();
+    let linux = pod_stats.linux.expect("linux pod stats");
+    assert!(linux.cpu.is_some() && linux.memory.is_some(), "{linux:?}");
+    let in_stats: BTreeSet<String> = linux
+        .containers
+        .iter()
+        .filter_map(|c| c.attributes.as_ref().map(|a| a.id.clone()))
+        .collect();
+    assert_eq!(in_stats, BTreeSet::from([a.clone(), b.clone()]));
+
+    // Container restart inside the running pod, as the kubelet does it.
+    cri.client().stop_container(&a, 5).unwrap();
+    assert_eq!(state(&cri, &a), ContainerState::ContainerExited);
+    cri.client().remove_container(&a).unwrap();
+    let mut again = sleeper("a");
+    again.metadata.as_mut().unwrap().attempt = 1;
+    again.log_path = "a/1.log".into();
+    let a2 = cri.run_container(&pod, &again).unwrap();
+    ids.push(a2.clone());
+    assert_hardened(&cri, &a2);
+    assert_eq!(state(&cri, &b), ContainerState::ContainerRunning);
+    assert_eq!(all_runsc_sandboxes(&cri).len(), 1);
+    assert_eq!(all_shims(&cri).len(), 1);
+
+    cri.remove_pod(&pod).unwrap();
+    assert_pod_gone(&cri, &pod, &ids);
+    assert_clean_cri_shutdown(cri);
+}
+
+#[test]
+fn the_tool_handler_runs_its_own_policy() {
+    let cri = start();
+    let pod = cri.run_pod("tool-call", HARDENED_TOOL_HANDLER).unwrap();
+    let c = cri.run_container(&pod, &sleeper("tool")).unwrap();
+    assert_hardened(&cri, &c);
+    let tool_policy = cri.policy_path(HARDENED_TOOL_HANDLER).unwrap();
+    let audit = cri.audit_log();
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains(&c) && l.contains(&tool_policy.display().to_string())),
+        "the tool policy did not govern {c}:\n{audit}"
+    );
+    // 512Mi for the whole pod: some memory cgroup between the pod's parent and its
+    // containers carries a limit no higher than the tool policy's.
+    let parent = pod
+        .cgroup_parent()
+        .unwrap()
+        .trim_start_matches('/')
+        .to_string();
+    let limits: Vec<u64> = inspect::cgroup_roots()
+        .into_iter()
+        .filter(|r| r.ends_with("memory"))
+        .flat_map(|r| {
+            let dir = r.join(&parent);
+            let mut files = vec![dir.join("memory.limit_in_bytes")];
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                files.push(e.path().join("memory.limit_in_bytes"));
+            }
+            files
+        })
+        .filter_map(|f| std::fs::read_to_string(f).ok()?.trim().parse().ok())
+        .collect();
+    assert!(
+        limits.iter().any(|l| *l <= 512 << 20),
+        "no memory limit <= 512Mi under {parent}: {limits:?}"
+    );
+    cri.remove_pod(&pod).unwrap();
+    assert_pod_gone(&cri, &pod, &[c]);
+    assert_clean_cri_shutdown(cri);
+}
+
+/// Runs `pod` and then `container` in it; the first failure must be a policy rejection by
+/// `rule`. Whatever was created is removed again. Returns the error message.
+fn rejected(
+    cri: &CriContainerd,
+    pod: k8s_cri::v1::PodSandboxConfig,
+    container: ContainerConfig,
+    rule: &str,
+) -> String {
+    let err = match cri.run_pod_with(pod, HARDENED_HANDLER) {
+        Err(e) => e.to_string(),
+        Ok(pod) => {
+            let result = cri.run_container(&pod, &container);
+            cri.remove_pod(&pod).unwrap();
+            assert_pod_gone(cri, &pod, &[]);
+            match result {
+                Err(e) => e.to_string(),
+                Ok(id) => panic!("container {id} ran; expected a rejection by `{rule}`"),
+            }
+        }
+    };
+    assert!(
+        err.contains(&format!("rejected by policy: {rule}:")),
+        "expected a rejection by `{rule}`, got: {err}"
+    );
+    eprintln!("rejected by `{rule}`: {err}");
+    err
+}
+
+#[test]
+fn host_namespaces_privileged_and_denied_host_paths_are_rejected_at_the_cri_naming_the_rule() {
+    let cri = start();
+
+    let mut privileged_pod = cri.pod_config("privileged");
+    privileged_pod.sandbox_security().privileged = true;
+    let container = sleeper("c").privileged();
+    rejected(&cri, privileged_pod, container, "devices");
+
+    for (name, pod, field) in [
+        (
+            "host-net",
+            cri.pod_config("host-net").host_network(),
+            "network",
+        ),
+        ("host-pid", cri.pod_config("host-pid").host_pid(), "pid"),
+        ("host-ipc", cri.pod_config("host-ipc").host_ipc(), "ipc"),
+    ] {
+        let container = sleeper("c").namespaces_of(&pod);
+        let err = rejected(&cri, pod, container, "namespaces");
+        assert!(
+            err.contains(&format!("linux.namespaces[{field}]")),
+            "{name}: {err}"
+        );
+    }
+
+    let etc = sleeper("c").host_path("/etc", "/host-etc", true);
+    let err = rejected(&cri, cri.pod_config("etc"), etc, "mounts");
+    assert!(err.contains("/host-etc"), "{err}");
+
+    // The runtime's own socket (an existing path: CRI would create a missing one).
+    let socket = cri.containerd().address().display().to_string();
+    let sock = sleeper("c").host_path(&socket, "/run/containerd.sock", false);
+    let err = rejected(&cri, cri.pod_config("socket"), sock, "mounts");
+    assert!(err.contains("/run/containerd.sock"), "{err}");
+
+    // Nothing of the refused pods is left running or mounted.
+    assert!(all_shims(&cri).is_empty(), "{:#?}", all_shims(&cri));
+    assert!(all_runsc_sandboxes(&cri).is_empty());
+    assert!(cri.client().list_pod_sandboxes().unwrap().is_empty());
+    assert_clean_cri_shutdown(cri);
+}
