@@ -322,3 +322,39 @@ fn tightening_annotation_lowers_the_memory_ceiling_and_a_looser_one_is_rejected(
     assert_nothing_left(&c, &id2, &Runtime::hardened());
     assert_clean_shutdown(c);
 }
+
+#[test]
+fn policy_can_turn_on_runsc_debug_logs() {
+    let (c, image) = setup();
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("runsc-debug");
+    let policy = policy_file(
+        dir.path(),
+        &format!(
+            "[runsc]\ndebug = true\ndebug_log_dir = {:?}\n[audit]\npath = {:?}\n",
+            logs.display().to_string(),
+            dir.path().join("audit.jsonl").display().to_string()
+        ),
+    );
+    let id = unique_id("debug");
+    let out = c
+        .run_output(
+            &Run::new(image.reference(), &id)
+                .runtime(Runtime::hardened_with_policy(&policy))
+                .sh("true"),
+        )
+        .unwrap();
+    assert_eq!(out.code(), 0, "{out}");
+    let per_container = logs.join(&id);
+    let files: Vec<_> = std::fs::read_dir(&per_container)
+        .unwrap_or_else(|e| panic!("{}: {e}", per_container.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(files.iter().any(|f| f.contains("create")), "{files:?}");
+    assert!(
+        files.iter().any(|f| f.contains("boot")),
+        "the sandbox's own log: {files:?}"
+    );
+    assert_nothing_left(&c, &id, &Runtime::hardened());
+    assert_clean_shutdown(c);
+}

@@ -267,3 +267,58 @@ fn checkpoint_is_refused_as_not_supported() {
     assert_nothing_left(&c, &id, &Runtime::hardened());
     assert_clean_shutdown(c);
 }
+
+#[test]
+fn lifecycle_events_reach_containerd_in_order() {
+    let (c, image) = setup();
+    let events = Events::watch(&c).unwrap();
+    let id = unique_id("events");
+    start_sleeper(&c, &image, &id);
+    let out = c.exec(&id, &[], ["sh", "-c", "exit 2"]).output().unwrap();
+    assert_eq!(out.code(), 2, "{out}");
+    remove(&c, &id);
+    let t = Duration::from_secs(20);
+    for topic in [
+        "/tasks/create",
+        "/tasks/start",
+        "/tasks/exec-added",
+        "/tasks/exec-started",
+    ] {
+        events.wait_for(topic, &id, t).unwrap();
+    }
+    events.wait_for("/tasks/delete", &id, t).unwrap();
+    let exits = events.matching("/tasks/exit", &id);
+    // One for the exec (status 2), one for the init (SIGKILL: 137).
+    assert!(
+        exits.iter().any(|l| l.contains("\"exit_status\":2")),
+        "{exits:?}"
+    );
+    assert!(
+        exits.iter().any(|l| l.contains("\"exit_status\":137")),
+        "{exits:?}"
+    );
+    let order: Vec<String> = events
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains(&id) && l.contains("/tasks/"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find(|w| w.starts_with("/tasks/"))
+                .map(str::to_string)
+        })
+        .collect();
+    let pos = |t: &str| {
+        order
+            .iter()
+            .position(|x| x == t)
+            .unwrap_or_else(|| panic!("{t} missing: {order:?}"))
+    };
+    assert!(pos("/tasks/create") < pos("/tasks/start"), "{order:?}");
+    assert!(pos("/tasks/start") < pos("/tasks/exec-added"), "{order:?}");
+    assert!(
+        pos("/tasks/exec-started") < pos("/tasks/delete"),
+        "{order:?}"
+    );
+    assert_nothing_left(&c, &id, &Runtime::hardened());
+    assert_clean_shutdown(c);
+}
