@@ -90,17 +90,27 @@ fn as_object<'a>(v: &'a Value, what: &str) -> Result<&'a Object, HardenError> {
 /// Audit mode: the input spec unchanged, with what enforce would have changed as decisions and
 /// what it would have rejected as `Action::Rejected` decisions.
 pub fn harden(spec: &Value, policy: &Policy, ctx: &Context) -> Result<Hardened, HardenError> {
-    let mut out = as_object(spec, "spec")?.clone();
+    harden_owned(spec.clone(), policy, ctx)
+}
+
+/// [`harden`] for a caller that owns the spec and does not need it afterwards (the shim): the
+/// rules rewrite it in place instead of a copy. Same result, byte for byte.
+pub fn harden_owned(spec: Value, policy: &Policy, ctx: &Context) -> Result<Hardened, HardenError> {
+    // Audit mode answers with the input unchanged, so only then is a copy kept.
+    let original = (policy.mode == Mode::Audit).then(|| spec.clone());
+    let Value::Object(mut out) = spec else {
+        return Err(HardenError::malformed("spec", "expected a JSON object"));
+    };
     let mut pass = Pass::new(policy, ctx);
     rules::run_spec(&mut out, &mut pass)?;
-    let spec = match policy.mode {
-        Mode::Enforce => {
+    let spec = match original {
+        None => {
             if !pass.rejections.is_empty() {
                 return Err(HardenError::Rejected(pass.rejections));
             }
             Value::Object(out)
         }
-        Mode::Audit => spec.clone(),
+        Some(original) => original,
     };
     let runsc = runsc_flags(&spec, policy, pass.network);
     Ok(Hardened {

@@ -17,8 +17,8 @@ mod rules;
 pub use decision::{Action, Decision, Rule};
 pub use error::{HardenError, PolicyError, Rejection};
 pub use harden::{
-    clamp_resources, harden, harden_process, ClampedResources, Context, Hardened, HardenedProcess,
-    Lifetime, RunscFlags,
+    clamp_resources, harden, harden_owned, harden_process, ClampedResources, Context, Hardened,
+    HardenedProcess, Lifetime, RunscFlags,
 };
 pub use policy::{Mode, NetworkMode, Policy, SecretEnvAction, DEFAULT_POLICY_TOML};
 

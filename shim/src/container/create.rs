@@ -16,7 +16,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use policy_injector::{harden, Context};
+use policy_injector::{harden_owned, Context};
 use serde_json::Value;
 
 use super::runsc_runtime::RunscRuntime;
@@ -204,7 +204,7 @@ impl Container {
         };
 
         // 2. Harden.
-        let hardened = match harden(&spec, &policy.policy, &ctx) {
+        let hardened = match harden_owned(spec, &policy.policy, &ctx) {
             Ok(h) => h,
             Err(e) => {
                 let mut rec = AuditRecord::new(AuditEvent::CreateRejected, &subject);
