@@ -35,7 +35,11 @@ fn copy_spec(bundle: &Path, to: &Path) -> Result<()> {
     let text = pretty(&value)?;
     // Re-indenting must not change a single value, nor the order of keys.
     let again: serde_json::Value = serde_json::from_slice(&text)?;
-    ensure!(again == value, "re-indented spec differs from {}", from.display());
+    ensure!(
+        again == value,
+        "re-indented spec differs from {}",
+        from.display()
+    );
     ensure!(
         serde_json::to_vec(&again)? == serde_json::to_vec(&value)?,
         "key order changed"
@@ -46,9 +50,12 @@ fn copy_spec(bundle: &Path, to: &Path) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let out = std::env::args().nth(1).map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy-injector/tests/fixtures")
-    });
+    let out = std::env::args()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy-injector/tests/fixtures")
+        });
     let cri = CriContainerd::start(CriOptions::runc_only())?;
     let pod = cri.run_pod("fixture", RUNC_HANDLER)?;
 
@@ -58,15 +65,17 @@ fn main() -> Result<()> {
     let mut app = container_config("app", TEST_IMAGE_REF, &["sleep", "600"])
         .env("APP_MODE", "fixture")
         .host_path(&data.display().to_string(), "/data", true);
-    app.linux.as_mut().expect("set by container_config").resources =
-        Some(LinuxContainerResources {
-            cpu_period: 100_000,
-            cpu_quota: 50_000,
-            cpu_shares: 512,
-            memory_limit_in_bytes: 256 << 20,
-            oom_score_adj: 1000,
-            ..Default::default()
-        });
+    app.linux
+        .as_mut()
+        .expect("set by container_config")
+        .resources = Some(LinuxContainerResources {
+        cpu_period: 100_000,
+        cpu_quota: 50_000,
+        cpu_shares: 512,
+        memory_limit_in_bytes: 256 << 20,
+        oom_score_adj: 1000,
+        ..Default::default()
+    });
     let app_id = cri.run_container(&pod, &app)?;
 
     let c = cri.containerd();
