@@ -11,6 +11,9 @@ use crate::containerd::ShutdownReport;
 use crate::inspect;
 use crate::leaks::dir_leaks;
 
+/// Deadline of each CRI call that removes a leftover pod.
+const TEARDOWN_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// What [`CriContainerd::shutdown`] found and had to force.
 #[derive(Debug, Default)]
 pub struct CriShutdownReport {
@@ -126,7 +129,10 @@ impl CriContainerd {
     fn teardown(&mut self) -> CriShutdownReport {
         self.torn_down = true;
         let mut report = CriShutdownReport::default();
-        // 1. Pods the test left: as a kubelet would, stop then remove each.
+        // 1. Pods the test left: as a kubelet would, stop then remove each. A hung runtime
+        // must not hold teardown for the full default deadline per call: containerd's own
+        // teardown below kills whatever is left anyway.
+        self.client.set_timeout(TEARDOWN_CALL_TIMEOUT);
         for pod in self.pods() {
             report.pods_left.push(pod.id.clone());
             if let Err(e) = self.remove_pod(&pod) {
