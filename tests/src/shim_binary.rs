@@ -15,7 +15,8 @@ pub const SHIM_BINARY_ENV: &str = "GVH_SHIM_BINARY";
 
 /// The shim binary: `$GVH_SHIM_BINARY` if set, else the one cargo built next to this test
 /// executable (`target/<profile>/containerd-shim-gvisor-hardened-v1`, the parent of the
-/// `deps/` directory test executables run from). A missing binary is an error naming the fix.
+/// `deps/` directory test executables run from, or of `examples/`). A missing binary is an
+/// error naming the fix.
 pub fn shim_binary() -> Result<PathBuf> {
     let path = match std::env::var_os(SHIM_BINARY_ENV) {
         Some(p) => PathBuf::from(p),
@@ -24,7 +25,7 @@ pub fn shim_binary() -> Result<PathBuf> {
                 .map_err(|e| HarnessError::io("locating", "the test executable", e))?;
             let profile_dir = exe
                 .parent()
-                .filter(|d| d.ends_with("deps"))
+                .filter(|d| d.ends_with("deps") || d.ends_with("examples"))
                 .and_then(|d| d.parent())
                 .or_else(|| exe.parent())
                 .map(PathBuf::from)

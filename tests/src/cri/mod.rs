@@ -183,6 +183,11 @@ impl CriContainerd {
         &self.client
     }
 
+    /// Deadline of every later CRI call ([`DEFAULT_CALL_TIMEOUT`] unless changed).
+    pub fn set_call_timeout(&mut self, timeout: Duration) {
+        self.client.set_timeout(timeout);
+    }
+
     /// The private containerd (its log, state dir, `ctr` bound to `k8s.io`...).
     pub fn containerd(&self) -> &Containerd {
         self.containerd.as_ref().expect("running until shutdown")
@@ -242,6 +247,12 @@ impl CriContainerd {
     /// RunPodSandbox with `config`; the pod is recorded for the leak checks and teardown.
     pub fn run_pod_with(&self, config: PodSandboxConfig, handler: &str) -> Result<Pod> {
         let id = self.client.run_pod_sandbox(&config, handler)?;
+        self.adopt_pod(id, config, handler)
+    }
+
+    /// Records a pod started through [`client`](Self::client) directly (so teardown removes
+    /// it) and reads its netns and pid from PodSandboxStatus.
+    pub fn adopt_pod(&self, id: String, config: PodSandboxConfig, handler: &str) -> Result<Pod> {
         let mut pod = Pod {
             id,
             config,
@@ -296,16 +307,23 @@ impl CriContainerd {
     pub fn remove_pod(&self, pod: &Pod) -> Result<()> {
         self.client.stop_pod_sandbox(&pod.id)?;
         self.client.remove_pod_sandbox(&pod.id)?;
-        self.pods
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|p| p.id != pod.id);
+        self.forget_pod(&pod.id);
+        Ok(())
+    }
+
+    /// For a pod removed through [`client`](Self::client) directly: drops its record and
+    /// removes its cgroup parent, as [`remove_pod`](Self::remove_pod) does.
+    pub fn forget_pod(&self, id: &str) {
+        let mut pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(pos) = pods.iter().position(|p| p.id == id) else {
+            return;
+        };
+        let pod = pods.remove(pos);
         if let Some(parent) = pod.cgroup_parent() {
             for dir in crate::inspect::cgroup_dirs(parent) {
                 let _ = std::fs::remove_dir(dir);
             }
         }
-        Ok(())
     }
 
     /// Pods started through the harness and not removed yet.

@@ -11,6 +11,9 @@ use crate::containerd::ShutdownReport;
 use crate::inspect;
 use crate::leaks::dir_leaks;
 
+/// Deadline of each CRI call that removes a leftover pod.
+const TEARDOWN_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// What [`CriContainerd::shutdown`] found and had to force.
 #[derive(Debug, Default)]
 pub struct CriShutdownReport {
@@ -22,6 +25,9 @@ pub struct CriShutdownReport {
     pub netns_left: Vec<PathBuf>,
     /// Cgroups left under the instance's cgroup root (removed).
     pub cgroups_left: Vec<PathBuf>,
+    /// Shim sockets of leftover pods that outlived containerd's teardown (removed): a pod
+    /// shim's socket is named after the sandbox, whose task may already be gone.
+    pub shim_sockets_left: Vec<PathBuf>,
     /// containerd's own teardown.
     pub containerd: ShutdownReport,
     /// Problems removing the bridge or the cgroup root.
@@ -34,6 +40,7 @@ impl CriShutdownReport {
             && self.pod_errors.is_empty()
             && self.netns_left.is_empty()
             && self.cgroups_left.is_empty()
+            && self.shim_sockets_left.is_empty()
             && self.containerd.is_clean()
             && self.errors.is_empty()
     }
@@ -56,6 +63,9 @@ impl fmt::Display for CriShutdownReport {
         }
         for c in &self.cgroups_left {
             writeln!(f, "  cgroup left: {}", c.display())?;
+        }
+        for s in &self.shim_sockets_left {
+            writeln!(f, "  shim socket left: {}", s.display())?;
         }
         for e in &self.errors {
             writeln!(f, "  error: {e}")?;
@@ -126,7 +136,10 @@ impl CriContainerd {
     fn teardown(&mut self) -> CriShutdownReport {
         self.torn_down = true;
         let mut report = CriShutdownReport::default();
-        // 1. Pods the test left: as a kubelet would, stop then remove each.
+        // 1. Pods the test left: as a kubelet would, stop then remove each. A hung runtime
+        // must not hold teardown for the full default deadline per call: containerd's own
+        // teardown below kills whatever is left anyway.
+        self.client.set_timeout(TEARDOWN_CALL_TIMEOUT);
         for pod in self.pods() {
             report.pods_left.push(pod.id.clone());
             if let Err(e) = self.remove_pod(&pod) {
@@ -141,9 +154,17 @@ impl CriContainerd {
                 }
             }
         }
+        let sockets: Vec<PathBuf> = match &self.containerd {
+            Some(c) => self.pods().iter().map(|p| c.shim_socket(&p.id)).collect(),
+            None => Vec::new(),
+        };
         // 2. containerd (kills whatever still mentions the directory, unmounts, removes it).
         if let Some(c) = self.containerd.take() {
             report.containerd = c.shutdown();
+        }
+        for socket in sockets.into_iter().filter(|s| s.exists()) {
+            let _ = std::fs::remove_file(&socket);
+            report.shim_sockets_left.push(socket);
         }
         // 3. Per-instance host objects outside the directory.
         let bridge = self.layout.bridge();
