@@ -25,8 +25,10 @@
 
 pub mod containerd;
 pub mod ctr;
+pub mod direct;
 pub mod error;
 pub mod events;
+pub mod fault;
 pub mod ids;
 pub mod image;
 pub mod inspect;
@@ -38,7 +40,7 @@ pub mod pty;
 pub mod run;
 pub mod shim_binary;
 
-pub use containerd::{Containerd, ContainerdOptions, ShutdownReport};
+pub use containerd::{Containerd, ContainerdOptions, ShutdownReport, Stop};
 pub use ctr::CtrCommand;
 pub use error::{HarnessError, Result};
 pub use events::Events;
