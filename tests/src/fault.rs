@@ -338,3 +338,66 @@ pub fn remove_ctr_fifos(c: &Containerd, id: &str) {
         let _ = fs::remove_dir(d.path());
     }
 }
+
+/// A tmpfs mounted for one test (a read-only or tiny filesystem under an audit log), unmounted
+/// on drop.
+#[derive(Debug)]
+pub struct TmpfsMount {
+    path: PathBuf,
+}
+
+impl TmpfsMount {
+    /// Mounts a tmpfs with `options` (e.g. `size=64k`, `ro`) on `path`, creating the directory.
+    pub fn new(path: &Path, options: &str) -> Result<TmpfsMount> {
+        fs::create_dir_all(path).map_err(|e| HarnessError::io("creating", path, e))?;
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "gvh-fault"])
+            .arg(path)
+            .output()
+            .map_err(|source| HarnessError::Spawn {
+                program: "mount".into(),
+                source,
+            })?;
+        if !out.status.success() {
+            return Err(HarnessError::io(
+                "mounting a tmpfs on",
+                path,
+                std::io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()),
+            ));
+        }
+        Ok(TmpfsMount {
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Fills the filesystem: writes `filler` until the kernel answers ENOSPC. Returns the
+    /// bytes written.
+    pub fn fill(&self, filler: &str) -> Result<u64> {
+        let path = self.path.join(filler);
+        let mut f = fs::File::create(&path).map_err(|e| HarnessError::io("creating", &path, e))?;
+        let chunk = [0u8; 4096];
+        let mut total = 0u64;
+        loop {
+            match f.write(&chunk) {
+                Ok(0) => break,
+                Ok(n) => total += n as u64,
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => return Err(HarnessError::io("filling", &path, e)),
+            }
+        }
+        Ok(total)
+    }
+}
+
+impl Drop for TmpfsMount {
+    fn drop(&mut self) {
+        if let Ok(c) = std::ffi::CString::new(self.path.to_string_lossy().as_bytes()) {
+            // SAFETY: umount2(2) on a NUL-terminated path; lazy, so an open file cannot keep it.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
