@@ -245,6 +245,8 @@ pub struct DirectBundle {
     pub rootfs_source: PathBuf,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
+    /// What the shim logged through `<bundle>/log` (containerd copies it into its own log).
+    pub log: PathBuf,
     stdout_reader: File,
 }
 
@@ -260,7 +262,11 @@ impl DirectBundle {
         make_busybox_rootfs(&rootfs_source)?;
         let mut spec = default_spec(c)?;
         spec["process"]["args"] = json!(args);
+        // `ctr oci spec` leaves the environment empty; ctr run adds the image's PATH.
+        spec["process"]["env"] = json!(["PATH=/bin"]);
         spec["linux"]["cgroupsPath"] = json!(format!("/{}/{id}", c.namespace()));
+        let log = base.join(format!("{id}.shim.log"));
+        drain_log_fifo(&mkfifo(&dir.join("log"))?, &log)?;
         let stdout = mkfifo(&base.join(format!("{id}.stdout")))?;
         let stderr = mkfifo(&base.join(format!("{id}.stderr")))?;
         // Held open from now on: a fifo's buffered output is lost once no end is open.
@@ -276,6 +282,7 @@ impl DirectBundle {
             stdout,
             stderr,
             stdout_reader,
+            log,
         };
         bundle.write_config(serde_json::to_vec_pretty(&spec).expect("a spec serialises"))?;
         Ok(bundle)
@@ -311,6 +318,11 @@ impl DirectBundle {
         req
     }
 
+    /// The shim's log so far.
+    pub fn shim_log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// What the task wrote to stdout so far (non-blocking).
     pub fn read_stdout(&mut self) -> String {
         let mut out = Vec::new();
@@ -325,6 +337,27 @@ impl DirectBundle {
         }
         String::from_utf8_lossy(&out).into_owned()
     }
+}
+
+/// Copies what the shim writes to its log fifo into `to`, as containerd does into its log.
+/// The reader holds the fifo open read-write, so it never sees EOF between shim runs; the
+/// thread lives as long as the test process.
+fn drain_log_fifo(fifo: &Path, to: &Path) -> Result<()> {
+    let mut reader = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fifo)
+        .map_err(|e| HarnessError::io("opening", fifo, e))?;
+    let mut out = File::create(to).map_err(|e| HarnessError::io("creating", to, e))?;
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 || out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(())
 }
 
 /// The spec `ctr oci spec` prints (containerd 1.6's defaults), with no daemon involved.
