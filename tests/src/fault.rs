@@ -171,20 +171,20 @@ pub fn wait_gone(pid: i32, timeout: Duration) -> Result<()> {
     })
 }
 
-/// Where a [`RunscGate`] holds `runsc create`.
+/// Where a [`RunscGate`] holds its runsc subcommand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GatePoint {
-    /// Before the real `runsc create` runs: nothing of the sandbox exists yet.
-    BeforeCreate,
-    /// After the real `runsc create` succeeded, before the wrapper returns to the shim: the
-    /// sandbox and its state exist, but the shim has not learnt its pid.
-    AfterCreate,
+    /// Before the real runsc runs (for `create`: nothing of the sandbox exists yet).
+    Before,
+    /// After the real runsc returned, before the wrapper returns to the shim (for `create`: the
+    /// sandbox and its state exist, but the shim has not learnt its pid).
+    After,
 }
 
 /// A runsc wrapper for the policy's `[runsc] path` that passes every call through to the real
-/// runsc, except `create`, which it holds at a gate until the test releases it. It makes "the
-/// shim dies in the middle of Create" deterministic: the test knows the shim is inside
-/// `runsc create` when [`wait_reached`](Self::wait_reached) returns.
+/// runsc, except one subcommand (`create`, `start`...), which it holds at a gate until the test
+/// releases it. It makes timing faults deterministic: when [`wait_reached`](Self::wait_reached)
+/// returns, the shim is inside that runsc call.
 #[derive(Debug)]
 pub struct RunscGate {
     dir: PathBuf,
@@ -192,8 +192,9 @@ pub struct RunscGate {
 }
 
 impl RunscGate {
-    /// Writes the wrapper and its gate (a fifo) into a fresh directory under `c`'s.
-    pub fn new(c: &Containerd, point: GatePoint) -> Result<RunscGate> {
+    /// Writes the wrapper, holding `subcommand` at `point`, and its gate (a fifo) into a fresh
+    /// directory under `c`'s.
+    pub fn new(c: &Containerd, subcommand: &str, point: GatePoint) -> Result<RunscGate> {
         let dir = c.dir().join(format!("gate-{}", random_hex(4)));
         fs::create_dir(&dir).map_err(|e| HarnessError::io("creating", &dir, e))?;
         let fifo = dir.join("release");
@@ -208,22 +209,25 @@ impl RunscGate {
         }
         let runsc = which("runsc")?;
         let (before, after) = match point {
-            GatePoint::BeforeCreate => ("gate", ""),
-            GatePoint::AfterCreate => ("", "gate"),
+            GatePoint::Before => ("gate", ""),
+            GatePoint::After => ("", "gate"),
         };
         // `read` on the fifo blocks until the test opens it for writing: no polling, no sleep.
+        // Only the first call of the subcommand is held (the test releases one).
         let script = format!(
             r#"#!/bin/sh
-# runsc wrapper of a fault test: holds `runsc create` at a gate.
+# runsc wrapper of a fault test: holds `runsc {subcommand}` at a gate.
 gate() {{ : > '{dir}/reached'; read -r _ < '{dir}/release'; }}
 case " $* " in
-*" create "*)
-  {before}
-  '{runsc}' "$@"
-  rc=$?
-  echo "$rc" > '{dir}/create-status'
-  {after}
-  exit $rc
+*" {subcommand} "*)
+  if mkdir '{dir}/taken' 2>/dev/null; then
+    {before}
+    '{runsc}' "$@"
+    rc=$?
+    echo "$rc" > '{dir}/status'
+    {after}
+    exit $rc
+  fi
   ;;
 esac
 exec '{runsc}' "$@"
@@ -243,15 +247,15 @@ exec '{runsc}' "$@"
         &self.script
     }
 
-    /// Waits until a `runsc create` reached the gate.
+    /// Waits until the held runsc call reached the gate.
     pub fn wait_reached(&self, timeout: Duration) -> Result<()> {
         let reached = self.dir.join("reached");
-        poll_until("runsc create to reach the gate", timeout, || {
+        poll_until("the held runsc call to reach the gate", timeout, || {
             reached.exists().then_some(())
         })
     }
 
-    /// Lets a held `runsc create` go on. Returns false if nobody was waiting at the gate.
+    /// Lets the held runsc call go on. Returns false if nobody was waiting at the gate.
     pub fn release(&self) -> bool {
         let fifo = self.dir.join("release");
         // Non-blocking: with no reader, open(2) fails with ENXIO instead of hanging the test.
@@ -265,14 +269,14 @@ exec '{runsc}' "$@"
         }
     }
 
-    /// The exit status of the real `runsc create` the wrapper ran, once it finished.
-    pub fn create_status(&self) -> Option<i32> {
-        fs::read_to_string(self.dir.join("create-status"))
+    /// The exit status of the real runsc call the wrapper held, once it finished.
+    pub fn status(&self) -> Option<i32> {
+        fs::read_to_string(self.dir.join("status"))
             .ok()
             .and_then(|s| s.trim().parse().ok())
     }
 
-    /// Processes still running the wrapper (a held create).
+    /// Processes still running the wrapper (a held call).
     pub fn waiting(&self) -> Vec<inspect::ProcInfo> {
         inspect::processes_mentioning(&self.script.to_string_lossy())
     }

@@ -28,7 +28,7 @@ fn containerd() -> (Containerd, TestImage) {
 /// and that the id runs again.
 fn kill_shim_at(point: GatePoint) {
     let (c, image) = containerd();
-    let gate = RunscGate::new(&c, point).unwrap();
+    let gate = RunscGate::new(&c, "create", point).unwrap();
     let policy = TestPolicy::builder(&c, "gated")
         .runsc_path(gate.path())
         .write()
@@ -42,12 +42,8 @@ fn kill_shim_at(point: GatePoint) {
     gate.wait_reached(TIMEOUT).unwrap();
     let shim = shim_pid(&c, &id).unwrap();
     let root = c.runtime_root(&Runtime::hardened()).unwrap();
-    if point == GatePoint::AfterCreate {
-        assert_eq!(
-            gate.create_status(),
-            Some(0),
-            "the real runsc create failed"
-        );
+    if point == GatePoint::After {
+        assert_eq!(gate.status(), Some(0), "the real runsc create failed");
         assert!(
             !runsc_processes(&root, &id).is_empty(),
             "runsc create succeeded but no sandbox process runs"
@@ -96,7 +92,7 @@ fn kill_shim_at(point: GatePoint) {
         left.is_empty() && sandboxes.is_empty(),
         "shim killed in runsc create ({point:?}); after containerd's cleanup, {id} left:\n{left}\
          runsc processes: {sandboxes:?}\nheld create exit status: {:?}",
-        gate.create_status()
+        gate.status()
     );
     assert!(again.success() && again.stdout.contains("again"), "{again}");
     assert_nothing_left(&c, &id, &plain.runtime());
@@ -105,10 +101,10 @@ fn kill_shim_at(point: GatePoint) {
 
 #[test]
 fn shim_killed_after_runsc_created_the_sandbox_leaves_nothing() {
-    kill_shim_at(GatePoint::AfterCreate);
+    kill_shim_at(GatePoint::After);
 }
 
 #[test]
 fn shim_killed_before_runsc_create_ran_leaves_nothing() {
-    kill_shim_at(GatePoint::BeforeCreate);
+    kill_shim_at(GatePoint::Before);
 }
