@@ -87,11 +87,15 @@ impl DirectShim {
             .args(["-namespace", c.namespace(), "-address", &address])
             .args(["-publish-binary", "containerd", "-id", &bundle.id, "start"])
             .current_dir(&bundle.dir)
-            .env("TTRPC_ADDRESS", &ttrpc_address)
             .env("PATH", c.path_env())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .envs(
+                // The bootstrap protocol carries containerd's ttrpc address in its parameters;
+                // the legacy one in the environment.
+                (protocol == StartProtocol::Legacy).then(|| ("TTRPC_ADDRESS", &ttrpc_address)),
+            )
             .spawn()
             .map_err(|source| HarnessError::Spawn {
                 program: shim.display().to_string(),
