@@ -94,7 +94,7 @@ impl DirectShim {
             .envs(
                 // The bootstrap protocol carries containerd's ttrpc address in its parameters;
                 // the legacy one in the environment.
-                (protocol == StartProtocol::Legacy).then(|| ("TTRPC_ADDRESS", &ttrpc_address)),
+                (protocol == StartProtocol::Legacy).then_some(("TTRPC_ADDRESS", &ttrpc_address)),
             )
             .spawn()
             .map_err(|source| HarnessError::Spawn {
