@@ -255,11 +255,24 @@ pub struct DirectBundle {
 }
 
 impl DirectBundle {
-    /// A bundle for container `id` running `args`.
+    /// A bundle for container `id` running `args`, with a root filesystem of its own.
     pub fn new(c: &Containerd, id: &str, args: &[&str]) -> Result<Self> {
+        Self::sharing_rootfs(c, id, args, None)
+    }
+
+    /// A bundle whose rootfs mount source is `rootfs_source` (a busybox tree made here when
+    /// missing), so that many bundles can share one: the root is read-only under the policy.
+    pub fn sharing_rootfs(
+        c: &Containerd,
+        id: &str,
+        args: &[&str],
+        rootfs_source: Option<&Path>,
+    ) -> Result<Self> {
         let base = c.dir().join("direct");
         let dir = base.join(id);
-        let rootfs_source = base.join(format!("{id}.rootfs"));
+        let rootfs_source = rootfs_source
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| base.join(format!("{id}.rootfs")));
         for d in [&dir, &dir.join("rootfs"), &rootfs_source] {
             fs::create_dir_all(d).map_err(|e| HarnessError::io("creating", d, e))?;
         }
