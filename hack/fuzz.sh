@@ -68,7 +68,8 @@ for target in "${TARGETS[@]}"; do
   # -rss_limit_mb: the specs are small; a leak or blow-up should fail, not swap.
   "$BIN_DIR/$target" "$corpus" \
     -max_total_time="$SECONDS_EACH" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$artifacts/" 2>&1 | tee "$logfile" | grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^(==|SUMMARY|Done|stat::)|panicked' || true
+    -print_final_stats=1 -artifact_prefix="$artifacts/" 2>&1 | tee "$logfile" | grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^(==|SUMMARY|Done|stat::)|panicked'
+  # The fuzzer's status, not grep's or tee's (set +e is in force for the pipeline).
   rc=${PIPESTATUS[0]}
   set -e
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logfile" | tail -1)
