@@ -122,6 +122,21 @@ impl ProcessUsage {
     }
 }
 
+/// What each descriptor of `pid` points at (`socket:[..]`, `anon_inode:[eventfd]`, paths),
+/// sorted: the difference between two of these names a leak.
+pub fn fd_targets(pid: i32) -> Vec<String> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let mut targets: Vec<String> = dir
+        .flatten()
+        .filter_map(|e| fs::read_link(e.path()).ok())
+        .map(|t| t.to_string_lossy().into_owned())
+        .collect();
+    targets.sort();
+    targets
+}
+
 /// A before/after table of figures, printed by the churn tests.
 #[derive(Debug, Default)]
 pub struct Figures {
@@ -151,9 +166,9 @@ impl Figures {
 
 impl fmt::Display for Figures {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{:<24} {:>10} {:>10}", "", "before", "after")?;
+        writeln!(f, "{:<32} {:>10} {:>10}", "", "before", "after")?;
         for (what, before, after) in &self.rows {
-            writeln!(f, "{what:<24} {before:>10} {after:>10}")?;
+            writeln!(f, "{what:<32} {before:>10} {after:>10}")?;
         }
         Ok(())
     }
