@@ -209,6 +209,23 @@ impl DirectShim {
     }
 }
 
+/// A test that failed before [`DirectShim::shutdown`] leaves a server running: it is killed,
+/// and its socket (which a killed server cannot remove) goes with it, so a failing test does
+/// not litter the host-global socket directory.
+impl Drop for DirectShim {
+    fn drop(&mut self) {
+        if inspect::is_alive(self.pid) {
+            // SAFETY: kill(2) of the server this handle started.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            let pid = self.pid;
+            let _ = poll_until("the killed shim to exit", EXIT_TIMEOUT, || {
+                (!inspect::is_alive(pid)).then_some(())
+            });
+            let _ = fs::remove_file(self.socket_path());
+        }
+    }
+}
+
 /// A ttrpc context with [`CALL_TIMEOUT`].
 pub fn ctx() -> ttrpc::context::Context {
     ttrpc::context::with_timeout(CALL_TIMEOUT.as_nanos() as i64)
