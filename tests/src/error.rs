@@ -71,6 +71,10 @@ pub enum HarnessError {
     #[error(transparent)]
     Cri(#[from] crate::cri::CriError),
 
+    /// Driving a shim directly (start action, ttrpc) failed in the harness's own steps.
+    #[error("shim {what}: {reason}")]
+    Shim { what: String, reason: String },
+
     /// A polled condition did not become true before its deadline.
     #[error("gave up after {timeout:?} waiting for {what}")]
     Deadline { what: String, timeout: Duration },

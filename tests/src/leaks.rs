@@ -102,6 +102,17 @@ pub fn container_leaks(c: &Containerd, id: &str, runtime: &Runtime) -> Leaks {
     }
 }
 
+/// Waits (up to [`LEAK_GRACE`]) for container `id` to leave nothing behind and returns what
+/// is still there then (empty when clean). For tests that check more before failing.
+pub fn wait_nothing_left(c: &Containerd, id: &str, runtime: &Runtime) -> Leaks {
+    let mut last = Leaks::default();
+    let _ = poll_until("the container's leftovers to go", LEAK_GRACE, || {
+        last = container_leaks(c, id, runtime);
+        last.is_empty().then_some(())
+    });
+    last
+}
+
 /// Waits (up to [`LEAK_GRACE`]) for container `id` to leave nothing behind, and panics with
 /// the list of leftovers (and containerd's log) if it does not. Call it after the container
 /// was deleted (`ctr run --rm` returned, or `ctr task rm` + `ctr container rm`).

@@ -23,11 +23,14 @@
 //! namespace), so tests run in parallel. Tests must run as root. See `tests/README.md` for the
 //! API at a glance, the test image and the probe.
 
+pub mod census;
 pub mod containerd;
 pub mod cri;
 pub mod ctr;
+pub mod direct;
 pub mod error;
 pub mod events;
+pub mod fault;
 pub mod ids;
 pub mod image;
 pub mod inspect;
@@ -39,7 +42,7 @@ pub mod pty;
 pub mod run;
 pub mod shim_binary;
 
-pub use containerd::{ConfigHook, Containerd, ContainerdOptions, ShutdownReport};
+pub use containerd::{ConfigHook, Containerd, ContainerdOptions, ShutdownReport, Stop};
 pub use ctr::CtrCommand;
 pub use error::{HarnessError, Result};
 pub use events::Events;

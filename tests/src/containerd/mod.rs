@@ -2,9 +2,11 @@
 //! namespace; stopped and cleaned up on [`Containerd::shutdown`] or drop.
 
 mod config;
+mod restart;
 mod teardown;
 
 pub use config::{ConfigHook, ContainerdOptions, CRI_PLUGIN};
+pub use restart::Stop;
 pub use teardown::ShutdownReport;
 
 use std::ffi::OsString;
@@ -62,6 +64,8 @@ pub struct Containerd {
     child: Option<Child>,
     /// Set once teardown ran (by `shutdown` or drop), so it runs once.
     torn_down: bool,
+    /// What it was started with, to start it again the same way ([`Containerd::restart`]).
+    opts: ContainerdOptions,
     /// The namespace was generated here, so host paths named after it (cgroups `/<ns>`, the
     /// hardened runsc root) are ours alone and teardown may clean them. Not so for a namespace
     /// given in the options: another containerd may use it too.
@@ -143,6 +147,7 @@ impl Containerd {
             path_env,
             child: None,
             torn_down: false,
+            opts: opts.clone(),
             owns_namespace: opts.namespace.is_none(),
         };
         for d in c.layout.dirs() {
@@ -159,27 +164,38 @@ impl Containerd {
         fs::write(&config_path, config_text)
             .map_err(|e| HarnessError::io("writing", &config_path, e))?;
 
-        let log_path = c.layout.log();
-        let log =
-            fs::File::create(&log_path).map_err(|e| HarnessError::io("creating", &log_path, e))?;
+        c.spawn(false)?;
+        c.wait_ready(&opts)?;
+        Ok(c)
+    }
+
+    /// Starts the containerd process on the prepared directory. `append_log` keeps what an
+    /// earlier run wrote to the log (a restart); otherwise the log starts empty.
+    fn spawn(&mut self, append_log: bool) -> Result<()> {
+        let log_path = self.layout.log();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append_log)
+            .truncate(!append_log)
+            .open(&log_path)
+            .map_err(|e| HarnessError::io("creating", &log_path, e))?;
         let log2 = log
             .try_clone()
             .map_err(|e| HarnessError::io("dup of", &log_path, e))?;
         let mut cmd = Command::new("containerd");
         cmd.arg("--config")
-            .arg(&config_path)
-            .env("PATH", &c.path_env)
-            .envs(opts.env.iter().map(|(k, v)| (k, v)))
+            .arg(self.layout.config())
+            .env("PATH", &self.path_env)
+            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
-        c.child = Some(cmd.spawn().map_err(|source| HarnessError::Spawn {
+        self.child = Some(cmd.spawn().map_err(|source| HarnessError::Spawn {
             program: "containerd".into(),
             source,
         })?);
-
-        c.wait_ready(&opts)?;
-        Ok(c)
+        Ok(())
     }
 
     /// Polls until the grpc socket accepts connections (containerd loads every plugin before
