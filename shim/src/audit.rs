@@ -8,6 +8,7 @@
 
 use std::fs::{DirBuilder, OpenOptions};
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -166,15 +167,26 @@ impl AuditLog {
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(&self.path)
             .map_err(io)?;
-        let written = file.write(line).map_err(io)?;
-        if written != line.len() {
-            return Err(AuditError::ShortWrite {
+        // Shims append concurrently; the lock makes "remember the length, write, cut back on
+        // failure" one step, so a disk that fills up mid-line leaves no torn line behind.
+        // SAFETY: flock on a descriptor we own; released when `file` is closed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(io(std::io::Error::last_os_error()));
+        }
+        let before = file.metadata().map_err(io)?.len();
+        let result = match file.write(line) {
+            Ok(n) if n == line.len() => file.sync_data().map_err(io),
+            Ok(written) => Err(AuditError::ShortWrite {
                 path: self.path.clone(),
                 written,
                 len: line.len(),
-            });
+            }),
+            Err(e) => Err(io(e)),
+        };
+        if result.is_err() {
+            let _ = file.set_len(before);
         }
-        file.sync_data().map_err(io)
+        result
     }
 }
 

@@ -60,6 +60,20 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
             }
         }
     }
+    // The dead shim's socket: containerd does not remove it, and nothing else will. A pod's
+    // socket stays while another container's shim still answers on it.
+    let address = crate::start::socket_address(
+        crate::start::SOCKET_ROOT,
+        &flags.address,
+        &flags.namespace,
+        &crate::start::grouping_id(&bundle, &flags.id),
+    );
+    let socket = Path::new(address.trim_start_matches("unix://"));
+    if socket.exists() && std::os::unix::net::UnixStream::connect(socket).is_err() {
+        if let Err(e) = std::fs::remove_file(socket) {
+            problems.push(format!("socket {}: {e}", socket.display()));
+        }
+    }
     if let Err(e) = crate::rootfs::unmount_all(&bundle.join("rootfs")) {
         problems.push(e.to_string());
     }

@@ -38,6 +38,8 @@ pub enum ShimError {
     Stdio(#[from] StdioError),
     #[error("bundle {path}: {reason}")]
     Bundle { path: String, reason: String },
+    #[error("cgroup {0} already exists: runsc would join it without enforcing the policy's limits; refusing to start the sandbox there")]
+    CgroupExists(String),
     #[error("rootfs: {0}")]
     Rootfs(String),
     #[error("{0}")]
@@ -56,7 +58,7 @@ impl ShimError {
             | ShimError::Options(_)
             | ShimError::Policy(_)
             | ShimError::Rejected(_) => Code::INVALID_ARGUMENT,
-            ShimError::State(_) => Code::FAILED_PRECONDITION,
+            ShimError::State(_) | ShimError::CgroupExists(_) => Code::FAILED_PRECONDITION,
             ShimError::Unsupported(_) => Code::UNIMPLEMENTED,
             ShimError::Audit(_)
             | ShimError::Stdio(_)

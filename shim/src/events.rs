@@ -1,20 +1,32 @@
 //! Task events published to containerd (TaskCreate, TaskStart, TaskExit, TaskOOM, ...).
 //!
-//! Publishing goes through containerd-shim's queueing publisher, which reconnects and retries
-//! when containerd restarts; a failure to enqueue is logged, never fatal: containerd also learns
-//! exits through the blocking Wait call, so a lost event cannot leave a task hanging.
+//! Events go through one queue, in order, to containerd's TTRPC `Events.Forward`. A failed
+//! forward of any kind (containerd restarting, the connection closed under us) drops the
+//! connection and retries on a fresh one with a growing pause: a restarted containerd must still
+//! hear every exit. An event is given up only after [`GIVE_UP_AFTER`] of failures, which is
+//! logged loudly; containerd also learns exits through the blocking Wait call and State.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use containerd_shim::publisher::RemotePublisher;
 use containerd_shim_protos::events::task::{
     TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskOOM, TaskPaused,
     TaskResumed, TaskStart,
 };
+use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim_protos::protobuf::MessageDyn;
+use containerd_shim_protos::shim::event::Envelope;
+use containerd_shim_protos::shim::events::ForwardRequest;
+use containerd_shim_protos::shim_async::{Client, EventsClient};
 use containerd_shim_protos::topics;
 use containerd_shim_protos::ttrpc::context::Context;
+use tokio::sync::mpsc;
+
+/// How long one event is retried before it is given up (a containerd restart takes seconds).
+const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const MAX_PAUSE: Duration = Duration::from_secs(2);
+const QUEUE: usize = 1024;
 
 /// Where events go. Tests use a recording sink; the shim uses containerd's TTRPC endpoint.
 #[async_trait::async_trait]
@@ -23,28 +35,82 @@ pub trait EventSink: Send + Sync {
 }
 
 pub struct ContainerdSink {
-    publisher: RemotePublisher,
+    queue: mpsc::Sender<Envelope>,
     namespace: String,
 }
 
+async fn connect(address: &str) -> Result<EventsClient, String> {
+    let address = if address.contains("://") {
+        address.to_string()
+    } else {
+        format!("unix://{address}")
+    };
+    Client::connect(&address)
+        .await
+        .map(EventsClient::new)
+        .map_err(|e| e.to_string())
+}
+
 impl ContainerdSink {
-    pub fn new(publisher: RemotePublisher, namespace: String) -> Self {
-        ContainerdSink {
-            publisher,
-            namespace,
-        }
+    /// Connects once (so a wrong address fails the shim's start), then forwards in the
+    /// background.
+    pub async fn connect(address: &str, namespace: String) -> Result<Self, String> {
+        let first = connect(address).await?;
+        let (queue, mut rx) = mpsc::channel::<Envelope>(QUEUE);
+        let address = address.to_string();
+        tokio::spawn(async move {
+            let mut client = Some(first);
+            while let Some(envelope) = rx.recv().await {
+                let mut req = ForwardRequest::new();
+                req.envelope = Some(envelope).into();
+                let started = tokio::time::Instant::now();
+                let mut pause = FIRST_PAUSE;
+                loop {
+                    if client.is_none() {
+                        client = connect(&address).await.ok();
+                    }
+                    let err = match &client {
+                        Some(c) => match c.forward(Context::default(), &req).await {
+                            Ok(_) => break,
+                            Err(e) => e.to_string(),
+                        },
+                        None => "not connected".to_string(),
+                    };
+                    // Whatever went wrong, the next try uses a new connection.
+                    client = None;
+                    if started.elapsed() > GIVE_UP_AFTER {
+                        log::error!(
+                            "event {} lost: containerd unreachable for {GIVE_UP_AFTER:?}: {err}",
+                            req.envelope.topic
+                        );
+                        break;
+                    }
+                    log::debug!("forwarding {} failed ({err}); retrying", req.envelope.topic);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_PAUSE);
+                }
+            }
+        });
+        Ok(ContainerdSink { queue, namespace })
     }
 }
 
 #[async_trait::async_trait]
 impl EventSink for ContainerdSink {
     async fn publish(&self, topic: &'static str, event: Box<dyn MessageDyn>) {
-        if let Err(e) = self
-            .publisher
-            .publish(Context::default(), topic, &self.namespace, event)
-            .await
-        {
-            log::warn!("publishing {topic} failed: {e}");
+        let mut any = Any::new();
+        any.type_url = event.descriptor_dyn().full_name().to_string();
+        if let Err(e) = event.write_to_vec_dyn(&mut any.value) {
+            log::error!("encoding {topic}: {e}");
+            return;
+        }
+        let mut envelope = Envelope::new();
+        envelope.timestamp = Some(timestamp(SystemTime::now())).into();
+        envelope.namespace = self.namespace.clone();
+        envelope.topic = topic.to_string();
+        envelope.event = Some(any).into();
+        if self.queue.send(envelope).await.is_err() {
+            log::error!("event queue closed; {topic} not sent");
         }
     }
 }

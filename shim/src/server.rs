@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use containerd_shim::publisher::RemotePublisher;
 use containerd_shim_protos::ttrpc::r#async::transport::Listener;
 use containerd_shim_protos::ttrpc::r#async::Server;
 use tokio::signal::unix::{signal, SignalKind};
@@ -43,13 +42,13 @@ pub async fn serve(flags: Flags) -> anyhow::Result<()> {
     let reaper = Reaper::install().context("installing the reaper")?;
     let ttrpc_address =
         std::env::var("TTRPC_ADDRESS").context("TTRPC_ADDRESS is not set (containerd sets it)")?;
-    let publisher = RemotePublisher::new(&ttrpc_address)
+    let events = ContainerdSink::connect(&ttrpc_address, flags.namespace.clone())
         .await
-        .with_context(|| format!("connecting to containerd events at {ttrpc_address}"))?;
+        .map_err(|e| anyhow::anyhow!("connecting to containerd events at {ttrpc_address}: {e}"))?;
     let shim = Arc::new(Shim::new(ShimEnv::new(
         flags.namespace.clone(),
         reaper,
-        Arc::new(ContainerdSink::new(publisher, flags.namespace.clone())),
+        Arc::new(events),
         PathBuf::from(crate::policy_source::NODE_POLICY_PATH),
     )));
 

@@ -2,14 +2,13 @@
 //!
 //! Under load, a short task can run and exit between the sandbox acknowledging `runsc start`
 //! and the shim seeing that call return. A runsc wrapper holds `runsc start` after it
-//! succeeded until the shim has recorded the task's exit, which makes that interleaving
-//! deterministic. containerd must then see a successful Start and the task's real exit status,
-//! as it does when the task lives longer.
+//! succeeded until the sandbox process is gone, which makes that interleaving deterministic.
+//! containerd must then see a successful Start and the task's real exit status, as it does when
+//! the task lives longer, and the audit log must have the start before the exit.
 
 use std::time::Duration;
 
 use gvisor_hardened_tests::fault::{sandbox_pid, wait_gone, GatePoint, RunscGate, TestPolicy};
-use gvisor_hardened_tests::poll::poll_until;
 use gvisor_hardened_tests::*;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -33,22 +32,20 @@ fn task_exiting_before_runsc_start_returns_reports_its_exit_status() {
 
     gate.wait_reached(TIMEOUT).unwrap();
     assert_eq!(gate.status(), Some(0), "the real runsc start failed");
-    // The task runs to its end, and the shim records the exit, while its `runsc start` call
-    // has not returned yet.
+    // The task runs to its end, and its sandbox is gone, while its `runsc start` call has not
+    // returned yet: the shim's reaper has the exit in hand before Start is done.
     wait_gone(sandbox_pid(&c, &id).unwrap(), TIMEOUT).unwrap();
-    poll_until("the shim to record the exit", TIMEOUT, || {
-        policy
-            .audit_events(&id)
-            .iter()
-            .any(|e| e == "exit")
-            .then_some(())
-    })
-    .unwrap();
     assert!(gate.release());
 
     let out = attached.join().unwrap().unwrap();
     assert_eq!(out.code(), 3, "{out}");
     assert!(out.stdout.contains("fast"), "{out}");
+    let events = policy.audit_events(&id);
+    let pos = |e: &str| events.iter().position(|x| x == e);
+    assert!(
+        pos("start").is_some() && pos("start") < pos("exit"),
+        "{events:?}"
+    );
     assert_nothing_left(&c, &id, &policy.runtime());
     assert_clean_shutdown(c);
 }

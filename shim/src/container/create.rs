@@ -120,6 +120,32 @@ fn subject(
     }
 }
 
+/// A Create that fails before the spec could be hardened (unreadable policy or bundle) is
+/// audited too, best effort: the failure is what the caller gets either way. `policy` is the
+/// policy that was loaded, if any (it names itself in the record); the log is `log_of`'s.
+fn audit_early_failure(
+    namespace: &str,
+    id: &str,
+    log_of: &LoadedPolicy,
+    policy: Option<&LoadedPolicy>,
+    error: &str,
+) {
+    let ann = BTreeMap::new();
+    let mut subject = subject(namespace, id, &ann, log_of);
+    if policy.is_none() {
+        subject.policy = PolicyRef {
+            path: "<not loaded>".into(),
+            sha256: String::new(),
+            mode: "enforce".into(),
+        };
+    }
+    let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &subject);
+    rec.error = Some(error.to_string());
+    if let Err(e) = AuditLog::new(&log_of.policy.audit.path).append(&rec) {
+        log::error!("container {id}: {e}");
+    }
+}
+
 /// The pod sandbox this container must join, when CRI says it is an app container.
 fn pod_sandbox_id(ann: &BTreeMap<String, String>, id: &str) -> Option<String> {
     match (
@@ -177,10 +203,30 @@ impl Container {
         p: CreateParams,
         pod: &HashMap<String, Arc<Container>>,
     ) -> Result<Arc<Container>> {
-        // 1. Inputs, without side effects.
-        let policy = policy_source::load(p.options.config_path.as_deref(), &env.node_policy)?;
+        // 1. Inputs, without side effects (but an audit line if they are unusable).
+        let policy = match policy_source::load(p.options.config_path.as_deref(), &env.node_policy) {
+            Ok(policy) => policy,
+            Err(e) => {
+                // The policy names the audit log; without a policy, the default log gets it.
+                let fallback = policy_source::embedded();
+                audit_early_failure(&env.namespace, &p.id, &fallback, None, &e.to_string());
+                return Err(e.into());
+            }
+        };
         crate::logger::raise_level(crate::logger::policy_level(&policy.policy));
-        let (original, spec) = read_spec(&p.bundle)?;
+        let (original, spec) = match read_spec(&p.bundle) {
+            Ok(read) => read,
+            Err(e) => {
+                audit_early_failure(
+                    &env.namespace,
+                    &p.id,
+                    &policy,
+                    Some(&policy),
+                    &e.to_string(),
+                );
+                return Err(e);
+            }
+        };
         let ann = annotations(&spec);
         let subject = subject(&env.namespace, &p.id, &ann, &policy);
         let audit = AuditLog::new(&policy.policy.audit.path);
@@ -260,6 +306,12 @@ impl Container {
             id: p.id.clone(),
             bundle: p.bundle.clone(),
             runtime,
+            cgroups_path: hardened
+                .spec
+                .pointer("/linux/cgroupsPath")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
             cgroup: Default::default(),
             lifetime: hardened.lifetime,
             annotations: ann,
@@ -288,6 +340,9 @@ impl Container {
     }
 
     async fn launch(self: Arc<Self>, p: &CreateParams) -> Result<Arc<Container>> {
+        if self.pod_sandbox.is_none() {
+            self.refuse_existing_cgroup()?;
+        }
         let rootfs = self.bundle.join("rootfs");
         rootfs::mount_all(&p.rootfs, &rootfs).map_err(|e| ShimError::Rootfs(e.to_string()))?;
         let console = if p.stdio.terminal {
@@ -345,6 +400,17 @@ impl Container {
         Ok(self)
     }
 
+    /// runsc joins a cgroup that already exists as it is, without applying the spec's limits:
+    /// a sandbox must get a fresh cgroup, or it does not start.
+    fn refuse_existing_cgroup(&self) -> Result<()> {
+        let cg = SandboxCgroup::for_spec(&self.cgroups_path, &self.id)
+            .map_err(|e| ShimError::Internal(format!("locating the sandbox's cgroups: {e}")))?;
+        match cg.remaining().first() {
+            None => Ok(()),
+            Some(dir) => Err(ShimError::CgroupExists(dir.display().to_string())),
+        }
+    }
+
     /// The first container of a sandbox: its exit is the sandbox process's exit, its cgroups are
     /// the sandbox's, its namespaces are what the pod's later containers join.
     fn watch_sandbox(self: &Arc<Self>, pid: i32) -> Result<()> {
@@ -397,6 +463,12 @@ impl Container {
     async fn undo_create(&self, err: &ShimError) {
         if let Err(e) = self.runtime.delete(&self.id).await {
             log::debug!("container {}: cleanup delete: {e}", self.id);
+        }
+        // A refused pre-existing cgroup is not ours to remove.
+        if !matches!(err, ShimError::CgroupExists(_)) {
+            if let Err(e) = self.remove_leftover_cgroups() {
+                log::error!("container {}: {e}", self.id);
+            }
         }
         self.init.io.close();
         if self.rootfs_mounted {

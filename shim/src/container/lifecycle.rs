@@ -304,6 +304,9 @@ impl Container {
                 first.get_or_insert(ShimError::Rootfs(e.to_string()));
             }
         }
+        if let Err(e) = self.remove_leftover_cgroups() {
+            first.get_or_insert(e);
+        }
         for name in [INIT_PID_FILE, BUNDLE_STATE] {
             let _ = std::fs::remove_file(self.bundle.join(name));
         }

@@ -63,6 +63,8 @@ pub struct Container {
     subject: Subject,
     audit: AuditLog,
     lifetime: Lifetime,
+    /// `linux.cgroupsPath` of the hardened spec: where runsc puts this container's cgroups.
+    cgroups_path: String,
     /// The sandbox's cgroups and their counters at create: how it died is read from them.
     cgroup: std::sync::OnceLock<crate::cgroup::exit_cause::ExitProbe>,
     /// The pod's first container, when this one joined its runsc sandbox (a pod's app
@@ -108,6 +110,29 @@ impl Container {
 
     fn record(&self, event: AuditEvent) -> AuditRecord<'_> {
         AuditRecord::new(event, &self.subject)
+    }
+
+    /// Removes this container's cgroup directories that runsc left (after a failed create, or
+    /// a delete that could not finish): empty directories only; the kernel refuses the rest,
+    /// and that is reported.
+    fn remove_leftover_cgroups(&self) -> Result<()> {
+        let Ok(cg) = crate::cgroup::SandboxCgroup::for_spec(&self.cgroups_path, &self.id) else {
+            return Ok(());
+        };
+        let mut busy = Vec::new();
+        for dir in cg.remaining() {
+            if let Err(e) = std::fs::remove_dir(dir) {
+                busy.push(format!("{}: {e}", dir.display()));
+            }
+        }
+        if busy.is_empty() {
+            Ok(())
+        } else {
+            Err(ShimError::Internal(format!(
+                "cgroups left behind: {}",
+                busy.join("; ")
+            )))
+        }
     }
 
     /// The memory cgroup killed the sandbox: TaskOOM (what CRI turns into `OOMKilled`) and an
