@@ -208,13 +208,13 @@ fn run_one(lab: &Lab, attack: &Attack) -> AttackResult {
     };
     if let Some(l) = leaks {
         passed = false;
-        observed.push_str(&format!(" | LEFT BEHIND: {l}"));
+        observed.push_str(&format!("; LEFT BEHIND: {l}"));
     }
     if !diff.is_empty() {
         passed = false;
-        observed.push_str(&format!(" | HOST CHANGED: {diff}"));
+        observed.push_str(&format!("; HOST CHANGED: {diff}"));
     } else {
-        observed.push_str(" | host unchanged");
+        observed.push_str("; host unchanged");
     }
     AttackResult {
         category: attack.category,
