@@ -47,7 +47,11 @@ pub fn attacks() -> Vec<Attack> {
             "EROFS (bind forced ro); host dir unchanged",
             writable_bind,
         ),
-        a("fill /tmp past its 1Gi cap", "ENOSPC before 1Gi", fill_tmp),
+        a(
+            "fill /tmp past its 1Gi cap",
+            "ENOSPC at the 1Gi cap",
+            fill_tmp,
+        ),
         a(
             "write past RLIMIT_FSIZE (1Gi)",
             "EFBIG + SIGXFSZ at 1Gi; below it works",
@@ -57,6 +61,11 @@ pub fn attacks() -> Vec<Attack> {
             "exhaust file descriptors",
             "EMFILE at RLIMIT_NOFILE 1024",
             fds,
+        ),
+        a(
+            "open the host's disk (/dev/vda, /dev/sda)",
+            "ENOENT x2 (gVisor's /dev has no host devices)",
+            host_disk,
         ),
     ]
 }
@@ -222,6 +231,15 @@ fn writable_bind(lab: &Lab) -> Outcome {
         .collect();
     ensure(left.is_empty(), || format!("host dir now holds {left:?}"))?;
     Ok("errno EROFS; host dir still empty".into())
+}
+
+fn host_disk(lab: &Lab) -> Outcome {
+    let ran = lab.run(Job::probes("fs-disk", &["read /dev/vda", "read /dev/sda"]))?;
+    let l = ran.probe_lines(2)?;
+    ensure(l.iter().all(|l| l.errno() == Some("ENOENT")), || {
+        format!("expected ENOENT x2: {}", ran.summary())
+    })?;
+    Ok("ENOENT x2".into())
 }
 
 fn fill_tmp(lab: &Lab) -> Outcome {

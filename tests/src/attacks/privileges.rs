@@ -59,6 +59,11 @@ pub fn attacks() -> Vec<Attack> {
         ),
         a("raise RLIMIT_NOFILE", "EPERM", raise_rlimit),
         a(
+            "overwrite the runtime through /proc/self/exe (CVE-2019-5736 style)",
+            "EACCES; /proc/self/exe is the sandbox's own binary; host runsc unchanged",
+            proc_self_exe,
+        ),
+        a(
             "ctr task exec --user 0",
             "uid 65534, no capability",
             exec_as_root,
@@ -221,6 +226,36 @@ fn raise_rlimit(lab: &Lab) -> Outcome {
         &["setrlimit", "NOFILE", "1048576", "1048576"],
         "EPERM",
     )
+}
+
+fn proc_self_exe(lab: &Lab) -> Outcome {
+    let runsc = fs::metadata("/usr/bin/runsc").map_err(|e| Failed(format!("runsc: {e}")))?;
+    let ran = lab.run(Job::sh(
+        "priv-selfexe",
+        "/bin/sandbox-probe write /proc/self/exe pwned; readlink /proc/self/exe",
+    ))?;
+    let first = ran.out.stdout.lines().next().unwrap_or("");
+    let line = crate::probe::ProbeLine::parse(first)
+        .map_err(|e| Failed(format!("{e}: {}", ran.summary())))?;
+    ensure(line.errno() == Some("EACCES"), || {
+        format!("expected EACCES: {}", ran.summary())
+    })?;
+    // readlink in a fresh process names busybox: the image's binary, not a host one.
+    ensure(ran.out.stdout.contains("/bin/busybox"), || {
+        format!(
+            "/proc/self/exe is not the image's binary: {}",
+            ran.summary()
+        )
+    })?;
+    let after = fs::metadata("/usr/bin/runsc").map_err(|e| Failed(format!("runsc: {e}")))?;
+    use std::os::unix::fs::MetadataExt;
+    ensure(
+        after.mtime() == runsc.mtime()
+            && after.ctime() == runsc.ctime()
+            && after.len() == runsc.len(),
+        || "the host's runsc binary changed".into(),
+    )?;
+    Ok("EACCES; /proc/self/exe -> /bin/busybox (the image's); host runsc unchanged".into())
 }
 
 fn exec_as_root(lab: &Lab) -> Outcome {
