@@ -31,6 +31,11 @@ pub fn attacks() -> Vec<Attack> {
         a("open a packet socket", "EPERM", packet_socket),
         a("list network interfaces", "only lo", interfaces),
         a(
+            "join another pod's network namespace (/run/netns/...)",
+            "neutralised: allowed path, but runsc --network=none uses none of its interfaces: only lo, its address unreachable",
+            foreign_netns,
+        ),
+        a(
             "bind and listen on privileged port 80",
             "neutralised: binds inside gVisor's netstack; unreachable from the host (root netns and the sandbox's netns) and from another sandbox",
             privileged_port,
@@ -177,6 +182,48 @@ fn interfaces(lab: &Lab) -> Outcome {
         format!("expected only lo: {}", ran.summary())
     })?;
     Ok("ifaces=lo".into())
+}
+
+fn ip(args: &[&str]) -> Result<(), Failed> {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| Failed(format!("ip {}: {e}", args.join(" "))))?;
+    ensure(out.status.success(), || {
+        format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })
+}
+
+/// A network namespace like the ones CNI makes for pods (/run/netns/<name>), with an interface
+/// and an address, standing in for another pod's network.
+fn foreign_netns(lab: &Lab) -> Outcome {
+    let name = format!("gvh-victim-{}", crate::ids::random_hex(4));
+    ip(&["netns", "add", &name])?;
+    let result = (|| {
+        ip(&[
+            "-n", &name, "link", "add", "gvh0", "type", "veth", "peer", "name", "gvh1",
+        ])?;
+        ip(&["-n", &name, "addr", "add", "10.213.7.1/24", "dev", "gvh0"])?;
+        ip(&["-n", &name, "link", "set", "gvh0", "up"])?;
+        let ran = lab.run(
+            Job::probes("net-podns", &["ifaces", "connect 10.213.7.1 80 2000"])
+                .flags(["--with-ns", &format!("network:/run/netns/{name}")]),
+        )?;
+        let l = ran.probe_lines(2)?;
+        ensure(l[0].field("ifaces") == Some("lo"), || {
+            format!("interfaces: {}", ran.summary())
+        })?;
+        ensure(l[1].errno() == Some("EHOSTUNREACH"), || {
+            format!("connect into the namespace's network: {}", ran.summary())
+        })?;
+        Ok("accepted (path on namespaces.allowed_paths); inside: ifaces=lo; 10.213.7.1 (the namespace's address): EHOSTUNREACH".to_string())
+    })();
+    ip(&["netns", "del", &name])?;
+    result
 }
 
 /// Host sockets listening on `port` in the network namespace whose /proc/<pid>/net is `net`.
