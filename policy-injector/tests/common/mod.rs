@@ -199,7 +199,9 @@ pub fn check_spec(spec: &Value, policy: &Policy) -> Result<(), String> {
         if first["names"] != serde_json::json!(policy.seccomp.deny)
             || first["action"] != "SCMP_ACT_ERRNO"
         {
-            return Err(format!("seccomp does not start with the deny rule: {first}"));
+            return Err(format!(
+                "seccomp does not start with the deny rule: {first}"
+            ));
         }
     }
     if let Some(a) = spec["annotations"].as_object() {
