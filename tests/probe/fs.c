@@ -88,6 +88,23 @@ int cmd_fill(int argc, char **argv)
 	return 0;
 }
 
+int cmd_write_at(int argc, char **argv)
+{
+	long long offset = parse_long(argv[1], "offset");
+	signal(SIGXFSZ, on_sigxfsz);
+	int fd = open(argv[0], O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		report(-1, errno, "step=open sigxfsz=0");
+		return 0;
+	}
+	ssize_t n = pwrite(fd, "x", 1, offset);
+	int err = errno;
+	close(fd);
+	(void)argc;
+	report(n, err, "offset=%lld sigxfsz=%d", offset, (int)got_sigxfsz);
+	return 0;
+}
+
 int cmd_fds(int argc, char **argv)
 {
 	long want = parse_long(argv[0], "count");
@@ -137,8 +154,10 @@ int cmd_mknod(int argc, char **argv)
 		type = S_IFBLK;
 	else if (!strcmp(argv[1], "c"))
 		type = S_IFCHR;
+	else if (!strcmp(argv[1], "p"))
+		type = S_IFIFO;
 	else {
-		fprintf(stderr, "sandbox-probe: mknod type must be b or c\n");
+		fprintf(stderr, "sandbox-probe: mknod type must be b, c or p\n");
 		exit(USAGE_EXIT);
 	}
 	dev_t dev = makedev(parse_long(argv[2], "major"), parse_long(argv[3], "minor"));

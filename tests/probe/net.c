@@ -1,6 +1,8 @@
 /* sandbox-probe: network primitives. */
 #include "probe.h"
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <string.h>
@@ -73,5 +75,76 @@ int cmd_connect(int argc, char **argv)
 	getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
 	report(soerr ? -1 : 0, soerr, "addr=%s:%ld", argv[0], port);
 	close(fd);
+	return 0;
+}
+
+int cmd_listen(int argc, char **argv)
+{
+	long port = parse_long(argv[0], "port");
+	double secs = parse_long(argv[1], "secs");
+	(void)argc;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		report(-1, errno, "step=socket");
+		return 0;
+	}
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	sa.sin_addr.s_addr = htonl(INADDR_ANY);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		report(-1, errno, "step=bind port=%ld", port);
+		return 0;
+	}
+	if (listen(fd, 16) < 0) {
+		report(-1, errno, "step=listen port=%ld", port);
+		return 0;
+	}
+	/* Announce before accepting: whoever watches the output knows the port is open. */
+	report(0, 0, "listening=%ld", port);
+	long accepted = 0;
+	double deadline = now_monotonic() + secs;
+	for (;;) {
+		double left = deadline - now_monotonic();
+		if (left <= 0)
+			break;
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		if (poll(&pfd, 1, (int)(left * 1000) + 1) > 0) {
+			int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+			if (c >= 0) {
+				accepted++;
+				close(c);
+			}
+		}
+	}
+	report(0, 0, "port=%ld accepted=%ld", port, accepted);
+	close(fd);
+	return 0;
+}
+
+int cmd_ifaces(int argc, char **argv)
+{
+	(void)argc; (void)argv;
+	struct ifaddrs *list;
+	if (getifaddrs(&list) < 0) {
+		report_call(-1);
+		return 0;
+	}
+	/* Interface names, each once, in the order the kernel lists them. */
+	char names[1024] = "";
+	size_t off = 0;
+	for (struct ifaddrs *i = list; i; i = i->ifa_next) {
+		char key[IF_NAMESIZE + 2];
+		snprintf(key, sizeof key, ",%s,", i->ifa_name);
+		char padded[sizeof names + 2];
+		snprintf(padded, sizeof padded, ",%s,", names);
+		if (strstr(padded, key))
+			continue;
+		off += snprintf(names + off, sizeof names - off, "%s%s", off ? "," : "", i->ifa_name);
+		if (off >= sizeof names)
+			break;
+	}
+	freeifaddrs(list);
+	report(0, 0, "ifaces=%s", off ? names : "none");
 	return 0;
 }

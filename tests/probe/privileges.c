@@ -111,6 +111,28 @@ int cmd_rlimits(int argc, char **argv)
 	return 0;
 }
 
+int cmd_setrlimit(int argc, char **argv)
+{
+	static const struct { const char *name; int res; } lims[] = {
+		{ "NOFILE", RLIMIT_NOFILE }, { "FSIZE", RLIMIT_FSIZE }, { "CORE", RLIMIT_CORE },
+		{ "NPROC", RLIMIT_NPROC }, { "AS", RLIMIT_AS },
+	};
+	int res = -1;
+	(void)argc;
+	for (size_t i = 0; i < sizeof lims / sizeof lims[0]; i++)
+		if (!strcmp(argv[0], lims[i].name))
+			res = lims[i].res;
+	if (res < 0) {
+		fprintf(stderr, "sandbox-probe: unknown rlimit %s\n", argv[0]);
+		exit(USAGE_EXIT);
+	}
+	struct rlimit rl;
+	rl.rlim_cur = strcmp(argv[1], "unlimited") ? (rlim_t)parse_long(argv[1], "soft") : RLIM_INFINITY;
+	rl.rlim_max = strcmp(argv[2], "unlimited") ? (rlim_t)parse_long(argv[2], "hard") : RLIM_INFINITY;
+	report_call(setrlimit(res, &rl));
+	return 0;
+}
+
 int cmd_setuid(int argc, char **argv)
 {
 	long uid = argc > 0 ? parse_long(argv[0], "uid") : 0;

@@ -97,6 +97,28 @@ static int run_as(int argc, char **argv, char *self)
 	return 0;
 }
 
+/*
+ * Waits for a line (or end of file) on stdin, then runs COMMAND (a path and its arguments).
+ * Tests use it to hold a workload until the runtime reported it started: a workload that ends
+ * before its start is acknowledged tests the runtime's start/exit ordering, not the workload.
+ */
+static int run_gated(int argc, char **argv)
+{
+	if (argc < 1) {
+		fprintf(stderr, "sandbox-probe gate COMMAND [ARGS]\n");
+		return USAGE_EXIT;
+	}
+	char c;
+	ssize_t n;
+	while ((n = read(0, &c, 1)) > 0 && c != '\n')
+		;
+	if (n < 0)
+		fprintf(stderr, "sandbox-probe gate: reading stdin: %s\n", errname(errno));
+	execv(argv[0], argv);
+	report(-1, errno, "step=exec");
+	return 0;
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 struct command {
@@ -112,6 +134,7 @@ static const struct command commands[] = {
 	{ "seccomp", 0, 0, cmd_seccomp, "prctl(PR_GET_SECCOMP)" },
 	{ "ids", 0, 0, cmd_ids, "real/effective/saved uid and gid, supplementary groups" },
 	{ "rlimits", 0, 0, cmd_rlimits, "every rlimit as soft:hard" },
+	{ "setrlimit", 3, 3, cmd_setrlimit, "NOFILE|FSIZE|CORE|NPROC|AS SOFT HARD (number or unlimited)" },
 	{ "setuid", 0, 1, cmd_setuid, "[UID=0] raw setuid" },
 	{ "setgid", 0, 1, cmd_setgid, "[GID=0] raw setgid" },
 	{ "setgroups", 0, 0, cmd_setgroups, "setgroups([0])" },
@@ -131,16 +154,19 @@ static const struct command commands[] = {
 	{ "write", 1, 2, cmd_write, "PATH [TEXT] create/truncate and write" },
 	{ "read", 1, 2, cmd_read, "PATH [BYTES=1] open and read" },
 	{ "fill", 2, 2, cmd_fill, "PATH BYTES write until BYTES or an error (ENOSPC, EFBIG)" },
+	{ "write-at", 2, 2, cmd_write_at, "PATH OFFSET write one byte at OFFSET (EFBIG past RLIMIT_FSIZE)" },
 	{ "fds", 1, 1, cmd_fds, "N open N descriptors (EMFILE)" },
 	{ "mount-tmpfs", 0, 1, cmd_mount_tmpfs, "[DIR=/mnt]" },
 	{ "mount-proc", 0, 1, cmd_mount_proc, "[DIR=/mnt]" },
 	{ "remount-root-rw", 0, 0, cmd_remount_root_rw, "mount(MS_REMOUNT) of / without MS_RDONLY" },
 	{ "chroot", 0, 1, cmd_chroot, "[DIR=/tmp]" },
-	{ "mknod", 4, 4, cmd_mknod, "PATH b|c MAJOR MINOR" },
+	{ "mknod", 4, 4, cmd_mknod, "PATH b|c|p MAJOR MINOR (p: a FIFO, numbers ignored)" },
 	{ "statfs", 1, 1, cmd_statfs, "PATH filesystem type and size" },
 	{ "socket-raw", 0, 0, cmd_socket_raw, "socket(AF_INET, SOCK_RAW, ICMP)" },
 	{ "socket-packet", 0, 0, cmd_socket_packet, "socket(AF_PACKET, SOCK_RAW)" },
 	{ "bind", 0, 1, cmd_bind, "[PORT=80] TCP bind on 0.0.0.0" },
+	{ "listen", 2, 2, cmd_listen, "PORT SECS listen on 0.0.0.0:PORT, accept for SECS" },
+	{ "ifaces", 0, 0, cmd_ifaces, "network interfaces (getifaddrs)" },
 	{ "connect", 2, 3, cmd_connect, "IP PORT [TIMEOUT_MS=3000] TCP connect" },
 	{ "fork", 1, 2, cmd_fork, "N [HOLD_SECS=0] fork N sleeping children and hold them" },
 	{ "mem", 1, 2, cmd_mem, "MIB [HOLD_SECS=0] allocate and touch MIB MiB" },
@@ -153,7 +179,8 @@ static const struct command commands[] = {
 static void usage(FILE *out)
 {
 	fprintf(out, "usage: sandbox-probe COMMAND [ARGS]\n"
-		     "       sandbox-probe as UID GID COMMAND [ARGS]   (drop to UID/GID first)\n");
+		     "       sandbox-probe as UID GID COMMAND [ARGS]   (drop to UID/GID first)\n"
+		     "       sandbox-probe gate PATH [ARGS]            (wait for a line on stdin, then exec PATH)\n");
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].usage);
 }
@@ -170,6 +197,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "as"))
 		return run_as(argc - 2, argv + 2, argv[0]);
+	if (!strcmp(argv[1], "gate"))
+		return run_gated(argc - 2, argv + 2);
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
 		const struct command *c = &commands[i];
 		if (strcmp(argv[1], c->name))

@@ -23,6 +23,7 @@
 //! namespace), so tests run in parallel. Tests must run as root. See `tests/README.md` for the
 //! API at a glance, the test image and the probe.
 
+pub mod attacks;
 pub mod census;
 pub mod containerd;
 pub mod cri;

@@ -17,11 +17,16 @@ fn strings(items: &[&str]) -> Vec<String> {
 #[serde(deny_unknown_fields, default)]
 pub struct RootPolicy {
     pub readonly: bool,
+    /// Host directories (path globs) a spec may name as an absolute `root.path`.
+    pub allowed_host_paths: Vec<String>,
 }
 
 impl Default for RootPolicy {
     fn default() -> Self {
-        RootPolicy { readonly: true }
+        RootPolicy {
+            readonly: true,
+            allowed_host_paths: Vec::new(),
+        }
     }
 }
 

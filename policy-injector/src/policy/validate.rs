@@ -194,6 +194,7 @@ pub(crate) fn validate(p: &Policy) -> Result<(), Issue> {
             format!("unsupported policy version {} (only 1 exists)", p.version),
         ));
     }
+    check_globs("root.allowed_host_paths", &p.root.allowed_host_paths)?;
     capabilities(p)?;
     user(p)?;
     scratch(p)?;

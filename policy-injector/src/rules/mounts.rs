@@ -55,6 +55,12 @@ impl<'p> Lists<'p> {
     }
 }
 
+/// The denied-source pattern that `path` (normalised segments) matches or contains, if any: the
+/// same test a bind source gets, for other places a host path can enter a spec (`root.path`).
+pub(crate) fn denied_host_path<'p>(policy: &'p crate::Policy, path: &[&str]) -> Option<&'p str> {
+    Lists::new(policy).denied_by(path)
+}
+
 /// The string at `key` of mount `i`, malformed when it is another type.
 fn mount_str<'m>(obj: &'m Object, key: &str, i: usize) -> Result<Option<&'m str>, HardenError> {
     match obj.get(key) {

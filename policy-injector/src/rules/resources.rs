@@ -10,6 +10,8 @@
 //!
 //! `-1` (unlimited) and `0` (unset, for runc) count as "no value"; anything below -1 is garbage
 //! and rejected, as is a CPU period the kernel would refuse.
+//!
+//! The limits only hold in a cgroup runsc creates: `cgroup_path.rs` checks `linux.cgroupsPath`.
 
 use serde_json::Value;
 
@@ -24,8 +26,11 @@ const PERIOD_MIN: i128 = 1_000;
 const PERIOD_MAX: i128 = 1_000_000;
 const DEFAULT_PERIOD: i128 = 100_000;
 
+mod cgroup_path;
+
 pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), HardenError> {
     let linux = json::ensure_object(spec, "linux", "")?;
+    cgroup_path::check(linux, pass)?;
     let resources = json::ensure_object(linux, "resources", "linux")?;
     let budget = apply_resources(resources, "linux.resources", pass)?;
     if let Some(b) = budget {

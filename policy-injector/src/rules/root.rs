@@ -1,10 +1,18 @@
-//! The root filesystem is mounted read-only; writable space comes from the scratch tmpfs mounts.
+//! The root filesystem is mounted read-only (writable space comes from the scratch tmpfs
+//! mounts), and it is the container's own: a relative `root.path` inside the bundle, or a host
+//! directory the policy allows.
+//!
+//! Why the path is checked: `ctr run --rootfs /` (or a hand-made bundle) puts the host's own root
+//! filesystem under the sandbox, read-only but readable (measured: /etc/passwd and the host's
+//! binaries were readable inside). The mounts rule never sees it, since it is not a mount.
 
 use serde_json::Value;
 
+use super::mounts::denied_host_path;
 use super::Pass;
 use crate::decision::{Action, Rule};
 use crate::error::HardenError;
+use crate::glob::{join, normalize, PathGlob};
 use crate::json::{self, Object};
 
 pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), HardenError> {
@@ -14,6 +22,15 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
             "missing: a container needs a root filesystem",
         ));
     };
+    match root.get("path") {
+        Some(Value::String(path)) => check_path(&path.clone(), pass),
+        _ => {
+            return Err(HardenError::malformed(
+                "root.path",
+                "missing or not a string: a container needs a root filesystem",
+            ))
+        }
+    }
     let readonly = json::opt_bool(root, "readonly", "root")?;
     if pass.policy.root.readonly && readonly != Some(true) {
         root.insert("readonly".into(), Value::Bool(true));
@@ -27,6 +44,53 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
         );
     }
     Ok(())
+}
+
+/// A relative path must stay inside the bundle; an absolute one must be allowed and not denied.
+fn check_path(path: &str, pass: &mut Pass<'_>) {
+    if path.split('/').any(|seg| seg == "..") {
+        pass.reject(
+            Rule::Root,
+            "root.path",
+            format!("{path:?} contains \"..\": the root filesystem must not leave its directory"),
+        );
+        return;
+    }
+    let Some(segs) = normalize(path) else {
+        if path.is_empty() {
+            pass.reject(Rule::Root, "root.path", "empty root path");
+        }
+        // Relative, without "..": inside the bundle, where containerd mounts the image.
+        return;
+    };
+    let policy = pass.policy;
+    if let Some(pattern) = denied_host_path(policy, &segs) {
+        pass.reject(
+            Rule::Root,
+            "root.path",
+            format!(
+                "host directory {} as the root filesystem matches or contains denied {pattern:?}",
+                join(&segs)
+            ),
+        );
+        return;
+    }
+    let allowed = policy
+        .root
+        .allowed_host_paths
+        .iter()
+        .filter_map(|p| PathGlob::new(p).ok())
+        .any(|g| g.matches(&segs));
+    if !allowed {
+        pass.reject(
+            Rule::Root,
+            "root.path",
+            format!(
+                "host directory {} as the root filesystem is not on root.allowed_host_paths (containers run from the image in their bundle)",
+                join(&segs)
+            ),
+        );
+    }
 }
 
 #[cfg(test)]
@@ -75,5 +139,73 @@ mod tests {
         assert!(
             matches!(harden_err(&spec), crate::HardenError::Malformed { field, .. } if field == "root.readonly")
         );
+    }
+
+    #[test]
+    fn the_host_root_as_root_filesystem_is_rejected() {
+        let mut spec = base_spec();
+        spec["root"]["path"] = json!("/");
+        let r = rejections(&spec);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(r[0].field, "root.path");
+        assert!(r[0].reason.contains("denied \"/\""), "{}", r[0].reason);
+    }
+
+    #[test]
+    fn a_host_directory_not_on_the_allowlist_is_rejected() {
+        let mut spec = base_spec();
+        spec["root"]["path"] = json!("/srv/images/alpine");
+        let r = rejections(&spec);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(
+            r[0].reason.contains("root.allowed_host_paths"),
+            "{}",
+            r[0].reason
+        );
+    }
+
+    #[test]
+    fn an_allowed_host_directory_is_kept() {
+        let mut policy = Policy::default();
+        policy.root.allowed_host_paths = vec!["/srv/images/*".into()];
+        let mut spec = base_spec();
+        spec["root"]["path"] = json!("/srv/images/alpine");
+        let h = harden_ok_with(&spec, &policy);
+        assert_eq!(h.spec["root"]["path"], "/srv/images/alpine");
+    }
+
+    #[test]
+    fn an_allowed_pattern_does_not_override_a_denied_source() {
+        let mut policy = Policy::default();
+        policy.root.allowed_host_paths = vec!["/**".into()];
+        for path in ["/etc", "/var", "/run/containerd/x"] {
+            let mut spec = base_spec();
+            spec["root"]["path"] = json!(path);
+            let r = rejections_with(&spec, &policy, &Default::default());
+            assert_eq!(r.len(), 1, "{path}: {r:?}");
+            assert!(r[0].reason.contains("denied"), "{path}: {}", r[0].reason);
+        }
+    }
+
+    #[test]
+    fn dot_dot_out_of_the_bundle_is_rejected() {
+        for path in ["../../../../", "rootfs/../..", "/srv/images/../../etc"] {
+            let mut spec = base_spec();
+            spec["root"]["path"] = json!(path);
+            let r = rejections(&spec);
+            assert_eq!(r.len(), 1, "{path}: {r:?}");
+            assert!(r[0].reason.contains(".."), "{path}: {}", r[0].reason);
+        }
+    }
+
+    #[test]
+    fn a_missing_or_empty_root_path_is_refused() {
+        let mut spec = base_spec();
+        spec["root"].as_object_mut().unwrap().remove("path");
+        assert!(
+            matches!(harden_err(&spec), crate::HardenError::Malformed { field, .. } if field == "root.path")
+        );
+        spec["root"]["path"] = json!("");
+        assert_eq!(rejections(&spec)[0].field, "root.path");
     }
 }

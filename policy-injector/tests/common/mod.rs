@@ -192,6 +192,18 @@ pub fn check_spec(spec: &Value, policy: &Policy) -> Result<(), String> {
     if policy.seccomp.inject_default && linux["seccomp"].is_null() {
         return Err("no seccomp".into());
     }
+    // Whatever profile the spec brought, the policy's deny rule comes first (runsc applies the
+    // first matching rule).
+    if policy.seccomp.inject_default && !policy.seccomp.deny.is_empty() {
+        let first = &linux["seccomp"]["syscalls"][0];
+        if first["names"] != serde_json::json!(policy.seccomp.deny)
+            || first["action"] != "SCMP_ACT_ERRNO"
+        {
+            return Err(format!(
+                "seccomp does not start with the deny rule: {first}"
+            ));
+        }
+    }
     if let Some(a) = spec["annotations"].as_object() {
         if a.keys().any(|k| k.starts_with("dev.gvisor.")) {
             return Err("dev.gvisor annotation kept".into());

@@ -2,12 +2,15 @@
  * "<check>: r=<return> errno=<errno>". Built static so the bundle's rootfs needs nothing else. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +35,24 @@ int main(void) {
 
     errno = 0;
     report("unshare_newuser", unshare(CLONE_NEWUSER));
+
+    errno = 0;
+    report("unshare_newns", unshare(CLONE_NEWNS));
+
+    errno = 0;
+    report("unshare_newcgroup", unshare(CLONE_NEWCGROUP));
+
+    errno = 0;
+    report("mknod_block", mknod("/tmp/blk", S_IFBLK | 0600, makedev(8, 0)));
+
+    errno = 0;
+    report("mknodat_char", mknodat(AT_FDCWD, "/tmp/chr", S_IFCHR | 0600, makedev(1, 1)));
+
+    errno = 0;
+    report("mkfifo", mkfifo("/tmp/fifo", 0600));
+
+    errno = 0;
+    report("ptrace", syscall(SYS_ptrace, 0 /* PTRACE_TRACEME */, 0, 0, 0));
 
     errno = 0;
     report("keyctl", syscall(SYS_keyctl, 0, 0, 0, 0, 0));
