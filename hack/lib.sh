@@ -7,7 +7,7 @@ REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
 # Debian packages the build, the tests, the demo and the benches need.
 APT_PACKAGES=(
   containerd runc runsc busybox-static protobuf-compiler
-  containernetworking-plugins iproute2 jq hyperfine python3-pip gcc libc6-dev
+  containernetworking-plugins iproute2 jq hyperfine python3-pip gcc g++ libc6-dev
   ca-certificates curl
 )
 

@@ -15,8 +15,14 @@ log "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 log "build"
 cargo build --workspace --bins
-log "tests (unit, integration, end to end)"
-cargo test --workspace
+log "tests (unit, integration, end to end, the attack catalogue)"
+redteam="$(mktemp /tmp/gvh-redteam.XXXXXX)"
+trap 'rm -f "$redteam"' EXIT
+GVH_REDTEAM_OUT="$redteam" cargo test --workspace --no-fail-fast
+log "red-team table"
+"$REPO_ROOT/hack/redteam.sh" --results "$redteam"
+log "fuzzing, bounded (policy parser and harden)"
+"$REPO_ROOT/hack/fuzz.sh" 60
 log "Kubernetes manifests (kustomize render, kubernetes-validate 1.30-1.37, own checks)"
 ensure_python_tools
 "$REPO_ROOT/hack/check-manifests.sh"

@@ -21,6 +21,18 @@ fn listener(flags: &Flags) -> anyhow::Result<(UnixListener, Option<PathBuf>)> {
         let fd: i32 = fd.parse().context("bad listen fd")?;
         // SAFETY: `start` passed us this listening socket as `fd` and nobody else owns it.
         let l = unsafe { UnixListener::from_raw_fd(fd) };
+        // It arrived without close-on-exec (to survive our own exec); every runsc, sandbox and
+        // gofer we start would otherwise inherit it and keep the socket alive after we die.
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) < 0 {
+                anyhow::bail!(
+                    "setting close-on-exec on the listening socket: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
         let path = l
             .local_addr()
             .ok()

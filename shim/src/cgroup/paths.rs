@@ -138,7 +138,10 @@ impl SandboxCgroup {
         let mut dirs = BTreeMap::new();
         for (controllers, path) in &entries {
             for controller in controllers {
-                if !V1_CONTROLLERS.contains(&controller.as_str()) {
+                // The named systemd hierarchy counts only where runsc placed the sandbox in it
+                // (never the hierarchy's root, which is not the sandbox's to remove).
+                let systemd = controller == "name=systemd" && path != "/";
+                if !V1_CONTROLLERS.contains(&controller.as_str()) && !systemd {
                     continue;
                 }
                 if let Some(mount) = mounts.iter().find(|m| m.controllers.contains(controller)) {
@@ -192,7 +195,9 @@ impl SandboxCgroup {
             }
         };
         let mut dirs = BTreeMap::new();
-        for controller in V1_CONTROLLERS {
+        // runsc also creates the path in the named systemd hierarchy when it is mounted; it is
+        // part of what a sandbox must not leave behind.
+        for controller in V1_CONTROLLERS.iter().chain(&["name=systemd"]) {
             let Some(mount) = mounts
                 .iter()
                 .find(|m| m.controllers.iter().any(|c| c == controller))
