@@ -15,6 +15,8 @@
 //!   --shim PATH          the shim binary (default: $GVH_SHIM_BINARY or next to this binary)
 //!   --log-level LEVEL    containerd's (info; debug also starts the shims with -debug, for
 //!                        profiling from their timestamps, not for figures)
+//!   --containerd-env K=V environment of containerd, inherited by every shim it starts
+//!                        (repeatable; for experiments such as MALLOC_ARENA_MAX=1)
 //! ```
 //!
 //! Needs root, like the integration tests. Nothing here is a test: no figure is asserted.
@@ -52,6 +54,7 @@ struct Args {
     only: Vec<String>,
     shim: Option<PathBuf>,
     log_level: String,
+    containerd_env: Vec<(String, String)>,
 }
 
 fn list(s: &str) -> BenchResult<Vec<usize>> {
@@ -78,6 +81,7 @@ fn parse_args() -> BenchResult<Args> {
         only: vec!["latency".into(), "scaling".into(), "churn".into()],
         shim: None,
         log_level: "info".into(),
+        containerd_env: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -94,6 +98,13 @@ fn parse_args() -> BenchResult<Args> {
             "--only" => a.only = value()?.split(',').map(str::to_string).collect(),
             "--shim" => a.shim = Some(value()?.into()),
             "--log-level" => a.log_level = value()?,
+            "--containerd-env" => {
+                let kv = value()?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| format!("--containerd-env {kv:?}: not KEY=VALUE"))?;
+                a.containerd_env.push((k.to_string(), v.to_string()));
+            }
             other => {
                 return Err(format!(
                     "unknown option {other} (see the top of tests/examples/bench/main.rs)"
@@ -122,6 +133,7 @@ fn main() -> BenchResult<()> {
     // Production-like logging: at "debug" containerd starts every shim with -debug as well.
     let c = Containerd::start(ContainerdOptions {
         log_level: args.log_level.clone(),
+        env: args.containerd_env.clone(),
         ..ContainerdOptions::with_shim(&shim)
     })?;
     let image = TestImage::ensure()?;
@@ -197,6 +209,7 @@ fn main() -> BenchResult<()> {
             "runs": args.runs, "warmup": args.warmup, "levels": args.levels,
             "concurrency": args.concurrency, "churn_runs": args.churn_runs,
             "churn_rounds": args.churn_rounds, "containerd_log_level": args.log_level,
+            "containerd_env": args.containerd_env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
             "hardened_policy": "embedded default, [audit] path moved into the bench dir, passed as ConfigPath",
             "go_shim_runsc": "io.containerd.runc.v2 + tests/baseline/runsc-baseline (runsc --platform=ptrace --network=none)",
         },

@@ -151,11 +151,13 @@ impl Report<'_> {
         let _ = writeln!(
             o,
             "**Shim memory and scaling**: N sandboxes (`sleep`) started at once with `ctr run --detach`, measured while all run. \
-             Shim = the shim processes only; sandbox = shim + everything below it (runsc-sandbox, its ptrace stubs, runsc-gofer), per sandbox. MiB.\n"
+             Shim = the shim processes only; sandbox = shim + everything below it (runsc-sandbox, its ptrace stubs, runsc-gofer), per sandbox. MiB. \
+             RSS counts shared pages in full; PSS splits them among every process mapping them, including other users' processes of the same \
+             shim binary on the machine (column \"other users\"); private is what one more shim adds.\n"
         );
         let _ = writeln!(
             o,
-            "| N | runtime | shim RSS each | shim PSS each | shim private each | shims PSS total | sandbox PSS each | start median ms | start p95 ms | all N started ms | load before |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+            "| N | runtime | shim RSS each | shim PSS each | shim private each | shims PSS total | sandbox PSS each | start median ms | start p95 ms | all N started ms | other users of the shim binary | load before |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
         );
         for ((n, who), lv) in self.levels {
             let each = lv.shims.per(*n);
@@ -163,7 +165,7 @@ impl Report<'_> {
             let s = lv.start_summary();
             let _ = writeln!(
                 o,
-                "| {n} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} |",
+                "| {n} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} |",
                 who.label(),
                 mib(each.rss),
                 mib(each.pss),
@@ -174,6 +176,7 @@ impl Report<'_> {
                     .map_or("-".into(), |s| format!("{:.0}", s.median)),
                 s.as_ref().map_or("-".into(), |s| format!("{:.0}", s.p95)),
                 lv.burst_ms,
+                lv.foreign_same_shim,
                 load(lv.load_before)
             );
         }

@@ -38,6 +38,10 @@ pub struct Level {
     /// runsc processes on the machine that are not ours (other users share runsc's pages,
     /// which lowers our PSS).
     pub foreign_runsc: usize,
+    /// Processes of the same shim binary that are not ours (another containerd's Go shims share
+    /// /usr/bin/containerd-shim-runc-v2 with ours and lower its PSS; our shim's binary is
+    /// this build's own file).
+    pub foreign_same_shim: usize,
     pub load_before: [f64; 3],
     pub load_after: [f64; 3],
 }
@@ -118,7 +122,14 @@ pub fn measure_level(b: &Bench, who: Contender, n: usize) -> BenchResult<Level> 
             }
         });
     }
-    let (shims, sandboxes, processes_per_sandbox, shim_pss_series, foreign_runsc) = measured?;
+    let (
+        shims,
+        sandboxes,
+        processes_per_sandbox,
+        shim_pss_series,
+        foreign_runsc,
+        foreign_same_shim,
+    ) = measured?;
     Ok(Level {
         who,
         n,
@@ -129,12 +140,17 @@ pub fn measure_level(b: &Bench, who: Contender, n: usize) -> BenchResult<Level> 
         processes_per_sandbox,
         shim_pss_series,
         foreign_runsc,
+        foreign_same_shim,
         load_before,
         load_after: loadavg(),
     })
 }
 
-type Running = (Mem, Mem, usize, Vec<u64>, usize);
+type Running = (Mem, Mem, usize, Vec<u64>, usize, usize);
+
+fn exe(pid: i32) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
 
 fn measure_running(b: &Bench, ids: &[String]) -> BenchResult<Running> {
     let shims = ids
@@ -161,7 +177,12 @@ fn measure_running(b: &Bench, ids: &[String]) -> BenchResult<Running> {
         .into_iter()
         .filter(|p| !ours.contains(p))
         .count();
-    Ok((s, d, p, series, foreign))
+    let shim_exe = exe(shims[0]);
+    let foreign_shims = inspect::processes()
+        .into_iter()
+        .filter(|p| !shims.contains(&p.pid) && shim_exe.is_some() && exe(p.pid) == shim_exe)
+        .count();
+    Ok((s, d, p, series, foreign, foreign_shims))
 }
 
 impl Level {
@@ -183,6 +204,7 @@ impl Level {
             "processes_below_each_shim": self.processes_per_sandbox,
             "shim_pss_kib_series": self.shim_pss_series,
             "foreign_runsc_processes": self.foreign_runsc,
+            "foreign_same_shim_binary_processes": self.foreign_same_shim,
             "loadavg_before": self.load_before,
             "loadavg_after": self.load_after,
         })
