@@ -23,6 +23,9 @@ pub enum Contender {
     GoShimRunsc,
     /// Plain runc through containerd's Go shim: no sandbox, the floor.
     Runc,
+    /// Experiment (`--experiment-runsc`): our shim with another runsc in its policy, e.g. one
+    /// that answers the feature queries from a cache. Never part of the published comparison.
+    HardenedExperiment,
 }
 
 impl Contender {
@@ -36,6 +39,7 @@ impl Contender {
             Contender::Hardened => "hardened",
             Contender::GoShimRunsc => "go_shim_runsc",
             Contender::Runc => "runc",
+            Contender::HardenedExperiment => "hardened_experiment",
         }
     }
 
@@ -45,6 +49,7 @@ impl Contender {
             Contender::Hardened => "gvisor-hardened (ours)",
             Contender::GoShimRunsc => "Go shim + runsc",
             Contender::Runc => "Go shim + runc",
+            Contender::HardenedExperiment => "ours, experiment runsc",
         }
     }
 
@@ -54,6 +59,7 @@ impl Contender {
             Contender::Hardened => "ours",
             Contender::GoShimRunsc => "go",
             Contender::Runc => "runc",
+            Contender::HardenedExperiment => "exp",
         }
     }
 }
@@ -79,6 +85,8 @@ pub struct Bench {
     /// bench run does not grow the host's audit log). Passed as the runtime options'
     /// `ConfigPath`, the way a CRI handler configures it.
     pub policy: PathBuf,
+    /// The policy of [`Contender::HardenedExperiment`], when the experiment runs.
+    pub experiment_policy: Option<PathBuf>,
     /// Failed runs per runtime, over the whole bench.
     pub failures: Mutex<BTreeMap<Contender, Vec<Failure>>>,
 }
@@ -89,6 +97,11 @@ impl Bench {
             Contender::Hardened => Runtime::hardened_with_policy(&self.policy),
             Contender::GoShimRunsc => Runtime::Baseline,
             Contender::Runc => Runtime::Runc,
+            Contender::HardenedExperiment => Runtime::hardened_with_policy(
+                self.experiment_policy
+                    .as_ref()
+                    .expect("the experiment contender runs only with its policy"),
+            ),
         }
     }
 
@@ -176,17 +189,19 @@ impl Bench {
     }
 }
 
-/// Writes the bench policy next to the containerd's other files.
-pub fn write_policy(dir: &Path) -> std::io::Result<PathBuf> {
-    let path = dir.join("bench-policy.toml");
+/// Writes the bench policy next to the containerd's other files: the default policy with the
+/// audit log moved into the bench's directory and, for experiments, another runsc.
+pub fn write_policy(dir: &Path, name: &str, runsc: Option<&str>) -> std::io::Result<PathBuf> {
+    let path = dir.join(name);
     let audit = dir.join("audit.jsonl");
-    std::fs::write(
-        &path,
-        format!(
-            "# The default policy; only the audit log moves into the bench's directory.\n\
-             [audit]\npath = \"{}\"\n",
-            audit.display()
-        ),
-    )?;
+    let mut text = format!(
+        "# The default policy; only the audit log moves into the bench's directory.\n\
+         [audit]\npath = \"{}\"\n",
+        audit.display()
+    );
+    if let Some(runsc) = runsc {
+        text.push_str(&format!("[runsc]\npath = \"{runsc}\"\n"));
+    }
+    std::fs::write(&path, text)?;
     Ok(path)
 }

@@ -19,18 +19,23 @@ pub struct Latency {
 /// exec), then `runs` timed rounds. Each round runs every runtime once, in an order rotated by
 /// one each round (A B C, B C A, C A B, ...): drift in the machine's load then hits all of
 /// them alike, and no runtime always follows the same one.
-pub fn measure(b: &Bench, runs: usize, warmup: usize) -> BenchResult<Latency> {
+pub fn measure(
+    b: &Bench,
+    who_all: &[Contender],
+    runs: usize,
+    warmup: usize,
+) -> BenchResult<Latency> {
     for _ in 0..warmup {
-        for who in Contender::ALL {
+        for &who in who_all {
             b.run_true(who)?;
         }
     }
     let load_before = loadavg();
     let mut samples: BTreeMap<Contender, Vec<f64>> = BTreeMap::new();
-    let n = Contender::ALL.len();
+    let n = who_all.len();
     for round in 0..runs {
         for k in 0..n {
-            let who = Contender::ALL[(round + k) % n];
+            let who = who_all[(round + k) % n];
             let d = b.run_true(who)?;
             samples
                 .entry(who)

@@ -15,6 +15,8 @@
 //!   --shim PATH          the shim binary (default: $GVH_SHIM_BINARY or next to this binary)
 //!   --log-level LEVEL    containerd's (info; debug also starts the shims with -debug, for
 //!                        profiling from their timestamps, not for figures)
+//!   --experiment-runsc PATH  adds a 4th runtime to the latency runs: our shim with this runsc
+//!                        (not published; for testing a proposed fix, see hack/bench/README.md)
 //!   --containerd-env K=V environment of containerd, inherited by every shim it starts
 //!                        (repeatable; for experiments such as MALLOC_ARENA_MAX=1)
 //! ```
@@ -55,6 +57,7 @@ struct Args {
     shim: Option<PathBuf>,
     log_level: String,
     containerd_env: Vec<(String, String)>,
+    experiment_runsc: Option<String>,
 }
 
 fn list(s: &str) -> BenchResult<Vec<usize>> {
@@ -82,6 +85,7 @@ fn parse_args() -> BenchResult<Args> {
         shim: None,
         log_level: "info".into(),
         containerd_env: Vec::new(),
+        experiment_runsc: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -98,6 +102,7 @@ fn parse_args() -> BenchResult<Args> {
             "--only" => a.only = value()?.split(',').map(str::to_string).collect(),
             "--shim" => a.shim = Some(value()?.into()),
             "--log-level" => a.log_level = value()?,
+            "--experiment-runsc" => a.experiment_runsc = Some(value()?),
             "--containerd-env" => {
                 let kv = value()?;
                 let (k, v) = kv
@@ -138,10 +143,19 @@ fn main() -> BenchResult<()> {
     })?;
     let image = TestImage::ensure()?;
     c.import(&image)?;
-    let policy = contenders::write_policy(c.dir())?;
+    let policy = contenders::write_policy(c.dir(), "bench-policy.toml", None)?;
+    let experiment_policy = match &args.experiment_runsc {
+        Some(r) => Some(contenders::write_policy(
+            c.dir(),
+            "experiment-policy.toml",
+            Some(r),
+        )?),
+        None => None,
+    };
     let b = Bench {
         image: image.reference().to_string(),
         policy,
+        experiment_policy,
         c,
         failures: Default::default(),
     };
@@ -152,7 +166,11 @@ fn main() -> BenchResult<()> {
             "bench: latency, {} runs each (+{} warm-up)",
             args.runs, args.warmup
         );
-        Some(latency::measure(&b, args.runs, args.warmup)?)
+        let mut who = Contender::ALL.to_vec();
+        if b.experiment_policy.is_some() {
+            who.push(Contender::HardenedExperiment);
+        }
+        Some(latency::measure(&b, &who, args.runs, args.warmup)?)
     } else {
         None
     };
@@ -211,6 +229,7 @@ fn main() -> BenchResult<()> {
             "churn_rounds": args.churn_rounds, "containerd_log_level": args.log_level,
             "containerd_env": args.containerd_env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
             "hardened_policy": "embedded default, [audit] path moved into the bench dir, passed as ConfigPath",
+            "experiment_runsc": args.experiment_runsc,
             "go_shim_runsc": "io.containerd.runc.v2 + tests/baseline/runsc-baseline (runsc --platform=ptrace --network=none)",
         },
         "latency": lat.as_ref().map(|l| l.to_json()),
@@ -227,18 +246,23 @@ fn main() -> BenchResult<()> {
     std::fs::write(&json_path, serde_json::to_string_pretty(&results)? + "\n")?;
     std::fs::write(args.out.join("summary.md"), &markdown)?;
     if let Some(l) = &lat {
-        let colors = ["#1f77b4", "#d62728", "#7f7f7f"];
-        let series: Vec<svg::Series> = Contender::ALL
-            .iter()
-            .zip(colors)
-            .filter_map(|(who, color)| {
-                l.samples.get(who).map(|s| svg::Series {
-                    label: who.label(),
-                    color,
-                    samples: s,
-                })
+        let colors = ["#1f77b4", "#d62728", "#7f7f7f", "#2ca02c"];
+        let series: Vec<svg::Series> = [
+            Contender::Hardened,
+            Contender::GoShimRunsc,
+            Contender::Runc,
+            Contender::HardenedExperiment,
+        ]
+        .iter()
+        .zip(colors)
+        .filter_map(|(who, color)| {
+            l.samples.get(who).map(|s| svg::Series {
+                label: who.label(),
+                color,
+                samples: s,
             })
-            .collect();
+        })
+        .collect();
         let chart = svg::render(
             "ctr run --rm IMAGE ID true: start-to-exit latency",
             &format!(

@@ -121,8 +121,10 @@ impl Report<'_> {
             o,
             "| runtime | runs | median ms | p95 ms | min ms | max ms | median vs Go shim + runsc |\n|---|---:|---:|---:|---:|---:|---:|"
         );
-        for who in Contender::ALL {
-            let Some(s) = l.summary(who) else { continue };
+        for (&who, samples) in &l.samples {
+            let Some(s) = crate::stats::Summary::of(samples) else {
+                continue;
+            };
             let r = go.as_ref().and_then(|g| ratio(s.median, g.median));
             let _ = writeln!(
                 o,
