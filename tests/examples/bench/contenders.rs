@@ -64,9 +64,9 @@ impl Contender {
     }
 }
 
-/// Consecutive failed `ctr run`s of one runtime after which the bench gives up: a runtime that
-/// fails that often is broken, not slow.
-const MAX_CONSECUTIVE_FAILURES: usize = 3;
+/// Failed attempts at one sample after which the bench gives up: a runtime that fails that
+/// often is broken, not slow. (Each failure is reported with the rate per runtime.)
+const MAX_ATTEMPTS_PER_SAMPLE: usize = 10;
 
 /// A `ctr run` that exited non-zero: the runtime failed the container (the harness itself
 /// worked). Kept for the report, never counted as a sample.
@@ -89,6 +89,8 @@ pub struct Bench {
     pub experiment_policy: Option<PathBuf>,
     /// Failed runs per runtime, over the whole bench.
     pub failures: Mutex<BTreeMap<Contender, Vec<Failure>>>,
+    /// `ctr run --rm ... true` attempts per runtime (successful and failed).
+    pub attempts: Mutex<BTreeMap<Contender, usize>>,
 }
 
 impl Bench {
@@ -108,10 +110,11 @@ impl Bench {
     /// `ctr run --rm IMAGE ID true` to completion; returns its wall time. A run that exits
     /// non-zero is no sample (a failed run must not pass for a fast one): it is recorded in
     /// [`failures`](Self::failures) and retried with a new id, up to
-    /// [`MAX_CONSECUTIVE_FAILURES`] times in a row.
+    /// [`MAX_ATTEMPTS_PER_SAMPLE`] attempts.
     pub fn run_true(&self, who: Contender) -> BenchResult<Duration> {
         let mut failed = 0;
         loop {
+            *self.attempts.lock().unwrap().entry(who).or_default() += 1;
             let id = unique_id(&format!("b{}", who.short()));
             let run = Run::new(&self.image, &id)
                 .runtime(self.runtime(who))
@@ -134,9 +137,9 @@ impl Bench {
                             stderr: stderr.trim().to_string(),
                         });
                     failed += 1;
-                    if failed >= MAX_CONSECUTIVE_FAILURES {
+                    if failed >= MAX_ATTEMPTS_PER_SAMPLE {
                         return Err(format!(
-                            "{}: {failed} runs in a row failed, last: {}",
+                            "{}: {failed} attempts in a row failed, last: {}",
                             who.label(),
                             stderr.trim()
                         )

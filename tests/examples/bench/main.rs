@@ -158,6 +158,7 @@ fn main() -> BenchResult<()> {
         experiment_policy,
         c,
         failures: Default::default(),
+        attempts: Default::default(),
     };
     let want = |x: &str| args.only.iter().any(|o| o == x);
 
@@ -191,8 +192,14 @@ fn main() -> BenchResult<()> {
         Vec::new()
     };
     let load_end = loadavg();
-    let Bench { c, failures, .. } = b;
+    let Bench {
+        c,
+        failures,
+        attempts,
+        ..
+    } = b;
     let failures = failures.into_inner().unwrap();
+    let attempts = attempts.into_inner().unwrap();
     let teardown = c.shutdown();
     if !teardown.is_clean() {
         eprintln!("bench: containerd shutdown had to force: {teardown}");
@@ -212,6 +219,7 @@ fn main() -> BenchResult<()> {
         concurrencies: &args.concurrency,
         policy: policy.as_deref(),
         failures: &failures,
+        attempts: &attempts,
     };
     let markdown = report.markdown();
     println!("\n{markdown}");
@@ -236,6 +244,7 @@ fn main() -> BenchResult<()> {
         "scaling": levels.values().map(|l| l.to_json()).collect::<Vec<_>>(),
         "churn": (!churn.is_empty()).then(|| churn::to_json(&churn, &args.concurrency)),
         "policy": policy.as_deref().map(policy::to_json),
+        "run_true_attempts": attempts.iter().map(|(who, n)| (who.key().to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
         "failed_runs": failures.iter().map(|(who, f)| (who.key().to_string(), json!(f.iter().map(|x| json!({
             "id": x.id, "elapsed_ms": stats::round3(x.elapsed_ms), "stderr": x.stderr,
         })).collect::<Vec<_>>()))).collect::<serde_json::Map<_, _>>(),

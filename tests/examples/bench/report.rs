@@ -21,6 +21,7 @@ pub struct Report<'a> {
     pub concurrencies: &'a [usize],
     pub policy: Option<&'a [Estimate]>,
     pub failures: &'a BTreeMap<Contender, Vec<Failure>>,
+    pub attempts: &'a BTreeMap<Contender, usize>,
 }
 
 fn mib(kib: f64) -> String {
@@ -92,18 +93,20 @@ impl Report<'_> {
         }
         let _ = writeln!(
             o,
-            "**Failed runs** (left out of every figure; each was retried with a new id):\n\n| runtime | failed | error |\n|---|---:|---|"
+            "**Failed runs** of `ctr run --rm ... true` (latency and churn; left out of every figure, each retried with a new id):\n\n| runtime | failed | of attempts | error |\n|---|---:|---:|---|"
         );
         for (who, f) in self.failures {
             let mut by_error: BTreeMap<&str, usize> = BTreeMap::new();
             for x in f {
                 *by_error.entry(x.stderr.as_str()).or_default() += 1;
             }
+            let attempts = self.attempts.get(who).copied().unwrap_or(0);
             for (err, k) in by_error {
                 let _ = writeln!(
                     o,
-                    "| {} | {k} | `{}` |",
+                    "| {} | {k} ({:.0}%) | {attempts} | `{}` |",
                     who.label(),
+                    100.0 * k as f64 / attempts.max(1) as f64,
                     err.replace('|', "\\|")
                 );
             }
@@ -212,7 +215,7 @@ impl Report<'_> {
     fn churn_table(&self, o: &mut String) {
         let _ = writeln!(
             o,
-            "**Churn**: sandboxes created and destroyed per second (`ctr run --rm ... true` back to back per worker; median of the rounds):\n"
+            "**Churn**: sandboxes created and destroyed per second (`ctr run --rm ... true` back to back per worker; median of the rounds; a failed run adds its time but no sandbox):\n"
         );
         let _ = writeln!(
             o,
