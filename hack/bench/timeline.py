@@ -156,7 +156,8 @@ def label(argv):
     base = os.path.basename(argv[0])
     if base.startswith("runsc-sandbox") or base.startswith("runsc-gofer"):
         return base
-    if base == "runsc-baseline" or (base in ("sh", "dash") and len(argv) > 1 and argv[1].endswith("runsc-baseline")):
+    wrappers = ("runsc-baseline", "runsc-replay-features")
+    if base in wrappers or (base in ("sh", "dash") and len(argv) > 1 and os.path.basename(argv[1]) in wrappers):
         base = "runsc(wrapper)"
     if "runsc" in base or base == "runc":
         sub = next((a for a in argv[1:] if a in RUNSC_SUBCOMMANDS), "?")
@@ -185,8 +186,11 @@ def runs(execs, exits, parent, syncs):
         addr = a[a.index("--address") + 1]
         cdir = os.path.dirname(addr)
         rt = a[a.index("--runtime") + 1]
-        runtime = "hardened" if "gvisor-hardened" in rt else (
-            "go_shim_runsc" if any("runsc-baseline" in x for x in a) else "runc")
+        if "gvisor-hardened" in rt:
+            # The driver's --experiment-runsc contender has its own policy file.
+            runtime = "hardened_experiment" if any("experiment-policy" in x for x in a) else "hardened"
+        else:
+            runtime = "go_shim_runsc" if any("runsc-baseline" in x for x in a) else "runc"
         cid = a[a.index("true") - 1] if "true" in a else a[-1]
         if p["end"] is None:
             continue
