@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Benchmarks: our shim against containerd's Go shim driving runsc (the runsc-baseline wrapper)
+# and against plain runc, on one private containerd (never the system one).
+#
+#   hack/bench.sh [--publish] [--no-criterion] [DRIVER OPTIONS...]
+#
+# Measures start-to-exit latency of `ctr run --rm IMAGE ID true` (runtimes interleaved), shim
+# and per-sandbox memory and start latency at 1/10/30 concurrent sandboxes, churn at
+# concurrency 1 and 4, and the policy criterion benches. Prints the tables and writes
+# target/bench/{results.json,summary.md,latency.svg}. --publish copies them to hack/bench/ (what
+# the README shows). DRIVER OPTIONS go to tests/examples/bench (e.g. --runs 40, --levels 1,10,
+# --only latency); see the top of tests/examples/bench/main.rs.
+#
+# The driver times each `ctr run` itself rather than through hyperfine: the runs must be
+# interleaved across runtimes and each needs a fresh container id.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+publish=0
+criterion=1
+driver_args=()
+for a in "$@"; do
+  case "$a" in
+    --publish) publish=1 ;;
+    --no-criterion) criterion=0 ;;
+    *) driver_args+=("$a") ;;
+  esac
+done
+
+require_root
+ensure_packages
+ensure_rust
+cd "$REPO_ROOT"
+target=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
+
+log "building the shim and the bench driver (release)"
+cargo build --release -q -p containerd-shim-gvisor-hardened
+cargo build --release -q -p gvisor-hardened-tests --example bench
+
+if [ "$criterion" = 1 ]; then
+  log "criterion: policy loading and harden() (policy-injector/benches/harden.rs)"
+  cargo bench -q -p policy-injector --bench harden -- --noplot
+  driver_args+=(--criterion "$target/criterion")
+fi
+
+log "machine load before: $(uptime)"
+"$target/release/examples/bench" \
+  --shim "$target/release/containerd-shim-gvisor-hardened-v1" \
+  --out "$target/bench" "${driver_args[@]}"
+log "machine load after: $(uptime)"
+
+if [ "$publish" = 1 ]; then
+  mkdir -p "$HACK_DIR/bench"
+  cp "$target/bench/latency.svg" "$target/bench/results.json" "$target/bench/summary.md" "$HACK_DIR/bench/"
+  log "published to hack/bench/ (update the README's Performance section from summary.md)"
+fi
