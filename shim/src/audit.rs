@@ -141,14 +141,23 @@ impl AuditLog {
         &self.path
     }
 
-    /// Appends one record as one line, durably (fdatasync), or fails.
+    /// Appends one record as one line, or fails. The records that decide or conclude a sandbox
+    /// (create, its rejection or failure, the exit) are also flushed to disk before this returns;
+    /// the others (start, exec, delete...) reach it with the page cache, within seconds.
     pub fn append(&self, record: &AuditRecord<'_>) -> Result<(), AuditError> {
         let mut line = serde_json::to_vec(record).expect("audit records always serialise");
         line.push(b'\n');
-        self.append_line(&line)
+        let durable = matches!(
+            record.event,
+            AuditEvent::Create
+                | AuditEvent::CreateRejected
+                | AuditEvent::CreateFailed
+                | AuditEvent::Exit
+        );
+        self.append_line(&line, durable)
     }
 
-    fn append_line(&self, line: &[u8]) -> Result<(), AuditError> {
+    fn append_line(&self, line: &[u8], durable: bool) -> Result<(), AuditError> {
         let io = |source| AuditError::Io {
             path: self.path.clone(),
             source,
@@ -175,7 +184,8 @@ impl AuditLog {
         }
         let before = file.metadata().map_err(io)?.len();
         let result = match file.write(line) {
-            Ok(n) if n == line.len() => file.sync_data().map_err(io),
+            Ok(n) if n == line.len() && durable => file.sync_data().map_err(io),
+            Ok(n) if n == line.len() => Ok(()),
             Ok(written) => Err(AuditError::ShortWrite {
                 path: self.path.clone(),
                 written,

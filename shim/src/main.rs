@@ -51,8 +51,9 @@ fn main() -> ExitCode {
             let bytes = resp.write_to_bytes()?;
             start::reply(&bytes).map_err(Into::into)
         }),
-        flags::Action::Serve => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+        // One thread serves a pod's task calls: the work is waiting on runsc and the kernel, and
+        // a second worker thread costs memory in every shim.
+        flags::Action::Serve => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(anyhow::Error::from)

@@ -17,6 +17,7 @@ use crate::error::{Result, ShimError};
 use crate::events::EventSink;
 use crate::reaper::Reaper;
 use crate::runsc::client::{Runsc, DEFAULT_TIMEOUT};
+use crate::runsc::feature_cache::{self, FeatureCache, Identity};
 use crate::runsc::features::Features;
 
 /// What every container of this shim shares.
@@ -46,16 +47,27 @@ impl ShimEnv {
         }
     }
 
+    /// What `binary` supports: from this shim's memory, else from the node's cache of earlier
+    /// shims' answers (keyed by the binary's identity), else by asking runsc.
     pub async fn runsc_features(&self, binary: &str) -> Result<Features> {
         let mut cache = self.features.lock().await;
         if let Some(f) = cache.get(binary) {
             return Ok(f.clone());
+        }
+        let identity = Identity::of(binary);
+        let persisted = FeatureCache::new(feature_cache::DEFAULT_DIR);
+        if let Some(f) = identity.as_ref().and_then(|id| persisted.load(id)) {
+            cache.insert(binary.to_string(), f.clone());
+            return Ok(f);
         }
         let f = Runsc::detect(Path::new(binary), &self.reaper, DEFAULT_TIMEOUT)
             .await
             .map_err(|e| {
                 ShimError::Runsc(format!("runsc {binary}: cannot tell what it supports: {e}"))
             })?;
+        if let Some(id) = &identity {
+            persisted.store(id, &f);
+        }
         cache.insert(binary.to_string(), f.clone());
         Ok(f)
     }

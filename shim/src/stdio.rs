@@ -306,7 +306,9 @@ impl ConsoleSocket {
     }
 }
 
-/// Writes `bytes` and flushes; used for small state files in the bundle.
+/// Writes `bytes` to a temporary file and renames it into place: readers see the old file or the
+/// new one, never half of one. Not flushed to disk: bundles live in containerd's state directory
+/// (tmpfs on nodes) and are recreated with the task.
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     {
@@ -317,7 +319,6 @@ pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             .mode(0o600)
             .open(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_data()?;
     }
     std::fs::rename(&tmp, path)
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use super::flags::Platform;
 use super::flags::{GlobalFlags, HostUds, Overlay};
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Features {
     /// Top-level flag names, without dashes.
     pub flags: BTreeSet<String>,

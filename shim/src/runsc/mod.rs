@@ -3,6 +3,7 @@
 pub mod client;
 pub mod command;
 pub mod error;
+pub mod feature_cache;
 pub mod features;
 pub mod flags;
 
