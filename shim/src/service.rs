@@ -73,6 +73,16 @@ impl ShimEnv {
     }
 }
 
+/// A Create parses, rewrites and serialises the whole spec and leaves the heap full of freed
+/// chunks that malloc keeps resident; a shim lives as long as its pod, so that peak would be paid
+/// for the pod's lifetime. Handing the free pages back costs microseconds once per Create.
+fn release_freed_memory() {
+    // SAFETY: malloc_trim only returns free memory to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 pub struct Shim {
     pub env: Arc<ShimEnv>,
     containers: Mutex<HashMap<String, Arc<Container>>>,
@@ -111,6 +121,8 @@ impl Shim {
         let container = Container::create(self.env.clone(), params, &containers).await?;
         let pid = container.init_pid();
         containers.insert(container.id().to_string(), container);
+        drop(containers);
+        release_freed_memory();
         let mut resp = CreateTaskResponse::new();
         resp.pid = pid;
         Ok(resp)
