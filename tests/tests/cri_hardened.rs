@@ -6,10 +6,11 @@
 //! containerd-shim-gvisor-hardened`; `shim_binary()` finds it).
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use gvisor_hardened_tests::cri::*;
 use gvisor_hardened_tests::inspect;
-use gvisor_hardened_tests::{shim_binary, ProbeLine, TEST_IMAGE_REF};
+use gvisor_hardened_tests::{poll_until, shim_binary, ProbeLine, TEST_IMAGE_REF};
 use k8s_cri::v1::{ContainerConfig, ContainerState};
 
 fn start() -> CriContainerd {
@@ -299,5 +300,40 @@ fn host_namespaces_privileged_and_denied_host_paths_are_rejected_at_the_cri_nami
     assert!(all_shims(&cri).is_empty(), "{:#?}", all_shims(&cri));
     assert!(all_runsc_sandboxes(&cri).is_empty());
     assert!(cri.client().list_pod_sandboxes().unwrap().is_empty());
+    assert_clean_cri_shutdown(cri);
+}
+
+#[test]
+fn container_output_reaches_the_cri_log_and_exit_codes_reach_the_status() {
+    let cri = start();
+    let pod = cri.run_pod("logs", HARDENED_HANDLER).unwrap();
+    let talker = container_config(
+        "talker",
+        TEST_IMAGE_REF,
+        &[
+            "sh",
+            "-c",
+            "echo out-from-gvisor; echo err-from-gvisor >&2; exit 4",
+        ],
+    );
+    let id = cri.run_container(&pod, &talker).unwrap();
+    let exited = poll_until("the container to exit", Duration::from_secs(30), || {
+        let (status, _) = cri.client().container_status(&id, false).ok()?;
+        (ContainerState::try_from(status.state).ok()? == ContainerState::ContainerExited)
+            .then_some(status)
+    })
+    .unwrap();
+    assert_eq!(exited.exit_code, 4, "{exited:?}");
+    // The kubelet's view: CRI-format lines in the container's log file.
+    let log = pod.log_directory().join("talker/0.log");
+    let text = poll_until("both log lines", Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).ok().filter(|t| {
+            t.contains(" stdout F out-from-gvisor") && t.contains(" stderr F err-from-gvisor")
+        })
+    })
+    .unwrap_or_else(|e| panic!("{e}: {}", log.display()));
+    assert_eq!(text.lines().count(), 2, "{text}");
+    cri.remove_pod(&pod).unwrap();
+    assert_pod_gone(&cri, &pod, &[id]);
     assert_clean_cri_shutdown(cri);
 }

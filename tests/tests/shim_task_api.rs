@@ -322,3 +322,38 @@ fn lifecycle_events_reach_containerd_in_order() {
     assert_nothing_left(&c, &id, &Runtime::hardened());
     assert_clean_shutdown(c);
 }
+
+#[test]
+fn sigterm_to_the_shim_tears_down_its_sandbox_and_the_shim_exits() {
+    let (c, image) = setup();
+    let id = unique_id("sigterm");
+    start_sleeper(&c, &image, &id);
+    let shim_pid: i32 = std::fs::read_to_string(c.bundle_dir(&id).join("shim.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: signalling the shim process the test started through containerd.
+    assert_eq!(unsafe { libc::kill(shim_pid, libc::SIGTERM) }, 0);
+    poll_until("the shim to exit", Duration::from_secs(30), || {
+        (!inspect::is_alive(shim_pid)).then_some(())
+    })
+    .unwrap();
+    // No sandbox runs on unsupervised: the shim killed and deleted it before exiting.
+    poll_until("the sandbox to be gone", Duration::from_secs(30), || {
+        inspect::processes_mentioning(&id)
+            .iter()
+            .all(|p| !p.cmdline.contains("runsc"))
+            .then_some(())
+    })
+    .unwrap();
+    // containerd already cleaned up after the shim; the container record stays, and so do
+    // ctr's own stdio fifos of the detached run (a client artifact, not the runtime's).
+    c.ctr()
+        .args(["container", "delete", &id])
+        .checked()
+        .unwrap();
+    gvisor_hardened_tests::fault::remove_ctr_fifos(&c, &id);
+    assert_nothing_left(&c, &id, &Runtime::hardened());
+    assert_clean_shutdown(c);
+}

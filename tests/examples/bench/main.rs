@@ -11,7 +11,8 @@
 //!   --churn-runs N       sandboxes per churn batch (20)
 //!   --churn-rounds N     batches per runtime and concurrency (2)
 //!   --criterion DIR      criterion's output (target/criterion) to include the policy figures
-//!   --only LIST          any of latency,scaling,churn (all by default)
+//!   --only LIST          any of latency,scaling,churn,pods (all by default)
+//!   --pod-rounds N       pods per handler (10)
 //!   --shim PATH          the shim binary (default: $GVH_SHIM_BINARY or next to this binary)
 //!   --log-level LEVEL    containerd's (info; debug also starts the shims with -debug, for
 //!                        profiling from their timestamps, not for figures)
@@ -52,6 +53,7 @@ struct Args {
     concurrency: Vec<usize>,
     churn_runs: usize,
     churn_rounds: usize,
+    pod_rounds: usize,
     criterion: Option<PathBuf>,
     only: Vec<String>,
     shim: Option<PathBuf>,
@@ -80,8 +82,14 @@ fn parse_args() -> BenchResult<Args> {
         concurrency: vec![1, 4],
         churn_runs: 20,
         churn_rounds: 2,
+        pod_rounds: 10,
         criterion: None,
-        only: vec!["latency".into(), "scaling".into(), "churn".into()],
+        only: vec![
+            "latency".into(),
+            "scaling".into(),
+            "churn".into(),
+            "pods".into(),
+        ],
         shim: None,
         log_level: "info".into(),
         containerd_env: Vec::new(),
@@ -98,6 +106,7 @@ fn parse_args() -> BenchResult<Args> {
             "--concurrency" => a.concurrency = list(&value()?)?,
             "--churn-runs" => a.churn_runs = value()?.parse()?,
             "--churn-rounds" => a.churn_rounds = value()?.parse()?,
+            "--pod-rounds" => a.pod_rounds = value()?.parse()?,
             "--criterion" => a.criterion = Some(value()?.into()),
             "--only" => a.only = value()?.split(',').map(str::to_string).collect(),
             "--shim" => a.shim = Some(value()?.into()),
@@ -191,6 +200,12 @@ fn main() -> BenchResult<()> {
     } else {
         Vec::new()
     };
+    let pods = if want("pods") {
+        eprintln!("bench: pods through CRI, {} per handler", args.pod_rounds);
+        Some(pods::measure(&shim, args.pod_rounds)?)
+    } else {
+        None
+    };
     let load_end = loadavg();
     let Bench {
         c,
@@ -221,7 +236,11 @@ fn main() -> BenchResult<()> {
         failures: &failures,
         attempts: &attempts,
     };
-    let markdown = report.markdown();
+    let mut markdown = report.markdown();
+    match &pods {
+        Some(p) => markdown.push_str(&format!("\n{}", p.markdown())),
+        None => markdown.push_str("\n**Pods**: not measured in this run (`--only pods`).\n"),
+    }
     println!("\n{markdown}");
 
     std::fs::create_dir_all(&args.out)?;
@@ -248,7 +267,7 @@ fn main() -> BenchResult<()> {
         "failed_runs": failures.iter().map(|(who, f)| (who.key().to_string(), json!(f.iter().map(|x| json!({
             "id": x.id, "elapsed_ms": stats::round3(x.elapsed_ms), "stderr": x.stderr,
         })).collect::<Vec<_>>()))).collect::<serde_json::Map<_, _>>(),
-        "pods": pods::not_measured(),
+        "pods": pods.as_ref().map(|p| p.to_json()),
         "containerd_shutdown_clean": teardown.is_clean(),
     });
     let json_path = args.out.join("results.json");

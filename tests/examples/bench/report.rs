@@ -77,10 +77,6 @@ impl Report<'_> {
             }
             o.push('\n');
         }
-        let _ = writeln!(
-            o,
-            "**Pods** (RunPodSandbox + 2 containers through CRI): not measured yet, waits for CRI pod support (issue 4)."
-        );
         o
     }
 
