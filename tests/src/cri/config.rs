@@ -22,9 +22,6 @@ pub const SHIPPED_TOOL_POLICY: &str =
 
 /// The runc handler of the test containerd (also its default runtime).
 pub const RUNC_HANDLER: &str = "runc";
-/// containerd's Go shim driving runsc through `tests/baseline/runsc-baseline`: the baseline the
-/// benchmarks compare our shim's pods against.
-pub const RUNSC_GO_HANDLER: &str = "runsc-go";
 
 /// What the CRI containerd registers and runs.
 #[derive(Debug, Clone)]
@@ -158,18 +155,11 @@ pub fn cri_tables(layout: &CriLayout, sandbox_image: &str) -> String {
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{RUNC_HANDLER}.options]
         Root = {runc_root}
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{RUNSC_GO_HANDLER}]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{RUNSC_GO_HANDLER}.options]
-        BinaryName = {runsc_wrapper}
-        Root = {runsc_go_root}
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = {conf_dir}
 "#,
         runc_root = toml_path(&layout.runc_root()),
-        runsc_wrapper = toml_path(&crate::run::runsc_baseline_wrapper()),
-        runsc_go_root = toml_path(&layout.dir.join("runsc-go")),
         conf_dir = toml_path(&layout.cni_conf_dir()),
     )
 }

@@ -29,7 +29,7 @@ mod teardown;
 
 pub use client::{CriClient, CriError, ExecOutput, DEFAULT_CALL_TIMEOUT};
 pub use config::{
-    cni_conflist, cri_tables, test_policy, CriLayout, CriOptions, RUNC_HANDLER, RUNSC_GO_HANDLER,
+    cni_conflist, cri_tables, test_policy, CriLayout, CriOptions, RUNC_HANDLER,
     SHIPPED_DEFAULT_POLICY, SHIPPED_TOOL_POLICY,
 };
 pub use leaks::{assert_pod_gone, pod_leaks, runsc_sandbox_processes, shim_processes, PodLeaks};
