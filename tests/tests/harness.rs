@@ -428,6 +428,8 @@ fn shutdown_after_containerd_died_removes_orphaned_sandboxes_mounts_and_cgroups(
         .detach()
         .probe(["sleep", "600"]);
     c.run_output(&run).unwrap().checked().unwrap();
+    let socket = c.shim_socket(&id);
+    assert!(socket.exists(), "no shim socket at {}", socket.display());
     let pid = c.pid().unwrap() as i32;
     // SAFETY: plain kill(2) of the containerd this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -455,6 +457,9 @@ fn shutdown_after_containerd_died_removes_orphaned_sandboxes_mounts_and_cgroups(
     );
     assert!(!report.unmounted.is_empty(), "{report}");
     assert!(report.errors.is_empty(), "{report}");
+    // The killed shim's socket is outside the directory: reported, and removed.
+    assert!(report.shim_sockets_left.contains(&socket), "{report}");
+    assert!(!socket.exists(), "{} left", socket.display());
     assert!(dir_leaks(&dir).is_empty(), "{}", dir_leaks(&dir));
     assert!(inspect::processes_mentioning(&id).is_empty());
     assert!(inspect::mounts_mentioning(&id).is_empty());

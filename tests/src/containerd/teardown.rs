@@ -98,6 +98,13 @@ fn kill(pid: i32, signal: libc::c_int) {
     unsafe { libc::kill(pid, signal) };
 }
 
+/// The `-id` argument of a shim's command line (`containerd-shim-... -namespace N -id ID ...`).
+fn shim_id_of(cmdline: &str) -> Option<String> {
+    let mut words = cmdline.split_whitespace();
+    words.find(|w| *w == "-id")?;
+    words.next().map(str::to_string)
+}
+
 /// Removes the cgroup directory `dir` and its subdirectories bottom-up. Subdirectories are
 /// recorded: a clean runtime removes its container's cgroups itself. Processes still inside
 /// are killed (only our containers live under our unique namespace); rmdir is retried until
@@ -229,7 +236,18 @@ impl Containerd {
             }
             report.runtime_state_left = left;
         }
-        for id in &report.tasks_left.clone() {
+        // Shims this teardown killed (containerd was dead or could not remove them) never
+        // removed their sockets either: the ids come from their command lines.
+        let killed_shim_ids = report
+            .killed_processes
+            .iter()
+            .filter(|p| p.cmdline.contains("containerd-shim"))
+            .filter_map(|p| shim_id_of(&p.cmdline));
+        let mut ids: Vec<String> = report.tasks_left.clone();
+        ids.extend(killed_shim_ids);
+        ids.sort();
+        ids.dedup();
+        for id in &ids {
             let socket = self.shim_socket(id);
             if socket.exists() {
                 let _ = fs::remove_file(&socket);
@@ -321,5 +339,18 @@ impl Drop for Containerd {
                 self.layout.dir.display()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shim_id_of;
+
+    #[test]
+    fn a_shims_id_is_read_from_its_command_line() {
+        let cmd = "/usr/bin/containerd-shim-runc-v2 -namespace gvh-1 -id orphan-7 -address /tmp/x/containerd.sock";
+        assert_eq!(shim_id_of(cmd).as_deref(), Some("orphan-7"));
+        assert_eq!(shim_id_of("containerd-shim-runc-v2 -namespace n"), None);
+        assert_eq!(shim_id_of("containerd-shim-runc-v2 -namespace n -id"), None);
     }
 }
