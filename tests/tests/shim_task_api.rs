@@ -151,6 +151,34 @@ fn interactive_run_with_a_terminal_reads_input_and_writes_output() {
     assert_clean_shutdown(c);
 }
 
+/// `ctr run -t` sends the client terminal's size with ResizePty once the task started; the
+/// shim must set it on the sandbox's console.
+#[test]
+fn resize_pty_gives_the_task_the_client_terminal_size() {
+    let (c, image) = setup();
+    let id = unique_id("tty-size");
+    let want = format!("{} {}", pty::PTY_ROWS, pty::PTY_COLS);
+    // The resize can arrive after the shell started: poll (5 s at most) rather than read once.
+    let args = Run::new(image.reference(), &id)
+        .flags(["-t"])
+        .sh(format!(
+            "i=0; until [ \"$(stty size 2>/dev/null)\" = \"{want}\" ] || [ $i -ge 500 ]; do \
+               usleep 10000; i=$((i+1)); \
+             done; echo \"size:$(stty size)\"; exit 6"
+        ))
+        .ctr_args_for(&c);
+    let out = c.ctr().args(&args).output_in_pty(b"").unwrap();
+    assert_eq!(out.code(), 6, "{out}");
+    assert!(
+        out.stdout
+            .replace('\r', "")
+            .contains(&format!("size:{want}\n")),
+        "{out}"
+    );
+    assert_nothing_left(&c, &id, &Runtime::hardened());
+    assert_clean_shutdown(c);
+}
+
 /// ctr 1.6 never sends CloseIO for `run` (with runc neither: the task waits for EOF forever), so
 /// the task reads a known number of lines; CloseIO itself is tested over ttrpc.
 #[test]
