@@ -14,11 +14,12 @@ use containerd_shim_protos::events::task::{
 };
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
-use containerd_shim_protos::protobuf::MessageDyn;
 use containerd_shim_protos::shim::event::Envelope;
 use containerd_shim_protos::shim::events::ForwardRequest;
 use containerd_shim_protos::shim_async::{Client, EventsClient};
 use containerd_shim_protos::topics;
+
+use crate::packed::Named;
 use containerd_shim_protos::ttrpc::context::Context;
 use tokio::sync::mpsc;
 
@@ -31,7 +32,7 @@ const QUEUE: usize = 1024;
 /// Where events go. Tests use a recording sink; the shim uses containerd's TTRPC endpoint.
 #[async_trait::async_trait]
 pub trait EventSink: Send + Sync {
-    async fn publish(&self, topic: &'static str, event: Box<dyn MessageDyn>);
+    async fn publish(&self, topic: &'static str, event: Any);
 }
 
 pub struct ContainerdSink {
@@ -97,13 +98,7 @@ impl ContainerdSink {
 
 #[async_trait::async_trait]
 impl EventSink for ContainerdSink {
-    async fn publish(&self, topic: &'static str, event: Box<dyn MessageDyn>) {
-        let mut any = Any::new();
-        any.type_url = event.descriptor_dyn().full_name().to_string();
-        if let Err(e) = event.write_to_vec_dyn(&mut any.value) {
-            log::error!("encoding {topic}: {e}");
-            return;
-        }
+    async fn publish(&self, topic: &'static str, any: Any) {
         let mut envelope = Envelope::new();
         envelope.timestamp = Some(timestamp(SystemTime::now())).into();
         envelope.namespace = self.namespace.clone();
@@ -127,24 +122,27 @@ pub fn timestamp(t: SystemTime) -> Timestamp {
 pub struct Events<'a>(pub &'a dyn EventSink);
 
 impl Events<'_> {
+    async fn send<M: Named>(&self, topic: &'static str, event: &M) {
+        match crate::packed::pack(event) {
+            Ok(any) => self.0.publish(topic, any).await,
+            Err(e) => log::error!("encoding {topic}: {e}"),
+        }
+    }
+
     pub async fn create(&self, id: &str, bundle: &str, io: TaskIO, pid: u32) {
         let mut e = TaskCreate::new();
         e.container_id = id.to_string();
         e.bundle = bundle.to_string();
         e.io = Some(io).into();
         e.pid = pid;
-        self.0
-            .publish(topics::TASK_CREATE_EVENT_TOPIC, Box::new(e))
-            .await;
+        self.send(topics::TASK_CREATE_EVENT_TOPIC, &e).await;
     }
 
     pub async fn start(&self, id: &str, pid: u32) {
         let mut e = TaskStart::new();
         e.container_id = id.to_string();
         e.pid = pid;
-        self.0
-            .publish(topics::TASK_START_EVENT_TOPIC, Box::new(e))
-            .await;
+        self.send(topics::TASK_START_EVENT_TOPIC, &e).await;
     }
 
     pub async fn exit(&self, id: &str, exec_id: &str, pid: u32, status: u32, at: SystemTime) {
@@ -155,17 +153,13 @@ impl Events<'_> {
         e.pid = pid;
         e.exit_status = status;
         e.exited_at = Some(timestamp(at)).into();
-        self.0
-            .publish(topics::TASK_EXIT_EVENT_TOPIC, Box::new(e))
-            .await;
+        self.send(topics::TASK_EXIT_EVENT_TOPIC, &e).await;
     }
 
     pub async fn oom(&self, id: &str) {
         let mut e = TaskOOM::new();
         e.container_id = id.to_string();
-        self.0
-            .publish(topics::TASK_OOM_EVENT_TOPIC, Box::new(e))
-            .await;
+        self.send(topics::TASK_OOM_EVENT_TOPIC, &e).await;
     }
 
     pub async fn delete(&self, id: &str, pid: u32, status: u32, at: SystemTime) {
@@ -175,18 +169,14 @@ impl Events<'_> {
         e.pid = pid;
         e.exit_status = status;
         e.exited_at = Some(timestamp(at)).into();
-        self.0
-            .publish(topics::TASK_DELETE_EVENT_TOPIC, Box::new(e))
-            .await;
+        self.send(topics::TASK_DELETE_EVENT_TOPIC, &e).await;
     }
 
     pub async fn exec_added(&self, id: &str, exec_id: &str) {
         let mut e = TaskExecAdded::new();
         e.container_id = id.to_string();
         e.exec_id = exec_id.to_string();
-        self.0
-            .publish(topics::TASK_EXEC_ADDED_EVENT_TOPIC, Box::new(e))
-            .await;
+        self.send(topics::TASK_EXEC_ADDED_EVENT_TOPIC, &e).await;
     }
 
     pub async fn exec_started(&self, id: &str, exec_id: &str, pid: u32) {
@@ -194,24 +184,18 @@ impl Events<'_> {
         e.container_id = id.to_string();
         e.exec_id = exec_id.to_string();
         e.pid = pid;
-        self.0
-            .publish(topics::TASK_EXEC_STARTED_EVENT_TOPIC, Box::new(e))
-            .await;
+        self.send(topics::TASK_EXEC_STARTED_EVENT_TOPIC, &e).await;
     }
 
     pub async fn paused(&self, id: &str) {
         let mut e = TaskPaused::new();
         e.container_id = id.to_string();
-        self.0
-            .publish(topics::TASK_PAUSED_EVENT_TOPIC, Box::new(e))
-            .await;
+        self.send(topics::TASK_PAUSED_EVENT_TOPIC, &e).await;
     }
 
     pub async fn resumed(&self, id: &str) {
         let mut e = TaskResumed::new();
         e.container_id = id.to_string();
-        self.0
-            .publish(topics::TASK_RESUMED_EVENT_TOPIC, Box::new(e))
-            .await;
+        self.send(topics::TASK_RESUMED_EVENT_TOPIC, &e).await;
     }
 }

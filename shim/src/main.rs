@@ -13,6 +13,7 @@ mod events;
 mod flags;
 mod logger;
 mod options;
+mod packed;
 mod policy_source;
 mod process;
 mod reaper;

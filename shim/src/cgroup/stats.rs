@@ -8,7 +8,7 @@ use std::path::Path;
 use containerd_shim_protos::cgroups::metrics as v1;
 use containerd_shim_protos::cgroups_v2::metrics as v2;
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
-use containerd_shim_protos::protobuf::{MessageField, MessageFull};
+use containerd_shim_protos::protobuf::MessageField;
 
 use super::files::{self, optional};
 use super::{CgroupError, SandboxCgroup};
@@ -24,15 +24,9 @@ pub fn metrics_any(cgroup: &SandboxCgroup) -> Result<Any, CgroupError> {
     }
 }
 
-fn pack<M: MessageFull>(message: &M) -> Result<Any, CgroupError> {
-    let value = message
-        .write_to_bytes()
-        .map_err(|e| CgroupError::Encode(e.to_string()))?;
-    let mut any = Any::new();
+fn pack<M: crate::packed::Named>(message: &M) -> Result<Any, CgroupError> {
     // containerd resolves the bare message name (as the containerd-shim crate sends it).
-    any.type_url = M::descriptor().full_name().to_string();
-    any.value = value;
-    Ok(any)
+    crate::packed::pack(message).map_err(|e| CgroupError::Encode(e.to_string()))
 }
 
 /// A pod's later container has no host cgroup of its own that holds its processes (they run in
