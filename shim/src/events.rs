@@ -18,10 +18,10 @@ use containerd_shim_protos::shim::event::Envelope;
 use containerd_shim_protos::shim::events::ForwardRequest;
 use containerd_shim_protos::shim_async::{Client, EventsClient};
 use containerd_shim_protos::topics;
-
-use crate::packed::Named;
 use containerd_shim_protos::ttrpc::context::Context;
 use tokio::sync::mpsc;
+
+use crate::packed::Named;
 
 /// How long one event is retried before it is given up (a containerd restart takes seconds).
 const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
@@ -29,7 +29,8 @@ const FIRST_PAUSE: Duration = Duration::from_millis(50);
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 const QUEUE: usize = 1024;
 
-/// Where events go. Tests use a recording sink; the shim uses containerd's TTRPC endpoint.
+/// Where events go: the shim uses containerd's TTRPC endpoint; events arrive packed (see
+/// `crate::packed`).
 #[async_trait::async_trait]
 pub trait EventSink: Send + Sync {
     async fn publish(&self, topic: &'static str, event: Any);
