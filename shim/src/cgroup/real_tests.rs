@@ -14,25 +14,13 @@ use super::paths::{parse_mountinfo, SandboxCgroup};
 use super::stats::metrics_any;
 use super::update::{update, Limits};
 use crate::reaper::{ExitFuture, ExitStatus};
-use crate::runsc::client::{read_pid_file, ProcessIo};
 use crate::runsc::test_support::{Bundle, Harness};
 
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Creates the sandbox, locates its cgroups from its pid, arms the exit probe, starts it.
 async fn run(bundle: &Bundle, h: &Harness) -> (SandboxCgroup, ExitProbe, ExitFuture) {
-    h.runsc
-        .create(
-            &bundle.id,
-            bundle.path(),
-            &bundle.pid_file(),
-            None,
-            ProcessIo::default(),
-        )
-        .await
-        .unwrap();
-    let pid = read_pid_file(&bundle.pid_file()).unwrap();
-    let exit = h.reaper.watch(pid).unwrap();
+    let (pid, exit) = h.create_watched(bundle).await;
     let cgroup = SandboxCgroup::of_pid(pid).unwrap();
     let probe = ExitProbe::arm(cgroup.clone()).unwrap();
     h.runsc.start(&bundle.id, None).await.unwrap();
@@ -171,18 +159,7 @@ async fn spec_rules_match_where_runsc_put_the_sandbox() {
         };
         bundle.set("/linux/cgroupsPath", json!(path));
         let h = Harness::new(&bundle.id).await;
-        h.runsc
-            .create(
-                &bundle.id,
-                bundle.path(),
-                &bundle.pid_file(),
-                None,
-                ProcessIo::default(),
-            )
-            .await
-            .unwrap();
-        let pid = read_pid_file(&bundle.pid_file()).unwrap();
-        let exit = h.reaper.watch(pid).unwrap();
+        let (pid, exit) = h.create_watched(&bundle).await;
         let actual = SandboxCgroup::of_pid(pid).unwrap();
         let predicted = SandboxCgroup::from_spec(&mounts, &path, &bundle.id, &own).unwrap();
         assert_eq!(predicted, actual, "cgroupsPath {path}");

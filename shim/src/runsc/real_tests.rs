@@ -100,17 +100,7 @@ async fn lifecycle_output_exit_code_and_cleanup() {
 async fn kill_reports_the_signal_and_a_second_kill_is_already_gone() {
     let bundle = Bundle::new("kill", "sleep 1000");
     let h = Harness::new(&bundle.id).await;
-    h.runsc
-        .create(
-            &bundle.id,
-            bundle.path(),
-            &bundle.pid_file(),
-            None,
-            ProcessIo::default(),
-        )
-        .await
-        .unwrap();
-    let exit = h.reaper.watch(sandbox_pid(&bundle)).unwrap();
+    let (_, exit) = h.create_watched(&bundle).await;
     h.runsc.start(&bundle.id, None).await.unwrap();
     assert_eq!(h.runsc.ps(&bundle.id).await.unwrap(), [1]);
     let stats = h.runsc.stats(&bundle.id).await.unwrap();
@@ -136,17 +126,7 @@ async fn kill_reports_the_signal_and_a_second_kill_is_already_gone() {
 async fn sigterm_gives_143() {
     let bundle = Bundle::new("term", "sleep 1000");
     let h = Harness::new(&bundle.id).await;
-    h.runsc
-        .create(
-            &bundle.id,
-            bundle.path(),
-            &bundle.pid_file(),
-            None,
-            ProcessIo::default(),
-        )
-        .await
-        .unwrap();
-    let exit = h.reaper.watch(sandbox_pid(&bundle)).unwrap();
+    let (_, exit) = h.create_watched(&bundle).await;
     h.runsc.start(&bundle.id, None).await.unwrap();
     h.runsc
         .kill(&bundle.id, libc::SIGTERM, false, None)
@@ -160,17 +140,7 @@ async fn sigterm_gives_143() {
 async fn detached_exec_runs_and_its_exit_is_watchable() {
     let bundle = Bundle::new("exec", "sleep 1000");
     let h = Harness::new(&bundle.id).await;
-    h.runsc
-        .create(
-            &bundle.id,
-            bundle.path(),
-            &bundle.pid_file(),
-            None,
-            ProcessIo::default(),
-        )
-        .await
-        .unwrap();
-    let init_exit = h.reaper.watch(sandbox_pid(&bundle)).unwrap();
+    let (_, init_exit) = h.create_watched(&bundle).await;
     h.runsc.start(&bundle.id, None).await.unwrap();
 
     let process_json = process_json(&bundle, "exec1", "echo exec-out; exit 4");
@@ -281,17 +251,7 @@ async fn create_failure_names_runscs_reason_from_the_log() {
         f.log_format = Some(super::flags::LogFormat::Json);
     })
     .await;
-    let err = h
-        .runsc
-        .create(
-            &bundle.id,
-            bundle.path(),
-            &bundle.pid_file(),
-            None,
-            ProcessIo::default(),
-        )
-        .await
-        .unwrap_err();
+    let err = h.create(&bundle).await.unwrap_err();
     match &err {
         RunscError::Failed { stderr, .. } => {
             assert!(stderr.contains("SELinux is not supported"), "{stderr}")

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::reaper::{self, Reaper};
+use crate::reaper::{self, ExitFuture, Reaper};
 
-use super::client::Runsc;
+use super::client::{read_pid_file, ProcessIo, Runsc};
 use super::command::Subcommand;
+use super::error::RunscError;
 use super::flags::{GlobalFlags, Network};
 
 pub const RUNSC: &str = "/usr/bin/runsc";
@@ -128,6 +129,26 @@ impl Harness {
             reaper,
             id: id.to_string(),
         }
+    }
+
+    /// `runsc create` of `bundle`, with no console and no stdio.
+    pub async fn create(&self, bundle: &Bundle) -> Result<(), RunscError> {
+        self.runsc
+            .create(
+                &bundle.id,
+                bundle.path(),
+                &bundle.pid_file(),
+                None,
+                ProcessIo::default(),
+            )
+            .await
+    }
+
+    /// Creates the sandbox and watches its process: its pid and its exit.
+    pub async fn create_watched(&self, bundle: &Bundle) -> (i32, ExitFuture) {
+        self.create(bundle).await.unwrap();
+        let pid = read_pid_file(&bundle.pid_file()).unwrap();
+        (pid, self.reaper.watch(pid).unwrap())
     }
 }
 
