@@ -317,6 +317,21 @@ pub fn wait_task_status(
     )
 }
 
+/// Waits up to `timeout` for task `id` to be STOPPED, then deletes the task and its container.
+pub fn remove_stopped(c: &Containerd, id: &str, timeout: Duration) -> Result<()> {
+    wait_task_status(c, id, Some("STOPPED"), timeout)?;
+    c.ctr().args(["task", "rm", id]).checked()?;
+    c.ctr().args(["container", "rm", id]).checked()?;
+    Ok(())
+}
+
+/// SIGKILLs task `id` (which may have exited on its own already, so a failed kill is not an
+/// error), then [`remove_stopped`].
+pub fn kill_and_remove(c: &Containerd, id: &str, timeout: Duration) -> Result<()> {
+    let _ = c.ctr().args(["task", "kill", "-s", "SIGKILL", id]).output();
+    remove_stopped(c, id, timeout)
+}
+
 /// The JSON object at the end of a `ctr events` line (`TIME TOPIC NAMESPACE {json}`), if any.
 pub fn event_payload(line: &str) -> Option<Value> {
     let start = line.find('{')?;

@@ -4,6 +4,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
+use gvisor_hardened_tests::fault::remove_stopped;
 use gvisor_hardened_tests::*;
 
 fn start() -> Containerd {
@@ -186,17 +187,7 @@ fn two_private_containerds_run_the_same_container_id_side_by_side() {
             .unwrap();
     }
     for c in [&a, &b] {
-        poll_until(
-            "the task to stop",
-            std::time::Duration::from_secs(30),
-            || {
-                let out = c.ctr().args(["task", "ls"]).output().ok()?;
-                out.stdout.contains("STOPPED").then_some(())
-            },
-        )
-        .unwrap();
-        c.ctr().args(["task", "rm", &id]).checked().unwrap();
-        c.ctr().args(["container", "rm", &id]).checked().unwrap();
+        remove_stopped(c, &id, std::time::Duration::from_secs(30)).unwrap();
     }
     // Only now: the id-based leak checks see both containers.
     assert_nothing_left(&a, &id, &Runtime::Runc);
@@ -320,17 +311,7 @@ fn exec_runs_a_probe_in_a_running_baseline_task() {
         .args(["task", "kill", "-s", "SIGKILL", &id])
         .checked()
         .unwrap();
-    poll_until(
-        "the task to stop",
-        std::time::Duration::from_secs(30),
-        || {
-            let out = c.ctr().args(["task", "ls"]).output().ok()?;
-            out.stdout.contains("STOPPED").then_some(())
-        },
-    )
-    .unwrap();
-    c.ctr().args(["task", "rm", &id]).checked().unwrap();
-    c.ctr().args(["container", "rm", &id]).checked().unwrap();
+    remove_stopped(&c, &id, std::time::Duration::from_secs(30)).unwrap();
     assert_nothing_left(&c, &id, &Runtime::Baseline);
     assert_clean_shutdown(c);
 }

@@ -37,18 +37,7 @@ fn wait_running(c: &Containerd, id: &str) {
 }
 
 fn remove(c: &Containerd, id: &str) {
-    let _ = c.ctr().args(["task", "kill", "-s", "SIGKILL", id]).output();
-    poll_until("task stopped", Duration::from_secs(10), || {
-        let out = c.ctr().args(["task", "ls"]).output().ok()?;
-        (!out
-            .stdout
-            .lines()
-            .any(|l| l.starts_with(id) && l.contains("RUNNING")))
-        .then_some(())
-    })
-    .unwrap();
-    c.ctr().args(["task", "delete", id]).checked().unwrap();
-    c.ctr().args(["container", "delete", id]).checked().unwrap();
+    gvisor_hardened_tests::fault::kill_and_remove(c, id, Duration::from_secs(10)).unwrap();
 }
 
 #[test]

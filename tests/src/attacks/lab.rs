@@ -362,30 +362,16 @@ impl Lab {
 
     /// The task's status as `ctr task ls` shows it (`RUNNING`, `STOPPED`), if it exists.
     pub fn task_status(&self, id: &str) -> Option<String> {
-        let out = self.c.ctr().args(["task", "ls"]).output().ok()?;
-        out.stdout.lines().find_map(|l| {
-            let mut cols = l.split_whitespace();
-            (cols.next() == Some(id)).then(|| cols.nth(1).unwrap_or("").to_string())
-        })
+        crate::fault::task_status(&self.c, id).ok().flatten()
     }
 
-    /// SIGKILLs a detached task, waits for it to stop, deletes task and container. Returns what
-    /// `ctr task rm` printed (it names a non-zero exit code).
-    pub fn remove(&self, id: &str) -> Result<String, Failed> {
-        let _ = self
-            .c
-            .ctr()
-            .args(["task", "kill", "--signal", "SIGKILL", id])
-            .output();
-        poll_until("the task to stop", Duration::from_secs(30), || {
-            match self.task_status(id).as_deref() {
-                Some("RUNNING") | Some("CREATED") => None,
-                _ => Some(()),
-            }
-        })?;
-        let rm = self.c.ctr().args(["task", "rm", id]).output()?;
-        self.c.ctr().args(["container", "rm", id]).output()?;
-        Ok(format!("{}{}", rm.stdout, rm.stderr))
+    /// SIGKILLs a detached task, waits for it to stop, deletes task and container.
+    pub fn remove(&self, id: &str) -> Result<(), Failed> {
+        Ok(crate::fault::kill_and_remove(
+            &self.c,
+            id,
+            Duration::from_secs(30),
+        )?)
     }
 
     /// The audit lines of container `id` so far.
