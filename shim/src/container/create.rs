@@ -284,16 +284,17 @@ impl Container {
         rec.config_sha256 = Some(&config_sha256);
         rec.runsc_args = Some(&global_args);
         audit.append(&rec)?;
+        let cgroups_path = hardened
+            .spec
+            .pointer("/linux/cgroupsPath")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         let state = BundleState {
             runsc_binary: policy.policy.runsc.path.clone(),
             runsc_root: RunscRuntime::root_for(&policy.policy, &env.namespace),
             audit_path: audit.path().to_path_buf(),
-            cgroups_path: hardened
-                .spec
-                .pointer("/linux/cgroupsPath")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
+            cgroups_path: cgroups_path.clone(),
             subject: subject.clone(),
         };
         write(
@@ -306,12 +307,7 @@ impl Container {
             id: p.id.clone(),
             bundle: p.bundle.clone(),
             runtime,
-            cgroups_path: hardened
-                .spec
-                .pointer("/linux/cgroupsPath")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
+            cgroups_path,
             cgroup: Default::default(),
             lifetime: hardened.lifetime,
             annotations: ann,

@@ -100,19 +100,17 @@ pub fn is_effectively_empty(doc: &DocumentMut) -> bool {
 
 /// The `imports` globs of a config, in order.
 pub fn imports(doc: &DocumentMut) -> Vec<String> {
-    doc.get("imports")
-        .and_then(|i| i.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    top_level_strings(doc, "imports")
 }
 
 /// Plugin ids listed in `disabled_plugins`.
 pub fn disabled_plugins(doc: &DocumentMut) -> Vec<String> {
-    doc.get("disabled_plugins")
+    top_level_strings(doc, "disabled_plugins")
+}
+
+/// The string items of the top-level array `key` (none when it is missing or not an array).
+fn top_level_strings(doc: &DocumentMut, key: &str) -> Vec<String> {
+    doc.get(key)
         .and_then(|i| i.as_array())
         .map(|a| {
             a.iter()
