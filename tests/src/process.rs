@@ -129,25 +129,13 @@ pub fn output_with_deadline(
     let stdout = read_all(child.stdout.take().expect("stdout is piped"));
     let stderr = read_all(child.stderr.take().expect("stderr is piped"));
 
-    let pid = child.id() as libc::pid_t;
-    let (status_tx, status_rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = status_tx.send(child.wait());
-    });
-    let status = match status_rx.recv_timeout(timeout) {
-        Ok(status) => status,
-        Err(_) => {
-            // SAFETY: plain kill(2). The waiter thread has not reaped the child (no status was
-            // sent), so the pid still names it.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            let _ = status_rx.recv();
-            return Err(HarnessError::Timeout {
-                command,
-                timeout,
-                stdout: collect(&stdout),
-                stderr: collect(&stderr),
-            });
-        }
+    let Some(status) = wait_or_kill(child, timeout) else {
+        return Err(HarnessError::Timeout {
+            command,
+            timeout,
+            stdout: collect(&stdout),
+            stderr: collect(&stderr),
+        });
     };
     let status = status.map_err(|source| HarnessError::Spawn {
         program: command.clone(),
@@ -159,6 +147,29 @@ pub fn output_with_deadline(
         stdout: collect(&stdout),
         stderr: collect(&stderr),
     })
+}
+
+/// Waits for `child` up to `timeout`. Past it, the child is SIGKILLed and reaped, and the
+/// answer is `None`.
+pub(crate) fn wait_or_kill(
+    mut child: std::process::Child,
+    timeout: Duration,
+) -> Option<std::io::Result<std::process::ExitStatus>> {
+    let pid = child.id() as libc::pid_t;
+    let (status_tx, status_rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = status_tx.send(child.wait());
+    });
+    match status_rx.recv_timeout(timeout) {
+        Ok(status) => Some(status),
+        Err(_) => {
+            // SAFETY: plain kill(2). The waiter thread has not reaped the child (no status was
+            // sent), so the pid still names it.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = status_rx.recv();
+            None
+        }
+    }
 }
 
 #[cfg(test)]

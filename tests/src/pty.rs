@@ -63,7 +63,7 @@ pub fn output_in_pty(cmd: &mut Command, input: &[u8], timeout: Duration) -> Resu
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(spawn_err)?;
+    let child = cmd.spawn().map_err(spawn_err)?;
     // Only the child may hold the slave: the master reads EIO once the child's copies close.
     // `cmd` keeps its Stdio copies until replaced.
     cmd.stdin(Stdio::null())
@@ -91,31 +91,21 @@ pub fn output_in_pty(cmd: &mut Command, input: &[u8], timeout: Duration) -> Resu
         let _ = out_tx.send(buf);
     });
 
-    let pid = child.id() as libc::pid_t;
-    let (status_tx, status_rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = status_tx.send(child.wait());
-    });
     let collect = || {
         out_rx
             .recv_timeout(Duration::from_secs(5))
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default()
     };
-    let status = match status_rx.recv_timeout(timeout) {
-        Ok(status) => status.map_err(spawn_err)?,
-        Err(_) => {
-            // SAFETY: kill(2) of our unreaped child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            let _ = status_rx.recv();
-            return Err(HarnessError::Timeout {
-                command,
-                timeout,
-                stdout: collect(),
-                stderr: String::new(),
-            });
-        }
+    let Some(status) = crate::process::wait_or_kill(child, timeout) else {
+        return Err(HarnessError::Timeout {
+            command,
+            timeout,
+            stdout: collect(),
+            stderr: String::new(),
+        });
     };
+    let status = status.map_err(spawn_err)?;
     Ok(CommandOutput {
         command,
         status,
