@@ -4,28 +4,9 @@
 //! runsc sees it. The binary has three modes, chosen by containerd's argv: `start` (launch or
 //! reuse the pod's server), `delete` (clean up after a dead shim), and the server itself.
 
-mod audit;
-mod cgroup;
-mod cleanup;
-mod container;
-mod error;
-mod events;
-mod flags;
-mod logger;
-mod options;
-mod packed;
-mod policy_source;
-mod process;
-mod reaper;
-mod rootfs;
-mod runsc;
-mod server;
-mod service;
-mod start;
-mod stdio;
-mod task;
-
 use std::process::ExitCode;
+
+use containerd_shim_gvisor_hardened::{cleanup, flags, server, start};
 
 use containerd_shim_protos::protobuf::Message;
 
