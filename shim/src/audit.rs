@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use policy_injector::Decision;
+
+use crate::process::exit::{Exit, ExitCause};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +43,8 @@ pub enum AuditEvent {
     Start,
     Exec,
     ExecRejected,
+    ExecStart,
+    ExecExit,
     Update,
     Oom,
     Timeout,
@@ -100,6 +104,9 @@ pub struct AuditRecord<'a> {
     pub pid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<u32>,
+    /// Why the process ended (exit records).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_cause: Option<ExitCause>,
     pub oom: bool,
     pub timed_out: bool,
     pub process_limit_exceeded: bool,
@@ -119,10 +126,25 @@ impl<'a> AuditRecord<'a> {
             runsc_args: None,
             pid: None,
             exit_status: None,
+            exit_cause: None,
             oom: false,
             timed_out: false,
             process_limit_exceeded: false,
             error: None,
+        }
+    }
+}
+
+impl AuditRecord<'_> {
+    /// The exit's status and cause, with the flags a grep for enforcement looks for.
+    pub fn set_exit(&mut self, exit: &Exit) {
+        self.exit_status = Some(exit.status);
+        self.exit_cause = Some(exit.cause);
+        self.oom = exit.cause == ExitCause::Oom;
+        self.timed_out = exit.cause == ExitCause::Timeout;
+        self.process_limit_exceeded = exit.cause == ExitCause::ProcessLimit;
+        if exit.cause == ExitCause::ProcessLimit {
+            self.error = Some("process limit exceeded".to_string());
         }
     }
 }

@@ -1,15 +1,27 @@
-//! The shim's error type and its mapping onto ttrpc status codes.
+//! The shim's error type and its one mapping onto ttrpc status codes.
 //!
-//! containerd turns the status code back into its own error kinds (errdefs): NOT_FOUND for an
-//! unknown container or exec, ALREADY_EXISTS for a duplicate id, FAILED_PRECONDITION for a call
-//! in the wrong state, UNIMPLEMENTED for what runsc cannot do. The message is what `ctr` and
-//! `kubectl describe` show, so it names the cause (the policy rule, the file, runsc's stderr).
+//! Errors keep their source (runsc's [`RunscError`] with subcommand, id, status and stderr; the
+//! cgroup, rootfs, reaper, audit and stdio errors with their paths) until they leave the shim;
+//! only [`ShimError::code`] decides what containerd sees. containerd turns the code back into its
+//! own error kinds (errdefs), as it does for its own shims: NOT_FOUND for an unknown container or
+//! exec (and a kill of a finished process), ALREADY_EXISTS for a duplicate id,
+//! FAILED_PRECONDITION for a call in the wrong state or a spec the policy rejects,
+//! INVALID_ARGUMENT for a malformed request, UNIMPLEMENTED for what runsc cannot do. The message
+//! is what `ctr` and `kubectl describe` show: it names the cause once (the policy rule, the file,
+//! runsc's own words), without repeating the operation at every layer.
 
 use containerd_shim_protos::ttrpc::{self, Code};
 
 use crate::audit::AuditError;
+use crate::bundle::BundleError;
+use crate::cgroup::CgroupError;
+use crate::options::OptionsError;
 use crate::policy_source::PolicyLoadError;
 use crate::process::state::StateError;
+use crate::reaper::ReaperError;
+use crate::rootfs::RootfsError;
+use crate::runsc::error::RunscError;
+use crate::runtime::RunscConfigError;
 use crate::stdio::StdioError;
 
 #[derive(Debug, thiserror::Error)]
@@ -22,49 +34,95 @@ pub enum ShimError {
     AlreadyExists(String),
     #[error("invalid request: {0}")]
     InvalidArgument(String),
-    #[error("{0}")]
-    State(#[from] StateError),
+    /// `process` names it: "container c1", "exec e1 of container c1".
+    #[error("{process}: {source}")]
+    State {
+        process: String,
+        #[source]
+        source: StateError,
+    },
     #[error("{0} is not supported by gvisor-hardened (runsc)")]
     Unsupported(&'static str),
-    #[error("{0}")]
+    #[error(transparent)]
     Policy(#[from] PolicyLoadError),
-    #[error("{0}")]
-    Options(#[from] crate::options::OptionsError),
-    #[error("{0}")]
-    Rejected(policy_injector::HardenError),
-    #[error("{0}")]
+    #[error(transparent)]
+    Options(#[from] OptionsError),
+    /// The policy refuses the spec, the exec or the update; the message names the rule.
+    #[error(transparent)]
+    Rejected(#[from] policy_injector::HardenError),
+    #[error(transparent)]
     Audit(#[from] AuditError),
-    #[error("{0}")]
+    #[error(transparent)]
     Stdio(#[from] StdioError),
-    #[error("bundle {path}: {reason}")]
-    Bundle { path: String, reason: String },
-    #[error("cgroup {0} already exists: runsc would join it without enforcing the policy's limits; refusing to start the sandbox there")]
-    CgroupExists(String),
-    #[error("rootfs: {0}")]
-    Rootfs(String),
-    #[error("{0}")]
-    Runsc(String),
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error(transparent)]
+    Rootfs(#[from] RootfsError),
+    #[error(transparent)]
+    Runsc(#[from] RunscError),
+    #[error(transparent)]
+    RunscConfig(#[from] RunscConfigError),
+    #[error("watching {what}: {source}")]
+    Reaper {
+        what: String,
+        #[source]
+        source: ReaperError,
+    },
     #[error("{0}")]
     Internal(String),
 }
 
 impl ShimError {
+    pub fn state(process: impl Into<String>, source: StateError) -> Self {
+        ShimError::State {
+            process: process.into(),
+            source,
+        }
+    }
+
     pub fn code(&self) -> Code {
+        use policy_injector::HardenError;
         match self {
             ShimError::NotFound(_) | ShimError::ExecNotFound { .. } => Code::NOT_FOUND,
             ShimError::AlreadyExists(_) => Code::ALREADY_EXISTS,
-            ShimError::InvalidArgument(_)
-            | ShimError::Bundle { .. }
-            | ShimError::Options(_)
-            | ShimError::Policy(_)
-            | ShimError::Rejected(_) => Code::INVALID_ARGUMENT,
-            ShimError::State(_) | ShimError::CgroupExists(_) => Code::FAILED_PRECONDITION,
+            ShimError::InvalidArgument(_) | ShimError::Options(_) | ShimError::Bundle(_) => {
+                Code::INVALID_ARGUMENT
+            }
+            ShimError::State { source, .. } => match source {
+                StateError::Finished => Code::NOT_FOUND,
+                StateError::Invalid { .. } => Code::FAILED_PRECONDITION,
+            },
             ShimError::Unsupported(_) => Code::UNIMPLEMENTED,
+            ShimError::Rejected(HardenError::Rejected(_)) => Code::FAILED_PRECONDITION,
+            ShimError::Rejected(HardenError::Malformed { .. }) => Code::INVALID_ARGUMENT,
+            // The node's policy, or runsc as installed, cannot serve the request as configured.
+            ShimError::Policy(_) | ShimError::RunscConfig(_) => Code::FAILED_PRECONDITION,
+            ShimError::Stdio(e) if e.is_bad_request() => Code::INVALID_ARGUMENT,
+            ShimError::Cgroup(CgroupError::Exists { .. }) => Code::FAILED_PRECONDITION,
+            ShimError::Runsc(e) => runsc_code(e),
             ShimError::Audit(_)
             | ShimError::Stdio(_)
+            | ShimError::Cgroup(_)
             | ShimError::Rootfs(_)
-            | ShimError::Runsc(_)
+            | ShimError::Reaper { .. }
             | ShimError::Internal(_) => Code::INTERNAL,
+        }
+    }
+}
+
+fn runsc_code(e: &RunscError) -> Code {
+    match e {
+        RunscError::NotFound { .. } | RunscError::AlreadyGone { .. } => Code::NOT_FOUND,
+        RunscError::Timeout { .. } => Code::DEADLINE_EXCEEDED,
+        RunscError::Unsupported(_) => Code::UNIMPLEMENTED,
+        // runsc is missing or cannot run, or lacks what the policy needs: the node is not ready.
+        RunscError::Spawn { .. } | RunscError::Feature(_) => Code::FAILED_PRECONDITION,
+        // runsc ran and refused: its own words are the message, its verdict unknown to us.
+        RunscError::Failed { .. } => Code::UNKNOWN,
+        RunscError::Parse { .. } | RunscError::Io { .. } | RunscError::PidFile { .. } => {
+            Code::INTERNAL
         }
     }
 }
@@ -80,26 +138,178 @@ pub type Result<T> = std::result::Result<T, ShimError>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reaper::ExitStatus;
+    use policy_injector::{HardenError, Rejection, Rule};
+    use std::path::PathBuf;
 
-    #[test]
-    fn unknown_container_maps_to_not_found() {
-        let e: ttrpc::Error = ShimError::NotFound("c1".into()).into();
-        match e {
-            ttrpc::Error::RpcStatus(s) => {
-                assert_eq!(s.code(), Code::NOT_FOUND);
-                assert_eq!(s.message(), "container c1 not found");
-            }
-            other => panic!("{other:?}"),
-        }
+    fn io(kind: std::io::ErrorKind) -> std::io::Error {
+        std::io::Error::new(kind, "boom")
     }
 
+    fn rejected() -> HardenError {
+        HardenError::Rejected(vec![Rejection {
+            rule: Rule::Mounts,
+            field: "mounts[0].source".into(),
+            reason: "/var/run/docker.sock is denied by [mounts] deny".into(),
+        }])
+    }
+
+    /// The whole mapping and the message shape, pinned: one row per kind of failure.
     #[test]
-    fn checkpoint_maps_to_unimplemented_with_a_clear_message() {
-        let e = ShimError::Unsupported("checkpoint");
-        assert_eq!(e.code(), Code::UNIMPLEMENTED);
-        assert_eq!(
-            e.to_string(),
-            "checkpoint is not supported by gvisor-hardened (runsc)"
-        );
+    fn every_error_kind_maps_to_containerds_code_with_a_message_that_names_the_cause_once() {
+        let rows: Vec<(ShimError, Code, &str)> = vec![
+            (
+                ShimError::NotFound("c1".into()),
+                Code::NOT_FOUND,
+                "container c1 not found",
+            ),
+            (
+                ShimError::ExecNotFound {
+                    id: "c1".into(),
+                    exec_id: "e1".into(),
+                },
+                Code::NOT_FOUND,
+                "exec e1 of container c1 not found",
+            ),
+            (
+                ShimError::AlreadyExists("container c1".into()),
+                Code::ALREADY_EXISTS,
+                "container c1 already exists",
+            ),
+            (
+                ShimError::state(
+                    "container c1",
+                    StateError::Invalid {
+                        op: "start",
+                        current: "running",
+                    },
+                ),
+                Code::FAILED_PRECONDITION,
+                "container c1: cannot start a running process",
+            ),
+            (
+                ShimError::state("exec e1 of container c1", StateError::Finished),
+                Code::NOT_FOUND,
+                "exec e1 of container c1: process already finished",
+            ),
+            (
+                ShimError::Rejected(rejected()),
+                Code::FAILED_PRECONDITION,
+                "rejected by policy: mounts: mounts[0].source: /var/run/docker.sock is denied by [mounts] deny",
+            ),
+            (
+                ShimError::Rejected(HardenError::Malformed {
+                    field: "process.args".into(),
+                    reason: "expected an array".into(),
+                }),
+                Code::INVALID_ARGUMENT,
+                "malformed spec: process.args: expected an array",
+            ),
+            (
+                ShimError::InvalidArgument("bundle path \"b\" is not absolute".into()),
+                Code::INVALID_ARGUMENT,
+                "invalid request: bundle path \"b\" is not absolute",
+            ),
+            (
+                ShimError::Bundle(BundleError::NotAnObject {
+                    bundle: "/b".into(),
+                    file: "config.json",
+                }),
+                Code::INVALID_ARGUMENT,
+                "bundle /b: config.json is not a JSON object",
+            ),
+            (
+                ShimError::Unsupported("checkpoint"),
+                Code::UNIMPLEMENTED,
+                "checkpoint is not supported by gvisor-hardened (runsc)",
+            ),
+            (
+                ShimError::Runsc(RunscError::from_failure(
+                    "start",
+                    Some("c1"),
+                    ExitStatus::Exited(128),
+                    "starting container: sandbox is gone\n",
+                )),
+                Code::UNKNOWN,
+                "runsc start c1 failed (exit code 128): starting container: sandbox is gone",
+            ),
+            (
+                ShimError::Runsc(RunscError::from_failure(
+                    "delete",
+                    Some("c1"),
+                    ExitStatus::Exited(128),
+                    "loading container: file does not exist",
+                )),
+                Code::NOT_FOUND,
+                "runsc delete c1: no such container: loading container: file does not exist",
+            ),
+            (
+                ShimError::Runsc(RunscError::Timeout {
+                    subcommand: "create",
+                    id: Some("c1".into()),
+                    timeout: std::time::Duration::from_secs(60),
+                }),
+                Code::DEADLINE_EXCEEDED,
+                "runsc create c1 did not finish within 60s and was killed",
+            ),
+            (
+                ShimError::Runsc(RunscError::Unsupported("update")),
+                Code::UNIMPLEMENTED,
+                "the installed runsc has no `update` subcommand",
+            ),
+            (
+                ShimError::Cgroup(CgroupError::Exists {
+                    path: "/sys/fs/cgroup/memory/default/c1".into(),
+                }),
+                Code::FAILED_PRECONDITION,
+                "cgroup /sys/fs/cgroup/memory/default/c1 already exists: runsc would join it without enforcing the policy's limits; refusing to start the sandbox there",
+            ),
+            (
+                ShimError::Stdio(StdioError::NotAFifo {
+                    what: "stdout",
+                    path: "/tmp/x".into(),
+                }),
+                Code::INVALID_ARGUMENT,
+                "stdout \"/tmp/x\" is not a fifo",
+            ),
+            (
+                ShimError::Stdio(StdioError::Fifo {
+                    what: "stderr",
+                    path: "/nonexistent".into(),
+                    source: io(std::io::ErrorKind::NotFound),
+                }),
+                Code::INVALID_ARGUMENT,
+                "opening stderr fifo /nonexistent: boom",
+            ),
+            (
+                ShimError::Audit(AuditError::Io {
+                    path: PathBuf::from("/var/log/gvisor-hardened/audit.jsonl"),
+                    source: io(std::io::ErrorKind::PermissionDenied),
+                }),
+                Code::INTERNAL,
+                "audit log /var/log/gvisor-hardened/audit.jsonl: boom",
+            ),
+            (
+                ShimError::Policy(PolicyLoadError::TooLarge {
+                    path: "/etc/gvisor-hardened/policy.toml".into(),
+                }),
+                Code::FAILED_PRECONDITION,
+                "policy /etc/gvisor-hardened/policy.toml: larger than 1048576 bytes",
+            ),
+            (
+                ShimError::RunscConfig(RunscConfigError::Platform("vmware".into())),
+                Code::FAILED_PRECONDITION,
+                "policy runsc.platform \"vmware\" is not a platform this shim knows (ptrace, kvm, systrap)",
+            ),
+        ];
+        for (err, code, message) in rows {
+            assert_eq!((err.code(), err.to_string().as_str()), (code, message));
+            match ttrpc::Error::from(err) {
+                ttrpc::Error::RpcStatus(s) => {
+                    assert_eq!((s.code(), s.message()), (code, message))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

@@ -4,13 +4,18 @@
 //!
 //! See `shim/README.md` for the request flow from containerd to runsc and where things go.
 
+pub mod actions;
 pub mod audit;
+pub mod bundle;
 pub mod cgroup;
-pub mod cleanup;
 pub mod container;
+pub mod env;
 pub mod error;
 pub mod events;
+#[cfg(test)]
+pub mod fake;
 pub mod flags;
+pub mod host;
 pub mod logger;
 pub mod options;
 pub mod packed;
@@ -19,8 +24,8 @@ pub mod process;
 pub mod reaper;
 pub mod rootfs;
 pub mod runsc;
+pub mod runtime;
 pub mod server;
 pub mod service;
-pub mod start;
 pub mod stdio;
 pub mod task;

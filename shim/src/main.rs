@@ -6,7 +6,8 @@
 
 use std::process::ExitCode;
 
-use containerd_shim_gvisor_hardened::{cleanup, flags, server, start};
+use containerd_shim_gvisor_hardened::actions::{delete, start};
+use containerd_shim_gvisor_hardened::{flags, server};
 
 use containerd_shim_protos::protobuf::Message;
 
@@ -29,7 +30,7 @@ fn main() -> ExitCode {
         flags::Action::Start => start::run(&flags)
             .map_err(anyhow::Error::from)
             .and_then(|reply| start::reply(&reply).map_err(Into::into)),
-        flags::Action::Delete => cleanup::run(&flags).and_then(|resp| {
+        flags::Action::Delete => delete::run(&flags).and_then(|resp| {
             let bytes = resp.write_to_bytes()?;
             start::reply(&bytes).map_err(Into::into)
         }),

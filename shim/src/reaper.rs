@@ -52,6 +52,27 @@ impl ExitStatus {
         }
     }
 
+    /// A death by SIGKILL: what a process killed with its sandbox is reported as.
+    pub fn killed() -> Self {
+        ExitStatus::Signaled {
+            signal: libc::SIGKILL,
+            core_dumped: false,
+        }
+    }
+
+    /// A runsc process (the sandbox, `runsc exec`, `runsc wait`'s answer) relays its container's
+    /// fate as an exit code, a death by signal folded into 128 + the signal as a shell does:
+    /// unfold it, so a kill is reported as one.
+    pub fn unfold_runsc(self) -> Self {
+        match self {
+            ExitStatus::Exited(code) if code > 128 && code < 128 + 65 => ExitStatus::Signaled {
+                signal: code - 128,
+                core_dumped: false,
+            },
+            other => other,
+        }
+    }
+
     /// The number containerd reports: the exit code, or 128 + the signal number, as a shell does.
     pub fn containerd_code(&self) -> u32 {
         match *self {
@@ -378,6 +399,18 @@ mod tests {
         let mut cmd = Command::new("/bin/sh");
         cmd.arg("-c").arg(script);
         cmd
+    }
+
+    #[test]
+    fn runsc_codes_above_128_unfold_into_the_signal_and_keep_their_number() {
+        let killed = ExitStatus::Exited(137).unfold_runsc();
+        assert_eq!(killed, ExitStatus::killed());
+        assert_eq!(killed.containerd_code(), 137);
+        assert_eq!(ExitStatus::Exited(3).unfold_runsc(), ExitStatus::Exited(3));
+        assert_eq!(
+            ExitStatus::Exited(255).unfold_runsc(),
+            ExitStatus::Exited(255)
+        );
     }
 
     #[test]

@@ -217,6 +217,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "host-tests")]
     fn bind_mount_and_unmount_round_trip() {
         let src = tempfile::tempdir().unwrap();
         std::fs::write(src.path().join("marker"), "x").unwrap();

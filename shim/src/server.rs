@@ -10,11 +10,14 @@ use containerd_shim_protos::ttrpc::r#async::transport::Listener;
 use containerd_shim_protos::ttrpc::r#async::Server;
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::actions::start::LISTEN_FD_ENV;
+use crate::env::{ShimEnv, CONSOLE_DIR};
 use crate::events::ContainerdSink;
 use crate::flags::Flags;
+use crate::host::linux::LinuxHost;
 use crate::reaper::Reaper;
-use crate::service::{Shim, ShimEnv};
-use crate::start::LISTEN_FD_ENV;
+use crate::runtime::runsc::RunscFactory;
+use crate::service::Shim;
 
 fn listener(flags: &Flags) -> anyhow::Result<(UnixListener, Option<PathBuf>)> {
     if let Ok(fd) = std::env::var(LISTEN_FD_ENV) {
@@ -57,12 +60,14 @@ pub async fn serve(flags: Flags) -> anyhow::Result<()> {
     let events = ContainerdSink::connect(&ttrpc_address, flags.namespace.clone())
         .await
         .map_err(|e| anyhow::anyhow!("connecting to containerd events at {ttrpc_address}: {e}"))?;
-    let shim = Arc::new(Shim::new(ShimEnv::new(
-        flags.namespace.clone(),
-        reaper,
-        Arc::new(events),
-        PathBuf::from(crate::policy_source::NODE_POLICY_PATH),
-    )));
+    let shim = Arc::new(Shim::new(ShimEnv {
+        namespace: flags.namespace.clone(),
+        events: Arc::new(events),
+        runtimes: Arc::new(RunscFactory::new(reaper)),
+        host: Arc::new(LinuxHost),
+        node_policy: PathBuf::from(crate::policy_source::NODE_POLICY_PATH),
+        console_dir: PathBuf::from(CONSOLE_DIR),
+    }));
 
     let (std_listener, socket_path) = listener(&flags)?;
     let listener = Listener::try_from(std_listener).context("ttrpc listener")?;

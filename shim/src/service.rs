@@ -1,8 +1,12 @@
 //! The shim's state: the containers it serves, and the per-call entry points the task service
 //! dispatches to. Each method finds the container and delegates; the work is in `container/`.
+//!
+//! Concurrency: the container map is locked only to look up, reserve or remove an id, never
+//! across a runsc call. A Create reserves its id first, so a second Create of the same id is
+//! refused while the first is still running; every other call on that id answers "not found"
+//! until the Create has finished.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use containerd_shim_protos::api::{
@@ -13,65 +17,8 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::container::{Container, CreateParams};
+use crate::env::ShimEnv;
 use crate::error::{Result, ShimError};
-use crate::events::EventSink;
-use crate::reaper::Reaper;
-use crate::runsc::client::{Runsc, DEFAULT_TIMEOUT};
-use crate::runsc::feature_cache::{self, FeatureCache, Identity};
-use crate::runsc::features::Features;
-
-/// What every container of this shim shares.
-pub struct ShimEnv {
-    pub namespace: String,
-    pub reaper: Reaper,
-    pub events: Arc<dyn EventSink>,
-    /// `/etc/gvisor-hardened/policy.toml`, overridable for tests.
-    pub node_policy: PathBuf,
-    /// What each runsc binary supports, asked once per shim (`runsc flags`, `runsc help`).
-    features: Mutex<HashMap<String, Features>>,
-}
-
-impl ShimEnv {
-    pub fn new(
-        namespace: String,
-        reaper: Reaper,
-        events: Arc<dyn EventSink>,
-        node_policy: PathBuf,
-    ) -> Self {
-        ShimEnv {
-            namespace,
-            reaper,
-            events,
-            node_policy,
-            features: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// What `binary` supports: from this shim's memory, else from the node's cache of earlier
-    /// shims' answers (keyed by the binary's identity), else by asking runsc.
-    pub async fn runsc_features(&self, binary: &str) -> Result<Features> {
-        let mut cache = self.features.lock().await;
-        if let Some(f) = cache.get(binary) {
-            return Ok(f.clone());
-        }
-        let identity = Identity::of(binary);
-        let persisted = FeatureCache::new(feature_cache::DEFAULT_DIR);
-        if let Some(f) = identity.as_ref().and_then(|id| persisted.load(id)) {
-            cache.insert(binary.to_string(), f.clone());
-            return Ok(f);
-        }
-        let f = Runsc::detect(Path::new(binary), &self.reaper, DEFAULT_TIMEOUT)
-            .await
-            .map_err(|e| {
-                ShimError::Runsc(format!("runsc {binary}: cannot tell what it supports: {e}"))
-            })?;
-        if let Some(id) = &identity {
-            persisted.store(id, &f);
-        }
-        cache.insert(binary.to_string(), f.clone());
-        Ok(f)
-    }
-}
 
 /// A Create parses, rewrites and serialises the whole spec and leaves the heap full of freed
 /// chunks that malloc keeps resident; a shim lives as long as its pod, so that peak would be paid
@@ -83,9 +30,22 @@ fn release_freed_memory() {
     }
 }
 
+#[derive(Default)]
+struct Containers {
+    ready: HashMap<String, Arc<Container>>,
+    /// Ids whose Create is under way.
+    creating: HashSet<String>,
+}
+
+impl Containers {
+    fn is_empty(&self) -> bool {
+        self.ready.is_empty() && self.creating.is_empty()
+    }
+}
+
 pub struct Shim {
     pub env: Arc<ShimEnv>,
-    containers: Mutex<HashMap<String, Arc<Container>>>,
+    containers: Mutex<Containers>,
     /// Cancelled when the shim should exit (Shutdown with nothing left, or SIGTERM).
     pub exit: CancellationToken,
 }
@@ -94,7 +54,7 @@ impl Shim {
     pub fn new(env: ShimEnv) -> Self {
         Shim {
             env: Arc::new(env),
-            containers: Mutex::new(HashMap::new()),
+            containers: Mutex::new(Containers::default()),
             exit: CancellationToken::new(),
         }
     }
@@ -103,6 +63,7 @@ impl Shim {
         self.containers
             .lock()
             .await
+            .ready
             .get(id)
             .cloned()
             .ok_or_else(|| ShimError::NotFound(id.to_string()))
@@ -113,14 +74,21 @@ impl Shim {
             return Err(ShimError::Unsupported("restoring from a checkpoint"));
         }
         let params = CreateParams::from_request(&req)?;
-        // Hold the map across creation: a second Create with the same id must not race in.
+        let id = params.id.clone();
+        let pod = {
+            let mut containers = self.containers.lock().await;
+            if containers.ready.contains_key(&id) || !containers.creating.insert(id.clone()) {
+                return Err(ShimError::AlreadyExists(format!("container {id}")));
+            }
+            containers.ready.clone()
+        };
+        let created = Container::create(self.env.clone(), params, &pod).await;
+        drop(pod);
         let mut containers = self.containers.lock().await;
-        if containers.contains_key(&params.id) {
-            return Err(ShimError::AlreadyExists(format!("container {}", params.id)));
-        }
-        let container = Container::create(self.env.clone(), params, &containers).await?;
+        containers.creating.remove(&id);
+        let container = created?;
         let pid = container.init_pid();
-        containers.insert(container.id().to_string(), container);
+        containers.ready.insert(id, container);
         drop(containers);
         release_freed_memory();
         let mut resp = CreateTaskResponse::new();
@@ -146,7 +114,7 @@ impl Shim {
             return c.delete_exec(exec_id).await;
         }
         let resp = c.delete().await?;
-        self.containers.lock().await.remove(id);
+        self.containers.lock().await.ready.remove(id);
         Ok(resp)
     }
 
@@ -179,7 +147,6 @@ impl Shim {
     }
 
     pub async fn close_io(&self, id: &str, exec_id: &str, stdin: bool) -> Result<()> {
-        log::debug!("close_io {id} exec {exec_id:?} stdin={stdin}");
         if stdin {
             self.get(id).await?.close_stdin(exec_id).await?;
         }
@@ -191,8 +158,7 @@ impl Shim {
     }
 
     pub async fn wait(&self, id: &str, exec_id: &str) -> Result<WaitResponse> {
-        let c = self.get(id).await?;
-        let exit = c.wait(exec_id).await?;
+        let exit = self.get(id).await?.wait(exec_id).await?;
         let mut resp = WaitResponse::new();
         resp.exit_status = exit.status;
         resp.exited_at = Some(crate::events::timestamp(exit.at)).into();
@@ -213,8 +179,9 @@ impl Shim {
         Ok(resp)
     }
 
-    /// containerd sends Shutdown after every Delete; a pod's shim stays while it serves anyone.
-    pub async fn shutdown(&self, _id: &str, now: bool) {
+    /// containerd sends Shutdown after every Delete; a pod's shim stays while it serves anyone
+    /// (a Create under way included).
+    pub async fn shutdown(&self, now: bool) {
         if now || self.containers.lock().await.is_empty() {
             self.exit.cancel();
         }
@@ -227,10 +194,14 @@ impl Shim {
             .containers
             .lock()
             .await
+            .ready
             .drain()
             .map(|(_, c)| c)
             .collect();
-        for c in all {
+        // A pod's later containers first: the sandbox's teardown takes them with it otherwise.
+        let (members, sandboxes): (Vec<_>, Vec<_>) =
+            all.into_iter().partition(|c| c.pod_sandbox().is_some());
+        for c in members.into_iter().chain(sandboxes) {
             c.teardown().await;
         }
     }

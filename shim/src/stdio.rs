@@ -14,7 +14,7 @@
 //! (`--console-socket`); the shim copies between the master and the fifos and resizes it.
 
 use std::fs::{File, OpenOptions};
-use std::io::{IoSliceMut, Write};
+use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixListener;
@@ -46,6 +46,63 @@ pub enum StdioError {
     Pipe(std::io::Error),
     #[error("resizing the terminal: {0}")]
     Resize(std::io::Error),
+}
+
+impl StdioError {
+    /// The client named a stream that cannot be one (missing, or not a fifo): its request is
+    /// wrong, not the shim.
+    pub fn is_bad_request(&self) -> bool {
+        match self {
+            StdioError::NotAFifo { .. } => true,
+            StdioError::Fifo { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+            _ => false,
+        }
+    }
+}
+
+/// How long runsc may take to send a terminal's master after the command that made it.
+const CONSOLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The streams runsc gets when it starts a process (create, exec, a pod container's start), in
+/// one place for all three. With a terminal: a console socket for runsc to send the pty master
+/// to, and no streams. Without: the client's fifos and a stdin pipe, unless `streams_now` is
+/// false (a pod's later container gets its streams at start, not at create).
+pub fn for_runsc(
+    io: &Streams,
+    paths: &StdioPaths,
+    console_dir: &Path,
+    streams_now: bool,
+) -> Result<(Option<ConsoleSocket>, RunscStdio), StdioError> {
+    if paths.terminal {
+        Ok((
+            Some(ConsoleSocket::new(console_dir)?),
+            RunscStdio::default(),
+        ))
+    } else if streams_now {
+        Ok((None, io.open_pipes(paths)?))
+    } else {
+        Ok((None, RunscStdio::default()))
+    }
+}
+
+/// After the runsc command returned: receives the terminal's master, if one was asked for, and
+/// wires it to the client's fifos.
+pub async fn take_console(
+    console: Option<ConsoleSocket>,
+    io: &Streams,
+    paths: &StdioPaths,
+) -> Result<(), StdioError> {
+    let Some(console) = console else {
+        return Ok(());
+    };
+    let path = console.path().to_path_buf();
+    let master = tokio::task::spawn_blocking(move || console.receive(CONSOLE_TIMEOUT))
+        .await
+        .map_err(|e| StdioError::ConsoleSocket {
+            path,
+            source: std::io::Error::other(e.to_string()),
+        })??;
+    io.attach_console(master, paths)
 }
 
 /// The stream paths containerd gave for a process (empty = not attached).
@@ -228,17 +285,17 @@ pub struct ConsoleSocket {
 }
 
 impl ConsoleSocket {
-    /// Socket paths are limited to 108 bytes, so they live in a short private directory rather
-    /// than in the (possibly deep) bundle.
-    pub fn new() -> Result<Self, StdioError> {
+    /// Socket paths are limited to 108 bytes, so they live in a short private directory under
+    /// `parent` rather than in the (possibly deep) bundle.
+    pub fn new(parent: &Path) -> Result<Self, StdioError> {
         let err = |source| StdioError::ConsoleSocket {
-            path: PathBuf::from("/run/gvisor-hardened/console"),
+            path: parent.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all("/run/gvisor-hardened/console").map_err(err)?;
+        std::fs::create_dir_all(parent).map_err(err)?;
         let dir = tempfile::Builder::new()
             .prefix("c")
-            .tempdir_in("/run/gvisor-hardened/console")
+            .tempdir_in(parent)
             .map_err(err)?;
         let path = dir.path().join("s");
         let listener = UnixListener::bind(&path).map_err(|source| StdioError::ConsoleSocket {
@@ -306,28 +363,11 @@ impl ConsoleSocket {
     }
 }
 
-/// Writes `bytes` to a temporary file and renames it into place: readers see the old file or the
-/// new one, never half of one. Not flushed to disk: bundles live in containerd's state directory
-/// (tmpfs on nodes) and are recreated with the task.
-pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-    }
-    std::fs::rename(&tmp, path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use nix::sys::stat::Mode;
-    use std::io::Read;
+    use std::io::{Read, Write};
 
     fn fifo(dir: &Path, name: &str) -> String {
         let p = dir.join(name);

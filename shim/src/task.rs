@@ -123,7 +123,7 @@ impl Task for TaskService {
     }
 
     async fn shutdown(&self, _: &TtrpcContext, req: ShutdownRequest) -> TtrpcResult<Empty> {
-        self.shim.shutdown(&req.id, req.now).await;
+        self.shim.shutdown(req.now).await;
         Ok(Empty::new())
     }
 }

@@ -10,13 +10,13 @@ use std::time::SystemTime;
 use anyhow::Context as _;
 use containerd_shim_protos::api::DeleteResponse;
 
+use crate::actions::start::{grouping_id, socket_address, SOCKET_ROOT};
 use crate::audit::{AuditEvent, AuditLog, AuditRecord};
-use crate::cgroup::SandboxCgroup;
-use crate::container::create::{BundleState, BUNDLE_STATE, INIT_PID_FILE};
+use crate::bundle::{self, BundleState};
 use crate::flags::Flags;
-
-/// A killed sandbox: what containerd reports for a task whose shim vanished.
-const KILLED: u32 = 128 + libc::SIGKILL as u32;
+use crate::host::linux::LinuxHost;
+use crate::host::Host;
+use crate::reaper::ExitStatus;
 
 pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
     let bundle = if flags.bundle.is_empty() {
@@ -25,14 +25,12 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
         flags.bundle.clone().into()
     };
     crate::logger::init(Path::new("/nonexistent"), &flags.namespace, flags.debug);
-    let state: Option<BundleState> = std::fs::read(bundle.join(BUNDLE_STATE))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok());
+    let state = BundleState::read(&bundle);
     let mut problems = Vec::new();
     if let Some(state) = &state {
         // --force kills a sandbox that still runs; a missing container is already clean.
         let args = crate::runsc::command::argv(
-            &crate::runsc::command::GlobalFlags::new(&state.runsc_root),
+            &crate::runsc::flags::GlobalFlags::new(&state.runsc_root),
             &crate::runsc::command::Subcommand::Delete {
                 id: flags.id.clone(),
                 force: true,
@@ -52,21 +50,17 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
     if let Some(state) = &state {
         // runsc delete removes the sandbox's cgroups; after a crash mid-create it may not
         // have known them. What is left and empty goes now.
-        if let Ok(cg) = SandboxCgroup::for_spec(&state.cgroups_path, &flags.id) {
-            for dir in cg.remaining() {
-                if let Err(e) = std::fs::remove_dir(dir) {
-                    problems.push(format!("cgroup {}: {e}", dir.display()));
-                }
-            }
+        if let Err(e) = LinuxHost.remove_cgroups(&state.cgroups_path, &flags.id) {
+            problems.push(e.to_string());
         }
     }
     // The dead shim's socket: containerd does not remove it, and nothing else will. A pod's
     // socket stays while another container's shim still answers on it.
-    let address = crate::start::socket_address(
-        crate::start::SOCKET_ROOT,
+    let address = socket_address(
+        SOCKET_ROOT,
         &flags.address,
         &flags.namespace,
-        &crate::start::grouping_id(&bundle, &flags.id),
+        &grouping_id(&bundle, &flags.id),
     );
     let socket = Path::new(address.trim_start_matches("unix://"));
     if socket.exists() && std::os::unix::net::UnixStream::connect(socket).is_err() {
@@ -74,15 +68,13 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
             problems.push(format!("socket {}: {e}", socket.display()));
         }
     }
-    if let Err(e) = crate::rootfs::unmount_all(&bundle.join("rootfs")) {
+    if let Err(e) = LinuxHost.unmount_rootfs(&bundle.join("rootfs")) {
         problems.push(e.to_string());
     }
-    for name in [INIT_PID_FILE, BUNDLE_STATE] {
-        let _ = std::fs::remove_file(bundle.join(name));
-    }
+    bundle::remove_shim_files(&bundle);
     if let Some(state) = &state {
         let mut rec = AuditRecord::new(AuditEvent::Delete, &state.subject);
-        rec.exit_status = Some(KILLED);
+        rec.exit_status = Some(ExitStatus::killed().containerd_code());
         rec.error = Some(if problems.is_empty() {
             "shim exited unexpectedly; cleaned up by containerd's delete action".to_string()
         } else {
@@ -102,7 +94,7 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
         problems.join("; ")
     );
     let mut resp = DeleteResponse::new();
-    resp.exit_status = KILLED;
+    resp.exit_status = ExitStatus::killed().containerd_code();
     resp.exited_at = Some(crate::events::timestamp(SystemTime::now())).into();
     Ok(resp)
 }

@@ -18,15 +18,16 @@ use containerd_shim_protos::bootstrap_api::{BootstrapParams, BootstrapResult};
 use containerd_shim_protos::protobuf::Message;
 use sha2::{Digest, Sha256};
 
+use crate::bundle;
+use crate::container::create::CRI_SANDBOX_ID;
 use crate::flags::Flags;
 
 /// Environment variable naming the inherited listening socket in the server process.
 pub const LISTEN_FD_ENV: &str = "GVISOR_HARDENED_LISTEN_FD";
 const LISTEN_FD: i32 = 3;
 pub const SOCKET_ROOT: &str = "/run/containerd/s";
-const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
-/// config.json is read here only for the grouping annotation; Create enforces the real limits.
-const MAX_SPEC_BYTES: u64 = 16 << 20;
+/// containerd 2.x writes BootstrapParams on stdin, a few hundred bytes.
+const MAX_STDIN_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -85,24 +86,10 @@ pub fn socket_address(
 
 /// The pod a container belongs to, from its spec's CRI annotations; its own id otherwise.
 pub fn grouping_id(bundle: &Path, id: &str) -> String {
-    let Ok(file) = std::fs::File::open(bundle.join("config.json")) else {
-        return id.to_string();
-    };
-    let mut text = Vec::new();
-    if file.take(MAX_SPEC_BYTES).read_to_end(&mut text).is_err() {
-        return id.to_string();
-    }
-    serde_json::from_slice::<serde_json::Value>(&text)
+    bundle::read_spec(bundle)
         .ok()
-        .and_then(|spec| {
-            spec.pointer(&format!(
-                "/annotations/{}",
-                CRI_SANDBOX_ID.replace('/', "~1")
-            ))
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-        })
+        .and_then(|(_, spec)| bundle::annotations(&spec).remove(CRI_SANDBOX_ID))
+        .filter(|s| !s.is_empty())
         .unwrap_or_else(|| id.to_string())
 }
 
@@ -198,7 +185,7 @@ fn write_file(path: &Path, contents: &str) -> Result<(), StartError> {
 pub fn run(flags: &Flags) -> Result<Vec<u8>, StartError> {
     let mut stdin = Vec::new();
     std::io::stdin()
-        .take(MAX_SPEC_BYTES)
+        .take(MAX_STDIN_BYTES)
         .read_to_end(&mut stdin)
         .map_err(StartError::Stdin)?;
     let protocol = detect_protocol(&stdin, flags);

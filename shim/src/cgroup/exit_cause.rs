@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+use crate::process::exit::ExitCause;
 use crate::reaper::ExitStatus;
 
 use super::files;
@@ -22,32 +23,12 @@ pub struct Counters {
     pub pids_max: Option<u64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitCause {
-    /// The container's own exit (or a kill from outside).
-    Normal,
-    /// Killed at the memory limit: report TaskOOM.
-    Oom,
-    /// Died at the pids limit ("process limit exceeded").
-    ProcessLimit,
-}
-
-impl ExitCause {
-    /// For logs and the audit line.
-    pub fn describe(&self) -> &'static str {
-        match self {
-            ExitCause::Normal => "exited",
-            ExitCause::Oom => "killed at the memory limit (OOM)",
-            ExitCause::ProcessLimit => "process limit exceeded (pids cgroup limit reached)",
-        }
-    }
-}
-
 /// Decides the cause from the exit status and the counters before and after.
 ///
 /// - `oom_kill` grew: OOM, whatever the status (the OOM kill is what ended the sandbox).
 /// - pids `max` grew and the exit is not a success: the ceiling crashed the sandbox. A refused
 ///   fork that the container survived and exited 0 from is not a crash.
+/// - otherwise what the status says.
 pub fn classify(status: ExitStatus, before: &Counters, after: &Counters) -> ExitCause {
     let grew = |b: Option<u64>, a: Option<u64>| matches!((b, a), (Some(b), Some(a)) if a > b);
     if grew(before.oom_kill, after.oom_kill) {
@@ -55,7 +36,7 @@ pub fn classify(status: ExitStatus, before: &Counters, after: &Counters) -> Exit
     } else if grew(before.pids_max, after.pids_max) && !status.success() {
         ExitCause::ProcessLimit
     } else {
-        ExitCause::Normal
+        ExitCause::of_status(status)
     }
 }
 
@@ -142,23 +123,23 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_fork_survived_with_exit_0_is_normal() {
+    fn a_refused_fork_survived_with_exit_0_is_a_plain_exit() {
         assert_eq!(
             classify(ExitStatus::Exited(0), &c(0, 0), &c(0, 3)),
-            ExitCause::Normal
+            ExitCause::Exited
         );
     }
 
     #[test]
     fn counters_already_high_at_baseline_do_not_count() {
-        assert_eq!(classify(KILLED, &c(2, 5), &c(2, 5)), ExitCause::Normal);
+        assert_eq!(classify(KILLED, &c(2, 5), &c(2, 5)), ExitCause::Signaled);
     }
 
     #[test]
     fn unreadable_counters_never_claim_a_cause() {
         let none = Counters::default();
-        assert_eq!(classify(KILLED, &none, &c(1, 1)), ExitCause::Normal);
-        assert_eq!(classify(KILLED, &c(0, 0), &none), ExitCause::Normal);
+        assert_eq!(classify(KILLED, &none, &c(1, 1)), ExitCause::Signaled);
+        assert_eq!(classify(KILLED, &c(0, 0), &none), ExitCause::Signaled);
     }
 
     #[test]

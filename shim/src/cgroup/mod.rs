@@ -35,7 +35,11 @@ pub enum CgroupError {
     Encode(String),
     #[error("invalid limit: {0}")]
     InvalidLimit(String),
+    #[error("cgroup {} already exists: runsc would join it without enforcing the policy's limits; refusing to start the sandbox there", path.display())]
+    Exists { path: PathBuf },
+    #[error("cgroups left behind: {}", .0.join("; "))]
+    LeftBehind(Vec<String>),
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "host-tests"))]
 mod real_tests;

@@ -268,6 +268,22 @@ impl SandboxCgroup {
     pub fn remaining(&self) -> Vec<&Path> {
         self.dirs().into_iter().filter(|d| d.is_dir()).collect()
     }
+
+    /// Removes the directories still present. The kernel refuses a cgroup that still holds a
+    /// process; those are named in the error.
+    pub fn remove_empty(&self) -> Result<(), CgroupError> {
+        let mut busy = Vec::new();
+        for dir in self.remaining() {
+            if let Err(e) = std::fs::remove_dir(dir) {
+                busy.push(format!("{}: {e}", dir.display()));
+            }
+        }
+        if busy.is_empty() {
+            Ok(())
+        } else {
+            Err(CgroupError::LeftBehind(busy))
+        }
+    }
 }
 
 #[cfg(test)]

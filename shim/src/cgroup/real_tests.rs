@@ -8,11 +8,12 @@ use containerd_shim_protos::cgroups::metrics as v1;
 use containerd_shim_protos::protobuf::Message;
 use serde_json::json;
 
-use super::exit_cause::{ExitCause, ExitProbe};
+use super::exit_cause::ExitProbe;
 use super::oom::OomWatcher;
 use super::paths::{parse_mountinfo, SandboxCgroup};
 use super::stats::metrics_any;
 use super::update::{update, Limits};
+use crate::process::exit::ExitCause;
 use crate::reaper::{ExitFuture, ExitStatus};
 use crate::runsc::test_support::{Bundle, Harness};
 
@@ -73,7 +74,7 @@ async fn forking_past_the_pids_limit_is_classified_as_process_limit() {
 }
 
 #[tokio::test]
-async fn a_plain_exit_and_a_kill_are_normal() {
+async fn a_plain_exit_and_a_kill_are_told_by_their_status() {
     let mut bundle = Bundle::new("plain", "exit 3");
     bundle.set(
         "/linux/resources",
@@ -84,7 +85,7 @@ async fn a_plain_exit_and_a_kill_are_normal() {
     let mut watcher = OomWatcher::start(&cgroup).unwrap();
     let status = tokio::time::timeout(WAIT, exit).await.unwrap();
     assert_eq!(status, ExitStatus::Exited(3));
-    assert_eq!(probe.classify(status).unwrap(), ExitCause::Normal);
+    assert_eq!(probe.classify(status).unwrap(), ExitCause::Exited);
     delete_and_check_cgroups_gone(&h, &bundle.id, &cgroup).await;
     // Removing the cgroup ends the OOM watch without an OOM.
     let ended = tokio::time::timeout(WAIT, watcher.next()).await.unwrap();
@@ -137,7 +138,9 @@ async fn live_sandbox_metrics_limits_and_updates() {
         .await
         .unwrap();
     let status = tokio::time::timeout(WAIT, exit).await.unwrap();
-    assert_eq!(probe.classify(status).unwrap(), ExitCause::Normal);
+    // The sandbox process relays the container's fate as its own exit code (128 + 9).
+    assert_eq!(status, ExitStatus::Exited(137));
+    assert!(!probe.classify(status).unwrap().is_enforced());
     // Metrics stay readable after the exit, until delete.
     assert!(metrics_any(&cgroup).is_ok());
     delete_and_check_cgroups_gone(&h, &bundle.id, &cgroup).await;

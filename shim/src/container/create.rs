@@ -1,97 +1,39 @@
 //! Create: the hardening pipeline, in a fixed order (style rule 7: check, then act).
 //!
-//! 1. Load the policy, read and parse config.json, build the context. No side effects yet.
-//! 2. Harden (pure). A rejection is audited and fails the Create; nothing else happened.
+//! 1. Load the policy, read and parse config.json, find the pod. Nothing changes on the host
+//!    yet, except the audit line that records an unusable input.
+//! 2. Harden (pure). A rejection is audited and fails the Create.
 //! 3. Keep the original spec beside the bundle's config.json, write the hardened one.
-//! 4. Append the create audit line. The audit is part of the contract: failure stops here.
-//! 5. Mount the rootfs, open the streams, `runsc create` with the policy's flags.
-//! 6. Watch the sandbox process for its exit.
+//! 4. Configure runsc as the policy demands, or fail closed.
+//! 5. Append the create audit line (the audit is part of the contract: failure stops here; a
+//!    failure in 3-5 is audited as such), then the bundle state for a cleanup after a crash.
+//! 6. Refuse an existing cgroup, mount the rootfs, open the streams, `runsc create`.
+//! 7. Watch the sandbox process for its exit, its cgroups for an OOM kill.
 //!
-//! Any failure in 5-6 undoes what was done (runsc state, mounts) before the error is returned.
+//! Any failure in 6-7 undoes what was done (runsc state, cgroups, mounts, our files) before the
+//! error is returned.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 
-use policy_injector::{harden_owned, Context};
+use policy_injector::{harden_owned, Context, Mode};
 use serde_json::Value;
 
-use super::runsc_runtime::RunscRuntime;
-use super::runtime::{CreateCall, SandboxRuntime};
-use super::Container;
+use super::{Container, CreateParams, PodRole};
 use crate::audit::{AuditEvent, AuditLog, AuditRecord, PodRef, PolicyRef, Subject};
-use crate::cgroup::exit_cause::ExitProbe;
-use crate::cgroup::oom::OomWatcher;
-use crate::cgroup::SandboxCgroup;
+use crate::bundle::{self, BundleState, BUNDLE_STATE, CONFIG, ORIGINAL_CONFIG};
+use crate::cgroup::CgroupError;
+use crate::env::ShimEnv;
 use crate::error::{Result, ShimError};
-use crate::options::RuntimeOptions;
 use crate::policy_source::{self, sha256_hex, LoadedPolicy};
+use crate::process::state::Op;
 use crate::process::Process;
-use crate::rootfs::{self, RootfsMount};
-use crate::service::ShimEnv;
-use crate::stdio::{self, ConsoleSocket, StdioPaths};
-
-/// A config.json beyond this size is refused before parsing: no legitimate spec comes close.
-pub const MAX_SPEC_BYTES: u64 = 4 << 20;
-pub const CONFIG: &str = "config.json";
-pub const ORIGINAL_CONFIG: &str = "config.original.json";
-pub const INIT_PID_FILE: &str = "init.pid";
-const CONSOLE_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::runtime::{CreateCall, ExitWatch};
+use crate::stdio;
 
 const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
-const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
-
-pub struct CreateParams {
-    pub id: String,
-    pub bundle: PathBuf,
-    pub rootfs: Vec<RootfsMount>,
-    pub stdio: StdioPaths,
-    pub options: RuntimeOptions,
-}
-
-fn bundle_err(bundle: &Path, reason: impl Into<String>) -> ShimError {
-    ShimError::Bundle {
-        path: bundle.display().to_string(),
-        reason: reason.into(),
-    }
-}
-
-/// Reads config.json: size-capped, UTF-8 JSON object, errors naming line and column.
-pub fn read_spec(bundle: &Path) -> Result<(Vec<u8>, Value)> {
-    let path = bundle.join(CONFIG);
-    let file =
-        std::fs::File::open(&path).map_err(|e| bundle_err(bundle, format!("{CONFIG}: {e}")))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_SPEC_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| bundle_err(bundle, format!("{CONFIG}: {e}")))?;
-    if bytes.len() as u64 > MAX_SPEC_BYTES {
-        return Err(bundle_err(
-            bundle,
-            format!("{CONFIG} is larger than {} MiB", MAX_SPEC_BYTES >> 20),
-        ));
-    }
-    let spec: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| bundle_err(bundle, format!("{CONFIG} is not valid JSON: {e}")))?;
-    if !spec.is_object() {
-        return Err(bundle_err(bundle, format!("{CONFIG} is not a JSON object")));
-    }
-    Ok((bytes, spec))
-}
-
-pub fn annotations(spec: &Value) -> BTreeMap<String, String> {
-    spec.get("annotations")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
-}
+pub const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
 
 fn subject(
     namespace: &str,
@@ -128,10 +70,9 @@ fn audit_early_failure(
     id: &str,
     log_of: &LoadedPolicy,
     policy: Option<&LoadedPolicy>,
-    error: &str,
+    error: &ShimError,
 ) {
-    let ann = BTreeMap::new();
-    let mut subject = subject(namespace, id, &ann, log_of);
+    let mut subject = subject(namespace, id, &BTreeMap::new(), log_of);
     if policy.is_none() {
         subject.policy = PolicyRef {
             path: "<not loaded>".into(),
@@ -182,52 +123,39 @@ fn resolve_bind_sources(spec: &Value) -> BTreeMap<String, String> {
     out
 }
 
-/// What the cleanup action needs if this shim dies: written before the first side effect on
-/// the host (runsc state, mounts) so a crash at any later point can be undone.
-#[derive(serde::Serialize, serde::Deserialize)]
-pub struct BundleState {
-    pub runsc_binary: String,
-    pub runsc_root: String,
-    pub audit_path: PathBuf,
-    /// `linux.cgroupsPath` of the hardened spec, to find cgroups a dead shim left behind.
-    #[serde(default)]
-    pub cgroups_path: String,
-    pub subject: Subject,
-}
-
-pub const BUNDLE_STATE: &str = "gvisor-hardened.json";
-
 impl Container {
     pub async fn create(
         env: Arc<ShimEnv>,
         p: CreateParams,
         pod: &HashMap<String, Arc<Container>>,
     ) -> Result<Arc<Container>> {
-        // 1. Inputs, without side effects (but an audit line if they are unusable).
+        // 1. Inputs.
         let policy = match policy_source::load(p.options.config_path.as_deref(), &env.node_policy) {
             Ok(policy) => policy,
             Err(e) => {
                 // The policy names the audit log; without a policy, the default log gets it.
-                let fallback = policy_source::embedded();
-                audit_early_failure(&env.namespace, &p.id, &fallback, None, &e.to_string());
-                return Err(e.into());
-            }
-        };
-        crate::logger::raise_level(crate::logger::policy_level(&policy.policy));
-        let (original, spec) = match read_spec(&p.bundle) {
-            Ok(read) => read,
-            Err(e) => {
-                audit_early_failure(
-                    &env.namespace,
-                    &p.id,
-                    &policy,
-                    Some(&policy),
-                    &e.to_string(),
-                );
+                let e = ShimError::from(e);
+                audit_early_failure(&env.namespace, &p.id, &policy_source::embedded(), None, &e);
                 return Err(e);
             }
         };
-        let ann = annotations(&spec);
+        crate::logger::raise_level(crate::logger::policy_level(&policy.policy));
+        if policy.policy.mode == Mode::Audit {
+            log::warn!(
+                "container {}: policy {} is in audit mode: NO hardening is applied, the spec runs as given",
+                p.id,
+                policy.source.display_path()
+            );
+        }
+        let (original, spec) = match bundle::read_spec(&p.bundle) {
+            Ok(read) => read,
+            Err(e) => {
+                let e = ShimError::from(e);
+                audit_early_failure(&env.namespace, &p.id, &policy, Some(&policy), &e);
+                return Err(e);
+            }
+        };
+        let ann = bundle::annotations(&spec);
         let subject = subject(&env.namespace, &p.id, &ann, &policy);
         let audit = AuditLog::new(&policy.policy.audit.path);
         let sandbox = match pod_sandbox_id(&ann, &p.id) {
@@ -242,10 +170,12 @@ impl Container {
         let ctx = Context {
             container_id: p.id.clone(),
             namespace: env.namespace.clone(),
-            pod_namespace_paths: sandbox
-                .as_ref()
-                .and_then(|s| s.pod_namespace_paths.get().cloned())
-                .unwrap_or_default(),
+            pod_namespace_paths: match sandbox.as_ref().map(|s| &s.pod) {
+                Some(PodRole::Sandbox { namespace_paths }) => {
+                    namespace_paths.get().cloned().unwrap_or_default()
+                }
+                _ => Vec::new(),
+            },
             resolved_sources: resolve_bind_sources(&spec),
         };
 
@@ -257,77 +187,89 @@ impl Container {
                 rec.error = Some(e.to_string());
                 audit.append(&rec)?;
                 log::warn!("container {}: {e}", p.id);
-                return Err(ShimError::Rejected(e));
+                return Err(e.into());
             }
         };
 
-        // 3. The hardened spec replaces config.json; the original stays beside it.
-        let final_bytes = serde_json::to_vec_pretty(&hardened.spec)
-            .map_err(|e| ShimError::Internal(format!("serialising the hardened spec: {e}")))?;
-        let write = |name: &str, bytes: &[u8]| {
-            stdio::write_file_atomic(&p.bundle.join(name), bytes)
-                .map_err(|e| bundle_err(&p.bundle, format!("writing {name}: {e}")))
-        };
-        write(ORIGINAL_CONFIG, &original)?;
-        write(CONFIG, &final_bytes)?;
-        let config_sha256 = sha256_hex(&final_bytes);
-
-        let features = env.runsc_features(&policy.policy.runsc.path).await?;
-        let runtime = RunscRuntime::new(&policy.policy, &hardened.runsc, &env, &p.bundle, features)
-            .map_err(|e| ShimError::Runsc(e.to_string()))?;
-        let runtime: Arc<dyn SandboxRuntime> = Arc::new(runtime);
-        let global_args = runtime.global_args();
-
-        // 4. The audit line, or no sandbox.
-        let mut rec = AuditRecord::new(AuditEvent::Create, &subject);
-        rec.decisions = Some(&hardened.decisions);
-        rec.config_sha256 = Some(&config_sha256);
-        rec.runsc_args = Some(&global_args);
-        audit.append(&rec)?;
         let cgroups_path = hardened
             .spec
             .pointer("/linux/cgroupsPath")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let state = BundleState {
-            runsc_binary: policy.policy.runsc.path.clone(),
-            runsc_root: RunscRuntime::root_for(&policy.policy, &env.namespace),
-            audit_path: audit.path().to_path_buf(),
-            cgroups_path: cgroups_path.clone(),
-            subject: subject.clone(),
+        // 3-5. Configs written, runsc configured, the decision audited: or no sandbox.
+        let prepared = async {
+            // The hardened spec replaces config.json; the original stays beside it.
+            let final_bytes = serde_json::to_vec_pretty(&hardened.spec)
+                .map_err(|e| ShimError::Internal(format!("serialising the hardened spec: {e}")))?;
+            bundle::write(&p.bundle, ORIGINAL_CONFIG, &original)?;
+            bundle::write(&p.bundle, CONFIG, &final_bytes)?;
+            let runtime = env
+                .runtimes
+                .runtime(&policy.policy, &hardened.runsc, &env.namespace, &p.bundle)
+                .await?;
+            let global_args = runtime.global_args();
+            let config_sha256 = sha256_hex(&final_bytes);
+            let mut rec = AuditRecord::new(AuditEvent::Create, &subject);
+            rec.decisions = Some(&hardened.decisions);
+            rec.config_sha256 = Some(&config_sha256);
+            rec.runsc_args = Some(&global_args);
+            audit.append(&rec)?;
+            // What a cleanup after a crash needs, before the first side effect on the host.
+            let state = BundleState {
+                runsc_binary: policy.policy.runsc.path.clone(),
+                runsc_root: crate::runtime::runsc::root_for(&policy.policy, &env.namespace),
+                audit_path: audit.path().to_path_buf(),
+                cgroups_path: cgroups_path.clone(),
+                subject: subject.clone(),
+            };
+            let state = serde_json::to_vec(&state).expect("bundle state serialises");
+            bundle::write(&p.bundle, BUNDLE_STATE, &state)?;
+            Ok::<_, ShimError>(runtime)
+        }
+        .await;
+        let runtime = match prepared {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &subject);
+                rec.error = Some(e.to_string());
+                if let Err(audit_err) = audit.append(&rec) {
+                    log::error!("container {}: {audit_err}", p.id);
+                }
+                return Err(e);
+            }
         };
-        write(
-            BUNDLE_STATE,
-            &serde_json::to_vec(&state).expect("bundle state serialises"),
-        )?;
-
         let container = Arc::new(Container {
             env: env.clone(),
             id: p.id.clone(),
             bundle: p.bundle.clone(),
             runtime,
             cgroups_path,
-            cgroup: Default::default(),
+            cgroups: Default::default(),
             lifetime: hardened.lifetime,
             annotations: ann,
             subject,
             audit,
             policy,
-            pod_sandbox: sandbox.clone(),
-            pod_namespace_paths: Default::default(),
-            rootfs_mounted: !p.rootfs.is_empty(),
-            init: Arc::new(Process::new("", p.stdio.clone(), None)),
+            pod: match sandbox {
+                Some(sb) => PodRole::Member(sb),
+                None => PodRole::Sandbox {
+                    namespace_paths: Default::default(),
+                },
+            },
+            rootfs: p.rootfs,
+            rootfs_mounted: AtomicBool::new(false),
+            init: Arc::new(Process::init(p.stdio)),
             execs: Default::default(),
-            timed_out: AtomicBool::new(false),
+            expired: AtomicBool::new(false),
             start_lock: Default::default(),
             oom_reported: AtomicBool::new(false),
             lifetime_task: Default::default(),
         });
 
-        // 5-6. Side effects on the host, undone on failure.
-        match container.clone().launch(&p).await {
-            Ok(container) => Ok(container),
+        // 6-7. Side effects on the host, undone on failure.
+        match container.launch().await {
+            Ok(()) => Ok(container),
             Err(e) => {
                 container.undo_create(&e).await;
                 Err(e)
@@ -335,143 +277,138 @@ impl Container {
         }
     }
 
-    async fn launch(self: Arc<Self>, p: &CreateParams) -> Result<Arc<Container>> {
-        if self.pod_sandbox.is_none() {
-            self.refuse_existing_cgroup()?;
+    async fn launch(self: &Arc<Self>) -> Result<()> {
+        if !self.is_member() {
+            self.env
+                .host
+                .ensure_no_cgroups(&self.cgroups_path, &self.id)?;
         }
-        let rootfs = self.bundle.join("rootfs");
-        rootfs::mount_all(&p.rootfs, &rootfs).map_err(|e| ShimError::Rootfs(e.to_string()))?;
-        let console = if p.stdio.terminal {
-            Some(ConsoleSocket::new()?)
-        } else {
-            None
-        };
-        // A pod's app container gets its streams at start: runsc hands `runsc start`'s own stdio
-        // to a subcontainer (and create's to the sandbox's first container).
-        let stdio = if p.stdio.terminal || self.pod_sandbox.is_some() {
-            stdio::RunscStdio::default()
-        } else {
-            self.init.io.open_pipes(&p.stdio)?
-        };
-        let pid_file = self.bundle.join(INIT_PID_FILE);
-        self.runtime
+        if !self.rootfs.is_empty() {
+            self.env
+                .host
+                .mount_rootfs(&self.rootfs, &self.bundle.join("rootfs"))?;
+            self.rootfs_mounted.store(true, Ordering::SeqCst);
+        }
+        let (console, streams) = stdio::for_runsc(
+            &self.init.io,
+            &self.init.stdio,
+            &self.env.console_dir,
+            !self.is_member(),
+        )?;
+        let pid = self
+            .runtime
             .create(CreateCall {
                 id: &self.id,
                 bundle: &self.bundle,
-                pid_file: &pid_file,
                 console_socket: console.as_ref().map(|c| c.path()),
-                stdio,
+                stdio: streams,
             })
-            .await
-            .map_err(|e| ShimError::Runsc(format!("runsc create {}: {e}", self.id)))?;
-        if let Some(console) = console {
-            let master = tokio::task::spawn_blocking(move || console.receive(CONSOLE_TIMEOUT))
-                .await
-                .map_err(|e| ShimError::Internal(e.to_string()))??;
-            self.init.io.attach_console(master, &p.stdio)?;
-        }
-        // runsc writes the sandbox's pid, also for a pod's later containers.
-        let pid = crate::runsc::client::read_pid_file(&pid_file)
-            .map_err(|e| ShimError::Runsc(format!("reading runsc's pid file: {e}")))?;
-        match &self.pod_sandbox {
-            Some(sandbox) => {
+            .await?;
+        stdio::take_console(console, &self.init.io, &self.init.stdio).await?;
+        self.init.set_pid(pid);
+        let exit = match &self.pod {
+            PodRole::Member(sandbox) => {
                 // The pod's sandbox process and cgroups are the first container's; this one's
                 // exit comes from `runsc wait` once it has started.
-                if let Some(probe) = sandbox.cgroup.get() {
-                    let _ = self.cgroup.set(probe.clone());
+                if let Some(cg) = sandbox.cgroups.get() {
+                    let _ = self.cgroups.set(cg.clone());
                 }
-                self.init.transition(|s| s.created(pid as u32))?;
+                None
             }
-            None => self.watch_sandbox(pid)?,
+            PodRole::Sandbox { namespace_paths } => {
+                let exit = self.watch_sandbox(pid)?;
+                let paths = ["net", "ipc", "uts", "pid"]
+                    .iter()
+                    .map(|ns| format!("/proc/{pid}/ns/{ns}"))
+                    .collect();
+                let _ = namespace_paths.set(paths);
+                Some(exit)
+            }
+        };
+        self.init
+            .apply(Op::Create)
+            .map_err(|e| self.state_error(&self.init, e))?;
+        if let Some(exit) = exit {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let status = exit.await;
+                me.on_exit(&me.init, status).await;
+            });
         }
         self.events()
             .create(
                 &self.id,
                 &self.bundle.display().to_string(),
-                task_io(&p.stdio),
-                pid as u32,
+                task_io(&self.init.stdio),
+                pid,
             )
             .await;
         log::info!("container {} created, sandbox pid {pid}", self.id);
-        Ok(self)
-    }
-
-    /// runsc joins a cgroup that already exists as it is, without applying the spec's limits:
-    /// a sandbox must get a fresh cgroup, or it does not start.
-    fn refuse_existing_cgroup(&self) -> Result<()> {
-        let cg = SandboxCgroup::for_spec(&self.cgroups_path, &self.id)
-            .map_err(|e| ShimError::Internal(format!("locating the sandbox's cgroups: {e}")))?;
-        match cg.remaining().first() {
-            None => Ok(()),
-            Some(dir) => Err(ShimError::CgroupExists(dir.display().to_string())),
-        }
+        Ok(())
     }
 
     /// The first container of a sandbox: its exit is the sandbox process's exit, its cgroups are
-    /// the sandbox's, its namespaces are what the pod's later containers join.
-    fn watch_sandbox(self: &Arc<Self>, pid: i32) -> Result<()> {
+    /// the sandbox's.
+    fn watch_sandbox(self: &Arc<Self>, pid: u32) -> Result<ExitWatch> {
         let exit = self
-            .env
-            .reaper
+            .runtime
             .watch(pid)
-            .map_err(|e| ShimError::Internal(format!("watching sandbox pid {pid}: {e}")))?;
-        self.init.transition(|s| s.created(pid as u32))?;
+            .map_err(|source| ShimError::Reaper {
+                what: format!("the sandbox of {} (pid {pid})", self.id),
+                source,
+            })?;
         // The counters at create are the baseline: an OOM kill or a pids-limit hit shows up as
         // growth by the time the sandbox exits (runsc keeps its cgroups until delete).
-        match SandboxCgroup::of_pid(pid).and_then(ExitProbe::arm) {
-            Ok(probe) => {
-                match OomWatcher::start(probe.cgroup()) {
-                    Ok(mut watcher) => {
-                        let weak = Arc::downgrade(self);
-                        tokio::spawn(async move {
-                            // Ends when the cgroup goes away (runsc delete) or the container does.
-                            while let Ok(true) = watcher.next().await {
-                                match weak.upgrade() {
-                                    Some(c) => c.report_oom().await,
-                                    None => break,
-                                }
-                            }
-                        });
-                    }
+        match self.env.host.sandbox_cgroups(pid) {
+            Ok(cg) => {
+                match cg.watch_oom() {
+                    Ok(ooms) => self.forward_ooms(ooms),
                     Err(e) => log::debug!("container {}: no early OOM notification: {e}", self.id),
                 }
-                let _ = self.cgroup.set(probe);
+                let _ = self.cgroups.set(cg);
             }
             Err(e) => log::warn!(
                 "container {}: sandbox cgroups: {e}; OOM and process-limit exits will not be told apart",
                 self.id
             ),
         }
-        let pod_paths = ["net", "ipc", "uts", "pid"]
-            .iter()
-            .map(|ns| format!("/proc/{pid}/ns/{ns}"))
-            .collect::<Vec<_>>();
-        let _ = self.pod_namespace_paths.set(pod_paths);
-        let watcher = self.clone();
-        tokio::spawn(async move {
-            let status = exit.await;
-            watcher.on_init_exit(status).await;
-        });
-        Ok(())
+        Ok(exit)
     }
 
-    /// Leaves nothing behind after a failed Create: runsc state, sandbox, mounts.
+    /// TaskOOM as soon as the kernel says so, not only when the exit is classified.
+    fn forward_ooms(self: &Arc<Self>, mut ooms: tokio::sync::mpsc::Receiver<()>) {
+        let weak: Weak<Container> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while ooms.recv().await.is_some() {
+                match weak.upgrade() {
+                    Some(c) => c.report_oom().await,
+                    None => break,
+                }
+            }
+        });
+    }
+
+    /// Leaves nothing behind after a failed Create: runsc state and sandbox, cgroups, mounts,
+    /// our files.
     async fn undo_create(&self, err: &ShimError) {
         if let Err(e) = self.runtime.delete(&self.id).await {
-            log::debug!("container {}: cleanup delete: {e}", self.id);
+            if !e.is_gone() {
+                log::warn!("container {}: cleanup delete: {e}", self.id);
+            }
         }
         // A refused pre-existing cgroup is not ours to remove.
-        if !matches!(err, ShimError::CgroupExists(_)) {
-            if let Err(e) = self.remove_leftover_cgroups() {
+        if !matches!(err, ShimError::Cgroup(CgroupError::Exists { .. })) {
+            if let Err(e) = self.env.host.remove_cgroups(&self.cgroups_path, &self.id) {
                 log::error!("container {}: {e}", self.id);
             }
         }
         self.init.io.close();
-        if self.rootfs_mounted {
-            if let Err(e) = rootfs::unmount_all(&self.bundle.join("rootfs")) {
+        if self.rootfs_mounted.swap(false, Ordering::SeqCst) {
+            if let Err(e) = self.env.host.unmount_rootfs(&self.bundle.join("rootfs")) {
                 log::error!("container {}: {e}", self.id);
             }
         }
+        bundle::remove_shim_files(&self.bundle);
         let mut rec = self.record(AuditEvent::CreateFailed);
         rec.error = Some(err.to_string());
         self.audit_best_effort(&rec);
@@ -479,7 +416,7 @@ impl Container {
     }
 }
 
-fn task_io(s: &StdioPaths) -> containerd_shim_protos::events::task::TaskIO {
+fn task_io(s: &stdio::StdioPaths) -> containerd_shim_protos::events::task::TaskIO {
     let mut io = containerd_shim_protos::events::task::TaskIO::new();
     io.stdin = s.stdin.clone();
     io.stdout = s.stdout.clone();
@@ -491,57 +428,6 @@ fn task_io(s: &StdioPaths) -> containerd_shim_protos::events::task::TaskIO {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn oversized_config_is_refused_before_parsing() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join(CONFIG),
-            vec![b' '; (MAX_SPEC_BYTES + 1) as usize],
-        )
-        .unwrap();
-        let err = read_spec(dir.path()).unwrap_err();
-        assert!(err.to_string().contains("larger than 4 MiB"), "{err}");
-    }
-
-    #[test]
-    fn truncated_config_names_line_and_column() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join(CONFIG),
-            "{\n  \"ociVersion\": \"1.0.2\",\n  \"process\": {",
-        )
-        .unwrap();
-        let err = read_spec(dir.path()).unwrap_err().to_string();
-        assert!(
-            err.contains("not valid JSON") && err.contains("line 3"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn non_utf8_config_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(CONFIG), b"{\"a\": \"\xff\xfe\"}").unwrap();
-        assert!(read_spec(dir.path()).is_err());
-    }
-
-    #[test]
-    fn config_that_is_not_an_object_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(CONFIG), "[1,2]").unwrap();
-        assert!(read_spec(dir.path())
-            .unwrap_err()
-            .to_string()
-            .contains("not a JSON object"));
-    }
-
-    #[test]
-    fn missing_config_is_a_bundle_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let err = read_spec(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("config.json"), "{err}");
-    }
 
     #[test]
     fn app_container_of_a_pod_names_its_sandbox() {

@@ -2,40 +2,36 @@
 //!
 //! The process spec containerd sends (`ctr task exec --user 0`, `kubectl exec`) goes through
 //! `harden_process` like the init's did: user, capabilities, no-new-privileges, rlimits and
-//! secret environment are enforced before runsc ever sees it.
+//! secret environment are enforced before runsc ever sees it. Each exec is audited when it is
+//! added (what the policy changed), when it starts, and when it exits.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use containerd_shim_protos::api::{DeleteResponse, ExecProcessRequest};
 use policy_injector::{harden_process, Context};
 use serde_json::Value;
 
-use super::runtime::ExecCall;
 use super::{validate_id, Container};
 use crate::audit::AuditEvent;
 use crate::error::{Result, ShimError};
-use crate::process::state::{Exit, ExitCause, State, StateError};
+use crate::process::exit::{Exit, ExitCause};
+use crate::process::state::Op;
 use crate::process::Process;
-use crate::stdio::{self, ConsoleSocket, RunscStdio, StdioPaths};
+use crate::runtime::{ExecCall, KillTarget};
+use crate::stdio::{self, StdioPaths};
 
+/// An exec's process spec beyond this size is refused before parsing.
 const MAX_PROCESS_BYTES: usize = 1 << 20;
-const CONSOLE_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn exec_file(exec_id: &str, suffix: &str) -> String {
-    format!("exec-{exec_id}.{suffix}")
-}
+/// runc's status for an exec that could not be started; containerd shows it the same way.
+const EXEC_FAILED: u32 = 255;
 
 impl Container {
     pub async fn add_exec(&self, req: &ExecProcessRequest) -> Result<()> {
         validate_id("exec id", &req.exec_id)?;
-        if !self.init.state().is_alive() {
-            return Err(StateError::Invalid {
-                op: "exec",
-                current: self.init.state().name(),
-            }
-            .into());
-        }
+        self.init
+            .check(Op::AddExec)
+            .map_err(|e| self.state_error(&self.init, e))?;
         let raw = req
             .spec
             .as_ref()
@@ -65,14 +61,17 @@ impl Container {
                 rec.exec_id = Some(&req.exec_id);
                 rec.error = Some(e.to_string());
                 self.audit.append(&rec)?;
-                return Err(ShimError::Rejected(e));
+                return Err(e.into());
             }
         };
         let mut execs = self.execs.lock().await;
         if execs.contains_key(&req.exec_id) {
-            return Err(ShimError::AlreadyExists(format!("exec {}", req.exec_id)));
+            return Err(ShimError::AlreadyExists(format!(
+                "exec {} of container {}",
+                req.exec_id, self.id
+            )));
         }
-        // Audited when it is added, with what the policy changed; an exec that is never started
+        // Audited when it is added, with what the policy changed: an exec that is never started
         // still shows up.
         let mut rec = self.record(AuditEvent::Exec);
         rec.exec_id = Some(&req.exec_id);
@@ -86,7 +85,7 @@ impl Container {
         };
         execs.insert(
             req.exec_id.clone(),
-            Arc::new(Process::new(&req.exec_id, stdio, Some(hardened.process))),
+            Arc::new(Process::exec(&req.exec_id, stdio, hardened)),
         );
         drop(execs);
         self.events().exec_added(&self.id, &req.exec_id).await;
@@ -95,101 +94,106 @@ impl Container {
 
     pub async fn start_exec(self: &Arc<Self>, exec_id: &str) -> Result<u32> {
         let p = self.process(exec_id).await?;
-        if p.state() != State::Pending {
-            return Err(StateError::Invalid {
-                op: "start",
-                current: p.state().name(),
+        p.check(Op::StartExec)
+            .map_err(|e| self.state_error(&p, e))?;
+        match self.spawn_exec(&p).await {
+            Ok(pid) => Ok(pid),
+            Err(e) => {
+                // Nothing runs; a Wait already pending must not hang.
+                p.io.close();
+                let exit = Exit {
+                    status: EXEC_FAILED,
+                    at: SystemTime::now(),
+                    cause: ExitCause::Exited,
+                };
+                if p.record_exit(exit) {
+                    p.announce_exit(exit);
+                }
+                Err(e)
             }
-            .into());
         }
-        let spec = p.spec.as_ref().expect("execs carry their process spec");
-        let process_file = self.bundle.join(exec_file(exec_id, "json"));
-        let pid_file = self.bundle.join(exec_file(exec_id, "pid"));
-        let internal_pid_file = self.bundle.join(exec_file(exec_id, "gpid"));
-        stdio::write_file_atomic(&process_file, &serde_json::to_vec(spec).expect("json"))
-            .map_err(|e| ShimError::Internal(format!("writing {}: {e}", process_file.display())))?;
-        let console = if p.stdio.terminal {
-            Some(ConsoleSocket::new()?)
-        } else {
-            None
-        };
-        let stdio = if p.stdio.terminal {
-            RunscStdio::default()
-        } else {
-            p.io.open_pipes(&p.stdio)?
-        };
-        let exec = self
+    }
+
+    async fn spawn_exec(self: &Arc<Self>, p: &Arc<Process>) -> Result<u32> {
+        let hardened = p
+            .hardened
+            .as_ref()
+            .ok_or_else(|| ShimError::Internal(format!("{} has no process", self.name_of(p))))?;
+        let (console, streams) = stdio::for_runsc(&p.io, &p.stdio, &self.env.console_dir, true)?;
+        let started = self
             .runtime
             .exec(ExecCall {
                 id: &self.id,
-                process_file: &process_file,
-                pid_file: &pid_file,
-                internal_pid_file: &internal_pid_file,
+                exec_id: &p.exec_id,
+                bundle: &self.bundle,
+                process: &hardened.process,
                 console_socket: console.as_ref().map(|c| c.path()),
-                stdio,
+                stdio: streams,
             })
-            .await;
-        let _ = std::fs::remove_file(&process_file);
-        if let Err(e) = exec {
-            p.io.close();
-            return Err(ShimError::Runsc(format!(
-                "runsc exec {} in {}: {e}",
-                exec_id, self.id
-            )));
+            .await?;
+        let watched = async {
+            stdio::take_console(console, &p.io, &p.stdio).await?;
+            self.runtime
+                .watch(started.pid)
+                .map_err(|source| ShimError::Reaper {
+                    what: self.name_of(p),
+                    source,
+                })
         }
-        if let Some(console) = console {
-            let master = tokio::task::spawn_blocking(move || console.receive(CONSOLE_TIMEOUT))
-                .await
-                .map_err(|e| ShimError::Internal(e.to_string()))??;
-            p.io.attach_console(master, &p.stdio)?;
-        }
-        let pid = crate::runsc::client::read_pid_file(&pid_file)
-            .map_err(|e| ShimError::Runsc(format!("reading exec pid file: {e}")))?;
-        if let Ok(guest) = crate::runsc::client::read_pid_file(&internal_pid_file) {
-            p.set_guest_pid(guest);
-        }
-        let exit = self
-            .env
-            .reaper
-            .watch(pid)
-            .map_err(|e| ShimError::Internal(format!("watching exec pid {pid}: {e}")))?;
-        p.transition(|s| s.started_exec(pid as u32))?;
-        let me = self.clone();
-        let proc_ = p.clone();
+        .await;
+        let exit = match watched {
+            Ok(exit) => exit,
+            Err(e) => {
+                // It runs, unsupervised: stop it rather than leave it.
+                let _ = self
+                    .runtime
+                    .kill(
+                        &self.id,
+                        libc::SIGKILL as u32,
+                        KillTarget::Guest(started.guest_pid),
+                    )
+                    .await;
+                return Err(e);
+            }
+        };
+        p.set_pid(started.pid);
+        p.set_guest_pid(started.guest_pid);
+        p.apply(Op::StartExec).map_err(|e| self.state_error(p, e))?;
+        let (me, proc_) = (self.clone(), p.clone());
         tokio::spawn(async move {
             let status = exit.await;
-            let waiter = proc_.clone();
-            let _ = tokio::task::spawn_blocking(move || waiter.io.wait_output()).await;
-            let exit = Exit {
-                status: status.containerd_code(),
-                at: SystemTime::now(),
-                cause: ExitCause::Normal,
-            };
-            if proc_.record_exit(exit) {
-                me.events()
-                    .exit(&me.id, &proc_.exec_id, pid as u32, exit.status, exit.at)
-                    .await;
-            }
+            me.on_exit(&proc_, status).await;
         });
         self.events()
-            .exec_started(&self.id, exec_id, pid as u32)
+            .exec_started(&self.id, &p.exec_id, started.pid)
             .await;
-        Ok(pid as u32)
+        let mut rec = self.record(AuditEvent::ExecStart);
+        rec.exec_id = Some(&p.exec_id);
+        rec.pid = Some(started.pid);
+        rec.decisions = Some(&hardened.decisions);
+        self.audit_best_effort(&rec);
+        Ok(started.pid)
     }
 
     pub async fn delete_exec(&self, exec_id: &str) -> Result<DeleteResponse> {
         let p = self.process(exec_id).await?;
-        let exit = p.transition(|s| s.delete())?;
+        p.check(Op::Delete).map_err(|e| self.state_error(&p, e))?;
+        // Its exit is published and audited before Delete answers.
+        if p.state().exit().is_some() {
+            p.wait().await;
+        }
+        let state = p.apply(Op::Delete).map_err(|e| self.state_error(&p, e))?;
         p.io.close();
         self.execs.lock().await.remove(exec_id);
-        for suffix in ["pid", "gpid", "json"] {
-            let _ = std::fs::remove_file(self.bundle.join(exec_file(exec_id, suffix)));
-        }
         let mut resp = DeleteResponse::new();
         resp.pid = p.pid();
-        if let Some(exit) = exit {
-            resp.exit_status = exit.status;
-            resp.exited_at = Some(crate::events::timestamp(exit.at)).into();
+        match state.exit() {
+            Some(exit) => {
+                resp.exit_status = exit.status;
+                resp.exited_at = Some(crate::events::timestamp(exit.at)).into();
+            }
+            // Deleted before it ever started: release a Wait that may be pending.
+            None => p.announce_exit(Exit::killed(SystemTime::now())),
         }
         Ok(resp)
     }

@@ -1,20 +1,25 @@
 //! A container: its hardened spec, its runsc sandbox, its init process and its execs.
 //!
-//! One operation per file (style rule 2): `create.rs` is the hardening pipeline, `lifecycle.rs`
-//! start/kill/exit/lifetime/delete, `exec.rs` exec processes, `resources.rs` pids, stats,
-//! update and pause. This file holds the shared type and the lookups.
+//! One operation per file (style rule 2): `create.rs` is the hardening pipeline, `start.rs`,
+//! `kill.rs`, `lifetime.rs` (the wall-clock limit), `exit.rs` (the one path every process exit
+//! takes), `delete.rs`, `exec.rs`, `resources.rs` (pids, stats, update, pause). This file holds
+//! the type, the lookups, and what every operation shares.
 
 pub mod create;
+mod delete;
 mod exec;
-mod lifecycle;
+mod exit;
+mod kill;
+mod lifetime;
 mod resources;
-mod runsc_runtime;
-pub mod runtime;
+mod start;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use containerd_shim_protos::api::{CreateTaskRequest, StateResponse};
 use containerd_shim_protos::types::task::Status;
@@ -23,18 +28,18 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use crate::audit::{AuditEvent, AuditLog, AuditRecord, Subject};
+use crate::env::ShimEnv;
 use crate::error::{Result, ShimError};
 use crate::events::Events;
+use crate::host::SandboxCgroups;
 use crate::options::RuntimeOptions;
 use crate::policy_source::LoadedPolicy;
-use crate::process::state::{Exit, State};
+use crate::process::exit::Exit;
+use crate::process::state::{State, StateError};
 use crate::process::Process;
 use crate::rootfs::RootfsMount;
-use crate::service::ShimEnv;
+use crate::runtime::SandboxRuntime;
 use crate::stdio::StdioPaths;
-use runtime::SandboxRuntime;
-
-pub use create::CreateParams;
 
 /// Ids end up in file names and runsc arguments: only a conservative alphabet is accepted.
 pub fn validate_id(what: &str, id: &str) -> Result<()> {
@@ -53,6 +58,19 @@ pub fn validate_id(what: &str, id: &str) -> Result<()> {
     }
 }
 
+/// Where a container stands in its pod. All containers of a pod share one runsc sandbox.
+pub enum PodRole {
+    /// The sandbox's first container (a pod's pause container, or a plain `ctr run`): its
+    /// process is the sandbox process, its cgroups are the sandbox's.
+    Sandbox {
+        /// Host paths of the sandbox's namespaces, offered to the pod's later containers; set
+        /// once the sandbox process exists.
+        namespace_paths: OnceLock<Vec<String>>,
+    },
+    /// A pod's later container, joined into the first one's sandbox (per the CRI annotations).
+    Member(Arc<Container>),
+}
+
 pub struct Container {
     env: Arc<ShimEnv>,
     id: String,
@@ -65,21 +83,19 @@ pub struct Container {
     lifetime: Lifetime,
     /// `linux.cgroupsPath` of the hardened spec: where runsc puts this container's cgroups.
     cgroups_path: String,
-    /// The sandbox's cgroups and their counters at create: how it died is read from them.
-    cgroup: std::sync::OnceLock<crate::cgroup::exit_cause::ExitProbe>,
-    /// The pod's first container, when this one joined its runsc sandbox (a pod's app
-    /// container, per the CRI annotations). All containers of a pod share one sandbox.
-    pod_sandbox: Option<Arc<Container>>,
-    /// Host paths of this sandbox's namespaces, offered to the pod's later containers; set
-    /// once the sandbox process exists.
-    pod_namespace_paths: std::sync::OnceLock<Vec<String>>,
-    rootfs_mounted: bool,
+    /// The sandbox's cgroups, baselined at create: how it died is read from them.
+    cgroups: OnceLock<Arc<dyn SandboxCgroups>>,
+    pod: PodRole,
+    /// The rootfs mounts containerd asked for, mounted at `<bundle>/rootfs` by Create.
+    rootfs: Vec<RootfsMount>,
+    rootfs_mounted: AtomicBool,
     init: Arc<Process>,
     execs: Mutex<HashMap<String, Arc<Process>>>,
-    timed_out: AtomicBool,
-    /// Held by Start from `runsc start` until TaskStart is out, and by the exit handler before it
-    /// records the exit: a task that exits at once must not be seen as stopped by Start itself,
-    /// and its TaskExit must not overtake its TaskStart.
+    /// Set when the wall-clock limit fired: the exit that follows is a timeout.
+    expired: AtomicBool,
+    /// Held by Start from `runsc start` until TaskStart is out, and by the exit path before it
+    /// records an init exit: a task that exits at once must not be seen as stopped by Start
+    /// itself, and its TaskExit must not overtake its TaskStart.
     start_lock: Mutex<()>,
     /// TaskOOM is published once, by the cgroup's OOM notification or by the exit, whichever
     /// comes first.
@@ -96,12 +112,38 @@ impl Container {
         self.init.pid()
     }
 
+    /// The pod sandbox container this one joined, if any.
+    pub fn pod_sandbox(&self) -> Option<&Arc<Container>> {
+        match &self.pod {
+            PodRole::Member(sandbox) => Some(sandbox),
+            PodRole::Sandbox { .. } => None,
+        }
+    }
+
+    fn is_member(&self) -> bool {
+        matches!(self.pod, PodRole::Member(_))
+    }
+
     fn events(&self) -> Events<'_> {
         Events(self.env.events.as_ref())
     }
 
-    /// Appends an audit line for a later lifecycle event. Only Create fails on an audit error;
-    /// an exit or a delete has already happened, so a failure is logged loudly instead.
+    /// How errors name a process of this container.
+    fn name_of(&self, p: &Process) -> String {
+        if p.is_init() {
+            format!("container {}", self.id)
+        } else {
+            format!("exec {} of container {}", p.exec_id, self.id)
+        }
+    }
+
+    fn state_error(&self, p: &Process, e: StateError) -> ShimError {
+        ShimError::state(self.name_of(p), e)
+    }
+
+    /// Appends an audit line for a later lifecycle event. Only Create (and an exec's addition)
+    /// fails on an audit error; an exit or a delete has already happened, so a failure is
+    /// logged loudly instead.
     fn audit_best_effort(&self, record: &AuditRecord<'_>) {
         if let Err(e) = self.audit.append(record) {
             log::error!("container {}: {e}", self.id);
@@ -110,46 +152,6 @@ impl Container {
 
     fn record(&self, event: AuditEvent) -> AuditRecord<'_> {
         AuditRecord::new(event, &self.subject)
-    }
-
-    /// Removes this container's cgroup directories that runsc left (after a failed create, or
-    /// a delete that could not finish): empty directories only; the kernel refuses the rest,
-    /// and that is reported.
-    fn remove_leftover_cgroups(&self) -> Result<()> {
-        let Ok(cg) = crate::cgroup::SandboxCgroup::for_spec(&self.cgroups_path, &self.id) else {
-            return Ok(());
-        };
-        let mut busy = Vec::new();
-        for dir in cg.remaining() {
-            if let Err(e) = std::fs::remove_dir(dir) {
-                busy.push(format!("{}: {e}", dir.display()));
-            }
-        }
-        if busy.is_empty() {
-            Ok(())
-        } else {
-            Err(ShimError::Internal(format!(
-                "cgroups left behind: {}",
-                busy.join("; ")
-            )))
-        }
-    }
-
-    /// The memory cgroup killed the sandbox: TaskOOM (what CRI turns into `OOMKilled`) and an
-    /// audit line, once.
-    async fn report_oom(&self) {
-        if self
-            .oom_reported
-            .swap(true, std::sync::atomic::Ordering::SeqCst)
-        {
-            return;
-        }
-        log::warn!(
-            "container {}: out of memory, the sandbox was killed at its memory limit",
-            self.id
-        );
-        self.events().oom(&self.id).await;
-        self.audit_best_effort(&self.record(AuditEvent::Oom));
     }
 
     async fn process(&self, exec_id: &str) -> Result<Arc<Process>> {
@@ -174,12 +176,12 @@ impl Container {
         resp.id = self.id.clone();
         resp.exec_id = exec_id.to_string();
         resp.bundle = self.bundle.display().to_string();
-        resp.pid = state.pid();
+        resp.pid = p.pid();
         resp.status = match state {
-            State::Pending | State::Created { .. } => Status::CREATED,
-            State::Running { .. } => Status::RUNNING,
-            State::Paused { .. } => Status::PAUSED,
-            State::Stopped { .. } | State::Deleted { .. } => Status::STOPPED,
+            State::Pending | State::Created => Status::CREATED,
+            State::Running => Status::RUNNING,
+            State::Paused => Status::PAUSED,
+            State::Stopped(_) | State::Deleted(_) => Status::STOPPED,
         }
         .into();
         resp.stdin = p.stdio.stdin.clone();
@@ -193,6 +195,7 @@ impl Container {
         Ok(resp)
     }
 
+    /// Resolves once the process's exit is published and audited.
     pub async fn wait(&self, exec_id: &str) -> Result<Exit> {
         Ok(self.process(exec_id).await?.wait().await)
     }
@@ -208,6 +211,14 @@ impl Container {
 }
 
 /// Everything Create needs from the request, validated.
+pub struct CreateParams {
+    pub id: String,
+    pub bundle: PathBuf,
+    pub rootfs: Vec<RootfsMount>,
+    pub stdio: StdioPaths,
+    pub options: RuntimeOptions,
+}
+
 impl CreateParams {
     pub fn from_request(req: &CreateTaskRequest) -> Result<Self> {
         validate_id("container id", &req.id)?;
@@ -242,15 +253,8 @@ impl CreateParams {
     }
 }
 
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn is<T: Send + Sync>() {}
-    is::<Container>();
-    is::<RuntimeOptions>();
-}
-
 #[cfg(test)]
-mod tests {
+mod id_tests {
     use super::*;
 
     #[test]

@@ -1,5 +1,7 @@
 //! Pids, stats, update, pause and resume: the sandbox's resources as containerd sees them.
 
+use std::sync::Arc;
+
 use containerd_shim_protos::api::{PidsResponse, StatsResponse, UpdateTaskRequest};
 use containerd_shim_protos::types::task::ProcessInfo;
 use policy_injector::clamp_resources;
@@ -7,16 +9,14 @@ use serde_json::Value;
 
 use super::Container;
 use crate::audit::AuditEvent;
-use crate::cgroup::update::{self, Limits};
+use crate::cgroup::update::Limits;
 use crate::error::{Result, ShimError};
+use crate::host::SandboxCgroups;
+use crate::process::state::Op;
 
 impl Container {
     pub async fn pids(&self) -> Result<PidsResponse> {
-        let pids = self
-            .runtime
-            .ps(&self.id)
-            .await
-            .map_err(|e| ShimError::Runsc(format!("runsc ps {}: {e}", self.id)))?;
+        let pids = self.runtime.ps(&self.id).await?;
         let mut resp = PidsResponse::new();
         resp.processes = pids
             .into_iter()
@@ -29,24 +29,21 @@ impl Container {
         Ok(resp)
     }
 
-    fn sandbox_cgroup(&self) -> Result<&crate::cgroup::SandboxCgroup> {
-        self.cgroup
+    fn sandbox_cgroups(&self) -> Result<&Arc<dyn SandboxCgroups>> {
+        self.cgroups
             .get()
-            .map(|p| p.cgroup())
             .ok_or_else(|| ShimError::Internal(format!("the cgroups of {} are not known", self.id)))
     }
 
     pub async fn stats(&self) -> Result<StatsResponse> {
-        let any = if self.pod_sandbox.is_some() {
-            let event =
-                self.runtime.stats(&self.id).await.map_err(|e| {
-                    ShimError::Runsc(format!("runsc events --stats {}: {e}", self.id))
-                })?;
-            crate::cgroup::stats::sentry_metrics_any(&event)
+        // A pod's later container has no cgroups of its own (runsc keeps one set per sandbox):
+        // the sentry's own accounting of it is the best there is.
+        let any = if self.is_member() {
+            let event = self.runtime.stats(&self.id).await?;
+            crate::cgroup::stats::sentry_metrics_any(&event)?
         } else {
-            crate::cgroup::stats::metrics_any(self.sandbox_cgroup()?)
-        }
-        .map_err(|e| ShimError::Internal(format!("stats of {}: {e}", self.id)))?;
+            self.sandbox_cgroups()?.metrics()?
+        };
         let mut resp = StatsResponse::new();
         resp.stats = Some(any).into();
         Ok(resp)
@@ -62,20 +59,13 @@ impl Container {
         let resources: Value = serde_json::from_slice(raw).map_err(|e| {
             ShimError::InvalidArgument(format!("update resources are not valid JSON: {e}"))
         })?;
-        let clamped = clamp_resources(&resources, &self.policy.policy, &self.annotations)
-            .map_err(ShimError::Rejected)?;
+        let clamped = clamp_resources(&resources, &self.policy.policy, &self.annotations)?;
         let bytes = serde_json::to_vec(&clamped.resources).expect("json");
-        let applied = self
-            .runtime
-            .update(&self.id, &bytes)
-            .await
-            .map_err(|e| ShimError::Runsc(format!("runsc update {}: {e}", self.id)))?;
-        if !applied {
+        if !self.runtime.update(&self.id, &bytes).await? {
             // This runsc has no `update`: the limits go straight into the sandbox's cgroups.
             let limits = Limits::from_linux_resources(&clamped.resources)
                 .map_err(|e| ShimError::InvalidArgument(e.to_string()))?;
-            update::update(self.sandbox_cgroup()?, &limits)
-                .map_err(|e| ShimError::Internal(format!("updating {}: {e}", self.id)))?;
+            self.sandbox_cgroups()?.update(&limits)?;
         }
         let mut rec = self.record(AuditEvent::Update);
         rec.decisions = Some(&clamped.decisions);
@@ -84,30 +74,25 @@ impl Container {
     }
 
     pub async fn pause(&self) -> Result<()> {
-        self.init.transition(|s| {
-            // Check only; the transition is applied once runsc paused the sandbox.
-            let mut probe = *s;
-            probe.pause()
-        })?;
-        self.runtime
-            .pause(&self.id)
-            .await
-            .map_err(|e| ShimError::Runsc(format!("runsc pause {}: {e}", self.id)))?;
-        self.init.transition(|s| s.pause())?;
+        self.init
+            .check(Op::Pause)
+            .map_err(|e| self.state_error(&self.init, e))?;
+        self.runtime.pause(&self.id).await?;
+        self.init
+            .apply(Op::Pause)
+            .map_err(|e| self.state_error(&self.init, e))?;
         self.events().paused(&self.id).await;
         Ok(())
     }
 
     pub async fn resume(&self) -> Result<()> {
-        self.init.transition(|s| {
-            let mut probe = *s;
-            probe.resume()
-        })?;
-        self.runtime
-            .resume(&self.id)
-            .await
-            .map_err(|e| ShimError::Runsc(format!("runsc resume {}: {e}", self.id)))?;
-        self.init.transition(|s| s.resume())?;
+        self.init
+            .check(Op::Resume)
+            .map_err(|e| self.state_error(&self.init, e))?;
+        self.runtime.resume(&self.id).await?;
+        self.init
+            .apply(Op::Resume)
+            .map_err(|e| self.state_error(&self.init, e))?;
         self.events().resumed(&self.id).await;
         Ok(())
     }

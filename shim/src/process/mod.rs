@@ -1,14 +1,18 @@
-//! One process the shim supervises: a container's init (the sandbox's root process) or an exec.
+//! One process the shim supervises: a container's init (the sandbox's root process, or a pod's
+//! later container) or an exec.
 
+pub mod exit;
 pub mod state;
 
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
 
+use policy_injector::HardenedProcess;
 use tokio::sync::watch;
 
 use crate::stdio::{StdioPaths, Streams};
-use state::{Exit, State, StateError};
+use exit::Exit;
+use state::{Op, State, StateError};
 
 pub struct Process {
     /// Empty for the init process, as containerd addresses it.
@@ -16,73 +20,106 @@ pub struct Process {
     pub stdio: StdioPaths,
     pub io: Streams,
     state: Mutex<State>,
+    /// The host pid containerd knows it by (the sandbox's, or the `runsc exec` process's).
+    pid: AtomicU32,
+    /// An exec's pid inside the sandbox, for `runsc kill --pid`.
+    guest_pid: OnceLock<i32>,
     exited: watch::Sender<Option<Exit>>,
-    /// The process's pid inside the sandbox (execs), for `runsc kill --pid`.
-    guest_pid: AtomicI32,
-    /// The hardened OCI process of an exec, written for `runsc exec --process` at start.
-    pub spec: Option<serde_json::Value>,
+    /// An exec's hardened OCI process, written for `runsc exec --process` at its start, and
+    /// what the policy changed in it (audited at the start).
+    pub hardened: Option<HardenedProcess>,
 }
 
 impl Process {
-    pub fn new(exec_id: &str, stdio: StdioPaths, spec: Option<serde_json::Value>) -> Self {
+    pub fn init(stdio: StdioPaths) -> Self {
+        Self::new(String::new(), stdio, None)
+    }
+
+    pub fn exec(exec_id: &str, stdio: StdioPaths, hardened: HardenedProcess) -> Self {
+        Self::new(exec_id.to_string(), stdio, Some(hardened))
+    }
+
+    fn new(exec_id: String, stdio: StdioPaths, hardened: Option<HardenedProcess>) -> Self {
         Process {
-            exec_id: exec_id.to_string(),
+            exec_id,
             stdio,
             io: Streams::default(),
             state: Mutex::new(State::Pending),
+            pid: AtomicU32::new(0),
+            guest_pid: OnceLock::new(),
             exited: watch::channel(None).0,
-            guest_pid: AtomicI32::new(0),
-            spec,
+            hardened,
         }
+    }
+
+    pub fn is_init(&self) -> bool {
+        self.exec_id.is_empty()
     }
 
     pub fn state(&self) -> State {
-        *self.state.lock().unwrap()
+        *self.lock()
     }
 
-    /// Applies a checked transition.
-    pub fn transition<R>(
-        &self,
-        f: impl FnOnce(&mut State) -> Result<R, StateError>,
-    ) -> Result<R, StateError> {
-        f(&mut self.state.lock().unwrap())
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every update is one assignment: a poisoned lock still holds a consistent state.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `op` is legal now, without applying it (before asking runsc).
+    pub fn check(&self, op: Op) -> Result<(), StateError> {
+        self.lock().next(op).map(drop)
+    }
+
+    /// Applies `op` (after runsc did it); returns the new state.
+    pub fn apply(&self, op: Op) -> Result<State, StateError> {
+        let mut state = self.lock();
+        *state = state.next(op)?;
+        Ok(*state)
     }
 
     pub fn pid(&self) -> u32 {
-        self.state().pid()
+        self.pid.load(Ordering::SeqCst)
+    }
+
+    pub fn set_pid(&self, pid: u32) {
+        self.pid.store(pid, Ordering::SeqCst);
     }
 
     pub fn set_guest_pid(&self, pid: i32) {
-        self.guest_pid.store(pid, Ordering::Relaxed);
+        let _ = self.guest_pid.set(pid);
     }
 
     pub fn guest_pid(&self) -> Option<i32> {
-        match self.guest_pid.load(Ordering::Relaxed) {
-            0 => None,
-            p => Some(p),
-        }
+        self.guest_pid.get().copied()
     }
 
-    /// Records the exit and wakes every Wait. Returns false if it was already recorded.
+    /// Records the exit in the state. False if an exit was already recorded (a second report of
+    /// the same death is harmless and ignored). Waiters are woken by [`Process::announce_exit`]
+    /// once the exit is published and audited.
     pub fn record_exit(&self, exit: Exit) -> bool {
-        let first = self.state.lock().unwrap().exited(exit);
-        if first {
-            self.exited.send_replace(Some(exit));
-        }
-        first
+        self.apply(Op::Exit(exit)).is_ok()
     }
 
-    /// Resolves when the process has exited (at once if it already has).
+    /// Wakes every Wait with `exit` (the first announced exit stays).
+    pub fn announce_exit(&self, exit: Exit) {
+        self.exited.send_if_modified(|current| {
+            if current.is_some() {
+                return false;
+            }
+            *current = Some(exit);
+            true
+        });
+    }
+
+    /// Resolves when the process's exit has been announced (at once if it already has).
     pub async fn wait(&self) -> Exit {
         let mut rx = self.exited.subscribe();
         loop {
             if let Some(exit) = *rx.borrow_and_update() {
                 return exit;
             }
-            if rx.changed().await.is_err() {
-                // The sender lives as long as `self`; unreachable while we borrow it.
-                unreachable!("exit channel closed while the process exists");
-            }
+            // The sender lives as long as `self`, which the caller borrows: never closed here.
+            let _ = rx.changed().await;
         }
     }
 }
@@ -90,37 +127,65 @@ impl Process {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use state::ExitCause;
+    use exit::ExitCause;
     use std::time::SystemTime;
+
+    fn exit(status: u32, cause: ExitCause) -> Exit {
+        Exit {
+            status,
+            at: SystemTime::UNIX_EPOCH,
+            cause,
+        }
+    }
 
     #[tokio::test]
     async fn wait_returns_the_recorded_exit_even_when_registered_late() {
-        let p = Process::new("", StdioPaths::default(), None);
-        p.transition(|s| s.created(10)).unwrap();
-        let exit = Exit {
-            status: 3,
-            at: SystemTime::UNIX_EPOCH,
-            cause: ExitCause::Normal,
-        };
-        assert!(p.record_exit(exit));
-        assert_eq!(p.wait().await, exit);
+        let p = Process::init(StdioPaths::default());
+        p.apply(Op::Create).unwrap();
+        let e = exit(3, ExitCause::Exited);
+        assert!(p.record_exit(e));
+        p.announce_exit(e);
+        assert_eq!(p.wait().await, e);
     }
 
     #[tokio::test]
     async fn waiters_registered_before_the_exit_are_woken() {
-        let p = std::sync::Arc::new(Process::new("e1", StdioPaths::default(), None));
-        p.transition(|s| s.started_exec(11)).unwrap();
+        let p = std::sync::Arc::new(Process::init(StdioPaths::default()));
+        p.apply(Op::Create).unwrap();
         let waiter = tokio::spawn({
             let p = p.clone();
             async move { p.wait().await }
         });
         tokio::task::yield_now().await;
-        let exit = Exit {
-            status: 137,
-            at: SystemTime::UNIX_EPOCH,
-            cause: ExitCause::Oom,
-        };
-        p.record_exit(exit);
-        assert_eq!(waiter.await.unwrap(), exit);
+        let e = exit(137, ExitCause::Oom);
+        p.record_exit(e);
+        p.announce_exit(e);
+        assert_eq!(waiter.await.unwrap(), e);
+    }
+
+    #[tokio::test]
+    async fn waiters_wake_at_the_announcement_not_at_the_record() {
+        let p = std::sync::Arc::new(Process::init(StdioPaths::default()));
+        p.apply(Op::Create).unwrap();
+        let e = exit(0, ExitCause::Exited);
+        p.record_exit(e);
+        let waiter = tokio::spawn({
+            let p = p.clone();
+            async move { p.wait().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        p.announce_exit(e);
+        p.announce_exit(exit(1, ExitCause::Exited));
+        assert_eq!(waiter.await.unwrap(), e);
+    }
+
+    #[test]
+    fn only_the_first_exit_is_recorded() {
+        let p = Process::init(StdioPaths::default());
+        p.apply(Op::Create).unwrap();
+        assert!(p.record_exit(exit(0, ExitCause::Exited)));
+        assert!(!p.record_exit(exit(137, ExitCause::Signaled)));
+        assert_eq!(p.state().exit(), Some(exit(0, ExitCause::Exited)));
     }
 }

@@ -1,196 +1,122 @@
 //! The lifecycle of one process (a container's init or an exec), as a type.
 //!
-//! Every transition is checked here and nowhere else, so a task call that makes no sense in the
-//! current state (start twice, delete while running, resume what is not paused) gets the same
-//! clear error whichever handler it arrives through.
+//! [`State::next`] is the one definition of what each operation does in each state: every task
+//! call that depends on a process's state goes through it, first to check (before runsc is asked)
+//! and then to apply (after runsc agreed), so a call that makes no sense in the current state
+//! (start twice, delete while running, resume what is not paused, kill what has finished) gets
+//! the same error whichever handler it arrives through. The pid is not part of the state: it is
+//! the process's identity, recorded once when runsc reports it.
 
-use std::time::SystemTime;
-
-/// Why a process stopped, beyond its exit code: the runtime's enforcement shows up here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ExitCause {
-    #[default]
-    Normal,
-    /// The memory cgroup killed the sandbox.
-    Oom,
-    /// The sandbox crossed its pids ceiling; runsc fails the whole sandbox there.
-    ProcessLimit,
-    /// The policy's wall-clock limit ended it.
-    Timeout,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Exit {
-    pub status: u32,
-    pub at: SystemTime,
-    pub cause: ExitCause,
-}
+use super::exit::Exit;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
-    /// Exec registered, nothing spawned yet.
+    /// Registered, nothing spawned yet (an exec before its Start; an init during Create).
     Pending,
-    Created {
-        pid: u32,
-    },
-    Running {
-        pid: u32,
-    },
-    Paused {
-        pid: u32,
-    },
-    Stopped {
-        pid: u32,
-        exit: Exit,
-    },
-    Deleted {
-        pid: u32,
-        exit: Option<Exit>,
-    },
+    /// runsc created it; it has not started running the workload.
+    Created,
+    Running,
+    Paused,
+    Stopped(Exit),
+    /// Deleted by containerd; the exit, if it ever ran.
+    Deleted(Option<Exit>),
+}
+
+/// What a task call asks of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// runsc created the init (Create).
+    Create,
+    /// Start of a created init.
+    Start,
+    /// `runsc exec` creates and starts an exec at once.
+    StartExec,
+    Pause,
+    Resume,
+    /// The process ended.
+    Exit(Exit),
+    /// Delete once nothing runs.
+    Delete,
+    /// Delete of a created init that never started: runsc's forced delete kills it first.
+    Discard,
+    /// Kill: the process must still be there; its state does not change.
+    Signal,
+    /// A new exec in this (init) process's container; its state does not change.
+    AddExec,
+}
+
+impl Op {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Create => "create",
+            Op::Start | Op::StartExec => "start",
+            Op::Pause => "pause",
+            Op::Resume => "resume",
+            Op::Exit(_) => "record the exit of",
+            Op::Delete | Op::Discard => "delete",
+            Op::Signal => "kill",
+            Op::AddExec => "exec in",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {
-    #[error("process is {current}, cannot {op}")]
+    #[error("cannot {op} a {current} process")]
     Invalid {
         op: &'static str,
         current: &'static str,
     },
+    /// containerd expects "not found" for a signal to a process that has finished.
+    #[error("process already finished")]
+    Finished,
 }
 
 impl State {
     pub fn name(&self) -> &'static str {
         match self {
             State::Pending => "pending",
-            State::Created { .. } => "created",
-            State::Running { .. } => "running",
-            State::Paused { .. } => "paused",
-            State::Stopped { .. } => "stopped",
-            State::Deleted { .. } => "deleted",
-        }
-    }
-
-    pub fn pid(&self) -> u32 {
-        match *self {
-            State::Pending => 0,
-            State::Created { pid }
-            | State::Running { pid }
-            | State::Paused { pid }
-            | State::Stopped { pid, .. }
-            | State::Deleted { pid, .. } => pid,
+            State::Created => "created",
+            State::Running => "running",
+            State::Paused => "paused",
+            State::Stopped(_) => "stopped",
+            State::Deleted(_) => "deleted",
         }
     }
 
     pub fn exit(&self) -> Option<Exit> {
         match *self {
-            State::Stopped { exit, .. } => Some(exit),
-            State::Deleted { exit, .. } => exit,
+            State::Stopped(exit) => Some(exit),
+            State::Deleted(exit) => exit,
             _ => None,
         }
     }
 
     pub fn is_alive(&self) -> bool {
-        matches!(
-            self,
-            State::Created { .. } | State::Running { .. } | State::Paused { .. }
-        )
+        matches!(self, State::Created | State::Running | State::Paused)
     }
 
-    fn invalid(&self, op: &'static str) -> StateError {
-        StateError::Invalid {
-            op,
-            current: self.name(),
-        }
-    }
-
-    /// The process exists (runsc created it / the exec was spawned).
-    pub fn created(&mut self, pid: u32) -> Result<(), StateError> {
-        match *self {
-            State::Pending => {
-                *self = State::Created { pid };
-                Ok(())
-            }
-            _ => Err(self.invalid("create")),
-        }
-    }
-
-    /// An exec goes straight from pending to running: `runsc exec` creates and starts at once.
-    pub fn started_exec(&mut self, pid: u32) -> Result<(), StateError> {
-        match *self {
-            State::Pending => {
-                *self = State::Running { pid };
-                Ok(())
-            }
-            _ => Err(self.invalid("start")),
-        }
-    }
-
-    pub fn start(&mut self) -> Result<u32, StateError> {
-        match *self {
-            State::Created { pid } => {
-                *self = State::Running { pid };
-                Ok(pid)
-            }
-            _ => Err(self.invalid("start")),
-        }
-    }
-
-    pub fn pause(&mut self) -> Result<(), StateError> {
-        match *self {
-            State::Running { pid } => {
-                *self = State::Paused { pid };
-                Ok(())
-            }
-            _ => Err(self.invalid("pause")),
-        }
-    }
-
-    pub fn resume(&mut self) -> Result<(), StateError> {
-        match *self {
-            State::Paused { pid } => {
-                *self = State::Running { pid };
-                Ok(())
-            }
-            _ => Err(self.invalid("resume")),
-        }
-    }
-
-    /// Records the exit. Returns false when the exit was already recorded (a second report of
-    /// the same death, e.g. from the reaper and from a failed kill, is harmless).
-    pub fn exited(&mut self, exit: Exit) -> bool {
-        match *self {
-            State::Created { pid } | State::Running { pid } | State::Paused { pid } => {
-                *self = State::Stopped { pid, exit };
-                true
-            }
-            State::Pending => {
-                *self = State::Stopped { pid: 0, exit };
-                true
-            }
-            State::Stopped { .. } | State::Deleted { .. } => false,
-        }
-    }
-
-    /// Delete is legal once nothing runs: after the exit, or before a created init ever started
-    /// (containerd deletes a task whose Start failed). A running process must be killed first.
-    pub fn delete(&mut self) -> Result<Option<Exit>, StateError> {
-        match *self {
-            State::Stopped { pid, exit } => {
-                *self = State::Deleted {
-                    pid,
-                    exit: Some(exit),
-                };
-                Ok(Some(exit))
-            }
-            State::Pending => {
-                *self = State::Deleted { pid: 0, exit: None };
-                Ok(None)
-            }
-            State::Created { .. } | State::Running { .. } | State::Paused { .. } => {
-                Err(self.invalid("delete"))
-            }
-            State::Deleted { .. } => Err(self.invalid("delete")),
+    /// The state `op` leads to, or why it is refused. The lifecycle's only definition.
+    pub fn next(&self, op: Op) -> Result<State, StateError> {
+        use State::*;
+        match (*self, op) {
+            (Pending, Op::Create) => Ok(Created),
+            (Created, Op::Start) => Ok(Running),
+            (Pending, Op::StartExec) => Ok(Running),
+            (Running, Op::Pause) => Ok(Paused),
+            (Paused, Op::Resume) => Ok(Running),
+            // An exec that never started, or an init whose Create failed half way, can still be
+            // reported stopped: everything that lived goes through one exit.
+            (Pending | Created | Running | Paused, Op::Exit(exit)) => Ok(Stopped(exit)),
+            (Stopped(exit), Op::Delete) => Ok(Deleted(Some(exit))),
+            (Pending, Op::Delete) => Ok(Deleted(None)),
+            (Created, Op::Discard) => Ok(Created),
+            (Created | Running | Paused, Op::Signal | Op::AddExec) => Ok(*self),
+            (Stopped(_) | Deleted(_), Op::Signal) => Err(StateError::Finished),
+            (current, op) => Err(StateError::Invalid {
+                op: op.name(),
+                current: current.name(),
+            }),
         }
     }
 }
@@ -198,31 +124,37 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::exit::ExitCause;
+    use std::time::SystemTime;
 
     fn exit(status: u32) -> Exit {
         Exit {
             status,
             at: SystemTime::UNIX_EPOCH,
-            cause: ExitCause::Normal,
+            cause: ExitCause::Exited,
         }
+    }
+
+    fn run(mut s: State, ops: &[Op]) -> Result<State, StateError> {
+        for op in ops {
+            s = s.next(*op)?;
+        }
+        Ok(s)
     }
 
     #[test]
     fn init_lifecycle_created_running_stopped_deleted() {
-        let mut s = State::Pending;
-        s.created(42).unwrap();
-        assert_eq!(s.start().unwrap(), 42);
-        assert!(s.exited(exit(3)));
-        assert_eq!(s.delete().unwrap(), Some(exit(3)));
-        assert_eq!(s.pid(), 42);
+        let s = run(
+            State::Pending,
+            &[Op::Create, Op::Start, Op::Exit(exit(3)), Op::Delete],
+        );
+        assert_eq!(s, Ok(State::Deleted(Some(exit(3)))));
     }
 
     #[test]
     fn starting_twice_is_refused() {
-        let mut s = State::Created { pid: 1 };
-        s.start().unwrap();
         assert_eq!(
-            s.start(),
+            run(State::Created, &[Op::Start, Op::Start]),
             Err(StateError::Invalid {
                 op: "start",
                 current: "running"
@@ -231,47 +163,95 @@ mod tests {
     }
 
     #[test]
-    fn deleting_a_running_process_is_refused() {
-        let mut s = State::Running { pid: 1 };
-        assert!(s.delete().is_err());
-        assert_eq!(s, State::Running { pid: 1 });
+    fn deleting_a_running_or_paused_process_is_refused() {
+        for s in [State::Running, State::Paused] {
+            assert!(s.next(Op::Delete).is_err(), "{s:?}");
+            assert!(s.next(Op::Discard).is_err(), "{s:?}");
+        }
     }
 
     #[test]
-    fn deleting_a_created_init_needs_a_kill_first() {
-        let mut s = State::Created { pid: 7 };
-        assert!(s.delete().is_err());
+    fn a_created_init_is_deleted_only_by_discarding_it_first() {
+        assert!(State::Created.next(Op::Delete).is_err());
+        assert_eq!(State::Created.next(Op::Discard), Ok(State::Created));
     }
 
     #[test]
-    fn second_exit_report_is_ignored() {
-        let mut s = State::Running { pid: 1 };
-        assert!(s.exited(exit(0)));
-        assert!(!s.exited(exit(137)));
+    fn a_second_exit_report_is_refused_and_the_first_kept() {
+        let s = State::Running.next(Op::Exit(exit(0))).unwrap();
+        assert!(s.next(Op::Exit(exit(137))).is_err());
         assert_eq!(s.exit(), Some(exit(0)));
     }
 
     #[test]
     fn pause_and_resume_only_from_the_right_states() {
-        let mut s = State::Running { pid: 1 };
-        assert!(s.resume().is_err());
-        s.pause().unwrap();
-        assert!(s.pause().is_err());
-        s.resume().unwrap();
-        assert_eq!(s, State::Running { pid: 1 });
+        assert!(State::Running.next(Op::Resume).is_err());
+        assert!(State::Paused.next(Op::Pause).is_err());
+        assert_eq!(
+            run(State::Running, &[Op::Pause, Op::Resume]),
+            Ok(State::Running)
+        );
     }
 
     #[test]
-    fn pending_exec_can_be_deleted_without_running() {
-        let mut s = State::Pending;
-        assert_eq!(s.delete().unwrap(), None);
+    fn a_pending_exec_can_be_deleted_without_running() {
+        assert_eq!(State::Pending.next(Op::Delete), Ok(State::Deleted(None)));
     }
 
     #[test]
-    fn exec_starts_directly_into_running() {
-        let mut s = State::Pending;
-        s.started_exec(9).unwrap();
-        assert_eq!(s, State::Running { pid: 9 });
-        assert!(s.started_exec(9).is_err());
+    fn an_exec_starts_directly_into_running_once() {
+        assert_eq!(
+            run(State::Pending, &[Op::StartExec, Op::StartExec]),
+            Err(StateError::Invalid {
+                op: "start",
+                current: "running"
+            })
+        );
+    }
+
+    #[test]
+    fn a_signal_to_a_finished_process_is_finished_and_to_a_pending_one_invalid() {
+        assert_eq!(
+            State::Stopped(exit(0)).next(Op::Signal),
+            Err(StateError::Finished)
+        );
+        assert_eq!(
+            State::Deleted(None).next(Op::Signal),
+            Err(StateError::Finished)
+        );
+        assert_eq!(
+            State::Pending.next(Op::Signal),
+            Err(StateError::Invalid {
+                op: "kill",
+                current: "pending"
+            })
+        );
+    }
+
+    #[test]
+    fn signals_and_new_execs_leave_a_live_state_unchanged() {
+        for s in [State::Created, State::Running, State::Paused] {
+            assert_eq!(s.next(Op::Signal), Ok(s));
+            assert_eq!(s.next(Op::AddExec), Ok(s));
+        }
+        assert!(State::Stopped(exit(0)).next(Op::AddExec).is_err());
+    }
+
+    #[test]
+    fn nothing_follows_delete() {
+        let deleted = State::Deleted(Some(exit(0)));
+        for op in [
+            Op::Create,
+            Op::Start,
+            Op::StartExec,
+            Op::Pause,
+            Op::Resume,
+            Op::Exit(exit(1)),
+            Op::Delete,
+            Op::Discard,
+            Op::AddExec,
+        ] {
+            assert!(deleted.next(op).is_err(), "{op:?}");
+        }
     }
 }

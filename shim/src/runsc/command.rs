@@ -1,20 +1,11 @@
 //! Typed runsc command lines: [`Subcommand`] and the argv it builds after the global flags
 //! ([`super::flags::GlobalFlags`]); an exact test per subcommand.
 
-// This module spells runsc's command line completely (every value a flag takes, every
-// subcommand the shim may issue), so some values exist only to be refused or parsed.
-#![allow(dead_code)]
-
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-// The flag types lived in this module before `flags.rs` split off; callers written against that
-// version keep importing them from here.
-#[allow(unused_imports)]
-pub use super::flags::{
-    ExtraFlag, FileAccess, FlagError, GlobalFlags, HostUds, LogFormat, Network, Overlay, Platform,
-    WatchdogAction,
-};
+use super::flags::GlobalFlags;
+
 /// Which process `runsc wait` waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitTarget {
@@ -251,6 +242,7 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runsc::flags::{ExtraFlag, FileAccess};
 
     fn strings(args: Vec<OsString>) -> Vec<String> {
         args.into_iter().map(|a| a.into_string().unwrap()).collect()

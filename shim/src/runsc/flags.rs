@@ -5,10 +5,6 @@
 //! Go's flag package parses `--name=value` and `--name value` alike, but a boolean flag only takes
 //! a value in the `=` form, so every flag with a value is emitted as `--name=value`.
 
-// This module spells runsc's command line completely (every value a flag takes, every
-// subcommand the shim may issue), so some values exist only to be refused or parsed.
-#![allow(dead_code)]
-
 use std::ffi::OsString;
 use std::path::PathBuf;
 

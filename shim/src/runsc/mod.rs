@@ -7,7 +7,7 @@ pub mod feature_cache;
 pub mod features;
 pub mod flags;
 
-#[cfg(test)]
+#[cfg(all(test, feature = "host-tests"))]
 mod real_tests;
-#[cfg(test)]
+#[cfg(all(test, feature = "host-tests"))]
 pub(crate) mod test_support;

@@ -1,27 +1,52 @@
-//! The seam between container logic and runsc: what a container needs from the sandbox runtime.
+//! The seam between the container logic and runsc: what a container needs from the sandbox
+//! runtime, and who makes one per container.
 //!
-//! The real implementation drives the runsc binary (crate::runsc); tests substitute a fake that
-//! records calls, so the lifecycle logic is tested without root or gVisor.
+//! The real implementation ([`runsc::RunscRuntime`]) drives the runsc binary and watches the
+//! processes it leaves behind through the reaper; unit tests substitute `crate::fake`'s runtime,
+//! which records every call and can be told to fail any of them, so the lifecycle is tested
+//! without root, runsc or gVisor. Failures are runsc's own typed errors either way.
 
+pub mod runsc;
+
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
 
+use policy_injector::{Policy, RunscFlags};
+use serde_json::Value;
+
+use crate::reaper::{ExitStatus, ReaperError};
+use crate::runsc::error::RunscError;
 use crate::stdio::RunscStdio;
+
+pub use runsc::RunscConfigError;
+
+/// Resolves when a watched process exits.
+pub type ExitWatch = Pin<Box<dyn Future<Output = ExitStatus> + Send>>;
 
 pub struct CreateCall<'a> {
     pub id: &'a str,
     pub bundle: &'a Path,
-    pub pid_file: &'a Path,
     pub console_socket: Option<&'a Path>,
     pub stdio: RunscStdio,
 }
 
 pub struct ExecCall<'a> {
     pub id: &'a str,
-    pub process_file: &'a Path,
-    pub pid_file: &'a Path,
-    pub internal_pid_file: &'a Path,
+    pub exec_id: &'a str,
+    pub bundle: &'a Path,
+    /// The hardened OCI process.
+    pub process: &'a Value,
     pub console_socket: Option<&'a Path>,
     pub stdio: RunscStdio,
+}
+
+/// A started exec: the host process containerd knows it by, and its pid inside the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecStarted {
+    pub pid: u32,
+    pub guest_pid: i32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,37 +59,43 @@ pub enum KillTarget {
     Guest(i32),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RuntimeError {
-    /// The target is already gone (exited sandbox, stopped container): not a failure for kill
-    /// and delete, which are idempotent from containerd's point of view.
-    #[error("{0}")]
-    Gone(String),
-    #[error("{0}")]
-    Failed(String),
-}
-
 #[async_trait::async_trait]
 pub trait SandboxRuntime: Send + Sync {
     /// The global runsc arguments this container runs with (for the audit record).
     fn global_args(&self) -> Vec<String>;
-    async fn create(&self, call: CreateCall<'_>) -> Result<(), RuntimeError>;
-    /// `stdio` is given for subcontainers of a pod, whose streams runsc takes at start.
-    async fn start(&self, id: &str, stdio: Option<RunscStdio>) -> Result<(), RuntimeError>;
-    async fn exec(&self, call: ExecCall<'_>) -> Result<(), RuntimeError>;
-    async fn kill(&self, id: &str, signal: u32, target: KillTarget) -> Result<(), RuntimeError>;
+    /// Creates the container; returns the sandbox's host pid (for a pod's later container, the
+    /// pod sandbox's).
+    async fn create(&self, call: CreateCall<'_>) -> Result<u32, RunscError>;
+    /// Watches a process runsc left behind (the sandbox, an exec's runsc process) for its exit.
+    fn watch(&self, pid: u32) -> Result<ExitWatch, ReaperError>;
+    /// `stdio` is given for a pod's later containers, whose streams runsc takes at start.
+    async fn start(&self, id: &str, stdio: Option<RunscStdio>) -> Result<(), RunscError>;
+    async fn exec(&self, call: ExecCall<'_>) -> Result<ExecStarted, RunscError>;
+    /// A target that is gone already gives an error for which [`RunscError::is_gone`] holds.
+    async fn kill(&self, id: &str, signal: u32, target: KillTarget) -> Result<(), RunscError>;
     /// Forced delete: kills what still runs and removes runsc's state.
-    async fn delete(&self, id: &str) -> Result<(), RuntimeError>;
-    async fn pause(&self, id: &str) -> Result<(), RuntimeError>;
-    async fn resume(&self, id: &str) -> Result<(), RuntimeError>;
+    async fn delete(&self, id: &str) -> Result<(), RunscError>;
+    async fn pause(&self, id: &str) -> Result<(), RunscError>;
+    async fn resume(&self, id: &str) -> Result<(), RunscError>;
     /// Pids of the container's processes, as seen inside the sandbox.
-    async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeError>;
-    /// Waits for a pod's later container to exit (its own process, not the sandbox's);
-    /// containerd's code (exit code, or 128 + signal).
-    async fn wait(&self, id: &str) -> Result<u32, RuntimeError>;
+    async fn ps(&self, id: &str) -> Result<Vec<u32>, RunscError>;
+    /// Waits for a pod's later container to exit (its own process, not the sandbox's).
+    async fn wait(&self, id: &str) -> Result<ExitStatus, RunscError>;
     /// The sentry's own accounting for one container (`runsc events --stats`), as JSON.
-    async fn stats(&self, id: &str) -> Result<serde_json::Value, RuntimeError>;
+    async fn stats(&self, id: &str) -> Result<Value, RunscError>;
     /// Applies new resources through runsc itself; `Ok(false)` when this runsc cannot (then the
     /// shim writes the sandbox's cgroup files).
-    async fn update(&self, id: &str, resources: &[u8]) -> Result<bool, RuntimeError>;
+    async fn update(&self, id: &str, resources: &[u8]) -> Result<bool, RunscError>;
+}
+
+/// Makes the runtime of one container, configured as its policy demands (or refuses to).
+#[async_trait::async_trait]
+pub trait RuntimeFactory: Send + Sync {
+    async fn runtime(
+        &self,
+        policy: &Policy,
+        flags: &RunscFlags,
+        namespace: &str,
+        bundle: &Path,
+    ) -> Result<Arc<dyn SandboxRuntime>, RunscConfigError>;
 }

@@ -1,4 +1,5 @@
-//! The real [`SandboxRuntime`]: each call is one command of the typed runsc client.
+//! The real [`SandboxRuntime`]: each call is one command of the typed runsc client, and the
+//! processes runsc leaves behind are watched through the shim's reaper.
 //!
 //! Every command of a container gets the same global flags: runsc re-reads its configuration
 //! per invocation, and `start` without `--network=none` tries to set up the networking that
@@ -6,21 +7,28 @@
 //! for create/exec/start its stdio *is* the container's, so the client reads the reason for a
 //! failure from that log.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use policy_injector::{NetworkMode, Policy, RunscFlags};
+use serde_json::Value;
+use tokio::sync::Mutex;
 
-use super::runtime::{CreateCall, ExecCall, KillTarget, RuntimeError, SandboxRuntime};
-use crate::runsc::client::{ExecOpts, Runsc};
-use crate::runsc::command::{
-    ExtraFlag, GlobalFlags, HostUds, LogFormat, Network, Overlay, Platform, WaitTarget,
+use super::{
+    CreateCall, ExecCall, ExecStarted, ExitWatch, KillTarget, RuntimeFactory, SandboxRuntime,
 };
+use crate::bundle::{self, INIT_PID_FILE, RUNSC_LOG};
+use crate::reaper::{ExitStatus, Reaper, ReaperError};
+use crate::runsc::client::{read_pid_file, ExecOpts, Runsc, DEFAULT_TIMEOUT};
+use crate::runsc::command::WaitTarget;
 use crate::runsc::error::RunscError;
+use crate::runsc::feature_cache::{self, FeatureCache, Identity};
 use crate::runsc::features::Features;
-use crate::service::ShimEnv;
+use crate::runsc::flags::{
+    ExtraFlag, FlagError, GlobalFlags, HostUds, LogFormat, Network, Overlay, Platform,
+};
 use crate::stdio::RunscStdio;
-
-const LOG_FILE: &str = "runsc.log.json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunscConfigError {
@@ -32,10 +40,20 @@ pub enum RunscConfigError {
     Overlay(String),
     #[error("runsc --host-uds={0} is never granted by this shim")]
     HostUds(String),
-    #[error("{0}")]
-    Flag(#[from] crate::runsc::command::FlagError),
-    #[error("runsc {binary} cannot be configured as the policy demands: {source}")]
-    Runsc { binary: String, source: RunscError },
+    #[error(transparent)]
+    Flag(#[from] FlagError),
+    #[error("{binary}: cannot tell what it supports: {source}")]
+    Detect {
+        binary: String,
+        #[source]
+        source: RunscError,
+    },
+    #[error("{binary} cannot be configured as the policy demands: {source}")]
+    Runsc {
+        binary: String,
+        #[source]
+        source: RunscError,
+    },
 }
 
 /// The global flags the policy and the hardening result ask for (before reconciling them with
@@ -46,7 +64,7 @@ pub fn wanted_flags(
     namespace: &str,
     bundle: &Path,
 ) -> Result<GlobalFlags, RunscConfigError> {
-    let mut global = GlobalFlags::new(RunscRuntime::root_for(policy, namespace));
+    let mut global = GlobalFlags::new(root_for(policy, namespace));
     global.platform = match flags.platform.as_deref() {
         None | Some("") => None,
         Some(p) => Some(Platform::parse(p).ok_or_else(|| RunscConfigError::Platform(p.into()))?),
@@ -67,7 +85,7 @@ pub fn wanted_flags(
         None => None,
         Some(o) => Some(Overlay::parse(o).ok_or_else(|| RunscConfigError::Overlay(o.into()))?),
     };
-    global.log = Some(bundle.join(LOG_FILE));
+    global.log = Some(bundle.join(RUNSC_LOG));
     global.log_format = Some(LogFormat::Json);
     if policy.runsc.debug {
         global.debug = true;
@@ -86,29 +104,70 @@ pub fn wanted_flags(
     Ok(global)
 }
 
-pub struct RunscRuntime {
-    client: Runsc,
+/// `<policy runsc.root>/<namespace>`: containers of different namespaces never share state.
+pub fn root_for(policy: &Policy, namespace: &str) -> String {
+    Path::new(&policy.runsc.root)
+        .join(namespace)
+        .display()
+        .to_string()
 }
 
-impl RunscRuntime {
-    /// `<policy runsc.root>/<namespace>`: containers of different namespaces never share state.
-    pub fn root_for(policy: &Policy, namespace: &str) -> String {
-        Path::new(&policy.runsc.root)
-            .join(namespace)
-            .display()
-            .to_string()
+/// Makes [`RunscRuntime`]s, asking each runsc binary once what it supports.
+pub struct RunscFactory {
+    reaper: Reaper,
+    /// Features per binary path, for this shim's lifetime.
+    features: Mutex<HashMap<String, Features>>,
+    /// The node's cache of earlier shims' answers, keyed by the binary's identity.
+    persisted: FeatureCache,
+}
+
+impl RunscFactory {
+    pub fn new(reaper: Reaper) -> Self {
+        RunscFactory {
+            reaper,
+            features: Mutex::new(HashMap::new()),
+            persisted: FeatureCache::new(feature_cache::DEFAULT_DIR),
+        }
     }
 
-    /// Reconciles the wanted flags with what the installed runsc supports; fails closed.
-    pub fn new(
+    /// What `binary` supports: from this shim's memory, else from the node's cache, else by
+    /// asking runsc (`runsc flags`, `runsc help`).
+    async fn features(&self, binary: &str) -> Result<Features, RunscConfigError> {
+        let mut cache = self.features.lock().await;
+        if let Some(f) = cache.get(binary) {
+            return Ok(f.clone());
+        }
+        let identity = Identity::of(binary);
+        if let Some(f) = identity.as_ref().and_then(|id| self.persisted.load(id)) {
+            cache.insert(binary.to_string(), f.clone());
+            return Ok(f);
+        }
+        let f = Runsc::detect(Path::new(binary), &self.reaper, DEFAULT_TIMEOUT)
+            .await
+            .map_err(|source| RunscConfigError::Detect {
+                binary: binary.to_string(),
+                source,
+            })?;
+        if let Some(id) = &identity {
+            self.persisted.store(id, &f);
+        }
+        cache.insert(binary.to_string(), f.clone());
+        Ok(f)
+    }
+}
+
+#[async_trait::async_trait]
+impl RuntimeFactory for RunscFactory {
+    async fn runtime(
+        &self,
         policy: &Policy,
         flags: &RunscFlags,
-        env: &ShimEnv,
+        namespace: &str,
         bundle: &Path,
-        features: Features,
-    ) -> Result<Self, RunscConfigError> {
-        let wanted = wanted_flags(policy, flags, &env.namespace, bundle)?;
-        let client = Runsc::new(&policy.runsc.path, &wanted, features, env.reaper.clone())
+    ) -> Result<Arc<dyn SandboxRuntime>, RunscConfigError> {
+        let features = self.features(&policy.runsc.path).await?;
+        let wanted = wanted_flags(policy, flags, namespace, bundle)?;
+        let client = Runsc::new(&policy.runsc.path, &wanted, features, self.reaper.clone())
             .map_err(|source| RunscConfigError::Runsc {
                 binary: policy.runsc.path.clone(),
                 source,
@@ -116,16 +175,16 @@ impl RunscRuntime {
         for a in client.adjustments() {
             log::info!("runsc --{}: left out: {}", a.flag, a.reason);
         }
-        Ok(RunscRuntime { client })
+        Ok(Arc::new(RunscRuntime {
+            client,
+            reaper: self.reaper.clone(),
+        }))
     }
 }
 
-fn map_err(e: RunscError) -> RuntimeError {
-    if e.is_gone() {
-        RuntimeError::Gone(e.to_string())
-    } else {
-        RuntimeError::Failed(e.to_string())
-    }
+pub struct RunscRuntime {
+    client: Runsc,
+    reaper: Reaper,
 }
 
 #[async_trait::async_trait]
@@ -139,63 +198,84 @@ impl SandboxRuntime for RunscRuntime {
             .collect()
     }
 
-    async fn create(&self, call: CreateCall<'_>) -> Result<(), RuntimeError> {
+    async fn create(&self, call: CreateCall<'_>) -> Result<u32, RunscError> {
+        let pid_file = call.bundle.join(INIT_PID_FILE);
         self.client
             .create(
                 call.id,
                 call.bundle,
-                call.pid_file,
+                &pid_file,
                 call.console_socket,
                 call.stdio,
             )
-            .await
-            .map_err(map_err)
+            .await?;
+        // runsc writes the sandbox's pid, also for a pod's later containers.
+        Ok(read_pid_file(&pid_file)? as u32)
     }
 
-    async fn start(&self, id: &str, stdio: Option<RunscStdio>) -> Result<(), RuntimeError> {
-        self.client.start(id, stdio).await.map_err(map_err)
+    fn watch(&self, pid: u32) -> Result<ExitWatch, ReaperError> {
+        let exit = self.reaper.watch(pid as i32)?;
+        Ok(Box::pin(async move { exit.await.unfold_runsc() }))
     }
 
-    async fn exec(&self, call: ExecCall<'_>) -> Result<(), RuntimeError> {
+    async fn start(&self, id: &str, stdio: Option<RunscStdio>) -> Result<(), RunscError> {
+        self.client.start(id, stdio).await
+    }
+
+    async fn exec(&self, call: ExecCall<'_>) -> Result<ExecStarted, RunscError> {
+        let file = |suffix| call.bundle.join(bundle::exec_file(call.exec_id, suffix));
+        let (process_file, pid_file, guest_pid_file) = (file("json"), file("pid"), file("gpid"));
+        let process = serde_json::to_vec(call.process).expect("a JSON value serialises");
+        bundle::write_file_atomic(&process_file, &process).map_err(|source| RunscError::Io {
+            subcommand: "exec",
+            context: "writing the process file",
+            source,
+        })?;
         let opts = ExecOpts {
-            process_json: call.process_file.to_path_buf(),
-            pid_file: call.pid_file.to_path_buf(),
-            internal_pid_file: Some(call.internal_pid_file.to_path_buf()),
+            process_json: process_file.clone(),
+            pid_file: pid_file.clone(),
+            internal_pid_file: Some(guest_pid_file.clone()),
             detach: true,
             console_socket: call.console_socket.map(Path::to_path_buf),
         };
-        self.client
-            .exec(call.id, &opts, call.stdio)
-            .await
-            .map_err(map_err)
+        let started = async {
+            self.client.exec(call.id, &opts, call.stdio).await?;
+            Ok(ExecStarted {
+                pid: read_pid_file(&pid_file)? as u32,
+                guest_pid: read_pid_file(&guest_pid_file)?,
+            })
+        }
+        .await;
+        // Read once; nothing needs them later (kill goes by the guest pid).
+        for f in [process_file, pid_file, guest_pid_file] {
+            let _ = std::fs::remove_file(f);
+        }
+        started
     }
 
-    async fn kill(&self, id: &str, signal: u32, target: KillTarget) -> Result<(), RuntimeError> {
+    async fn kill(&self, id: &str, signal: u32, target: KillTarget) -> Result<(), RunscError> {
         let (all, pid) = match target {
             KillTarget::Init => (false, None),
             KillTarget::All => (true, None),
             KillTarget::Guest(p) => (false, Some(p)),
         };
-        self.client
-            .kill(id, signal as i32, all, pid)
-            .await
-            .map_err(map_err)
+        self.client.kill(id, signal as i32, all, pid).await
     }
 
-    async fn delete(&self, id: &str) -> Result<(), RuntimeError> {
-        self.client.delete(id, true).await.map_err(map_err)
+    async fn delete(&self, id: &str) -> Result<(), RunscError> {
+        self.client.delete(id, true).await
     }
 
-    async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
-        self.client.pause(id).await.map_err(map_err)
+    async fn pause(&self, id: &str) -> Result<(), RunscError> {
+        self.client.pause(id).await
     }
 
-    async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
-        self.client.resume(id).await.map_err(map_err)
+    async fn resume(&self, id: &str) -> Result<(), RunscError> {
+        self.client.resume(id).await
     }
 
-    async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeError> {
-        let pids = self.client.ps(id).await.map_err(map_err)?;
+    async fn ps(&self, id: &str) -> Result<Vec<u32>, RunscError> {
+        let pids = self.client.ps(id).await?;
         Ok(pids
             .into_iter()
             .filter(|p| *p > 0)
@@ -203,22 +283,20 @@ impl SandboxRuntime for RunscRuntime {
             .collect())
     }
 
-    async fn wait(&self, id: &str) -> Result<u32, RuntimeError> {
-        self.client
-            .wait(id, WaitTarget::Init)
-            .await
-            .map_err(map_err)
+    async fn wait(&self, id: &str) -> Result<ExitStatus, RunscError> {
+        let code = self.client.wait(id, WaitTarget::Init).await?;
+        Ok(ExitStatus::Exited(code as i32).unfold_runsc())
     }
 
-    async fn stats(&self, id: &str) -> Result<serde_json::Value, RuntimeError> {
-        self.client.stats(id).await.map_err(map_err)
+    async fn stats(&self, id: &str) -> Result<Value, RunscError> {
+        self.client.stats(id).await
     }
 
-    async fn update(&self, id: &str, resources: &[u8]) -> Result<bool, RuntimeError> {
+    async fn update(&self, id: &str, resources: &[u8]) -> Result<bool, RunscError> {
         match self.client.update(id, resources).await {
             Ok(()) => Ok(true),
             Err(RunscError::Unsupported(_)) => Ok(false),
-            Err(e) => Err(map_err(e)),
+            Err(e) => Err(e),
         }
     }
 }

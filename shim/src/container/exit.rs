@@ -1,0 +1,96 @@
+//! The one path every process exit takes: a sandbox's init, a pod's later container, an exec.
+//!
+//! In order: classify (OOM, process limit, wall-clock limit, or what the status says), let an
+//! init's Start finish announcing it, wait for output in flight to drain, record the exit,
+//! publish it (TaskOOM first when the memory limit killed it), write the audit line, and only
+//! then wake every Wait: a client that saw Wait return finds the event sent and the record on
+//! disk, and a Delete (which waits too) can never publish TaskDelete ahead of TaskExit.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::Container;
+use crate::audit::AuditEvent;
+use crate::process::exit::{Exit, ExitCause};
+use crate::process::Process;
+use crate::reaper::ExitStatus;
+
+impl Container {
+    pub(super) async fn on_exit(self: &Arc<Self>, process: &Arc<Process>, status: ExitStatus) {
+        let cause = self.classify(process, status);
+        if process.is_init() {
+            // An exit during Start waits until Start has recorded the start and sent TaskStart.
+            drop(self.start_lock.lock().await);
+        }
+        // Terminal output still in flight must reach the client before the exit does.
+        let p = process.clone();
+        let _ = tokio::task::spawn_blocking(move || p.io.wait_output()).await;
+        let exit = Exit::new(status, cause, SystemTime::now());
+        if !process.record_exit(exit) {
+            return;
+        }
+        if cause == ExitCause::Oom {
+            self.report_oom().await;
+        }
+        let pid = process.pid();
+        self.events()
+            .exit(&self.id, &process.exec_id, pid, exit.status, exit.at)
+            .await;
+        let mut rec = self.record(if process.is_init() {
+            AuditEvent::Exit
+        } else {
+            AuditEvent::ExecExit
+        });
+        rec.exec_id = (!process.is_init()).then_some(process.exec_id.as_str());
+        rec.pid = Some(pid);
+        rec.set_exit(&exit);
+        self.audit_best_effort(&rec);
+        let msg = format!("{} {}: {status}", self.name_of(process), cause.describe());
+        if cause.is_enforced() {
+            log::warn!("{msg}");
+        } else {
+            log::info!("{msg}");
+        }
+        if process.is_init() {
+            self.stop_lifetime();
+        }
+        process.announce_exit(exit);
+    }
+
+    /// Why the process ended. An exec's exit is its own; an init's is the sandbox's, which the
+    /// runtime's enforcement may have caused.
+    fn classify(&self, process: &Process, status: ExitStatus) -> ExitCause {
+        if !process.is_init() {
+            return ExitCause::of_status(status);
+        }
+        if self.expired.load(Ordering::SeqCst) {
+            return ExitCause::Timeout;
+        }
+        match self.cgroups.get().map(|cg| cg.classify(status)) {
+            Some(Ok(cause)) => cause,
+            Some(Err(e)) => {
+                log::warn!(
+                    "container {}: reading the sandbox's cgroup counters: {e}",
+                    self.id
+                );
+                ExitCause::of_status(status)
+            }
+            None => ExitCause::of_status(status),
+        }
+    }
+
+    /// The memory cgroup killed the sandbox: TaskOOM (what CRI turns into `OOMKilled`) and an
+    /// audit line, once.
+    pub(super) async fn report_oom(&self) {
+        if self.oom_reported.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        log::warn!(
+            "container {}: out of memory, the sandbox was killed at its memory limit",
+            self.id
+        );
+        self.events().oom(&self.id).await;
+        self.audit_best_effort(&self.record(AuditEvent::Oom));
+    }
+}
