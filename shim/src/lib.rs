@@ -20,6 +20,7 @@ pub mod logger;
 pub mod options;
 pub mod packed;
 pub mod policy_source;
+pub mod prepare;
 pub mod process;
 pub mod reaper;
 pub mod rootfs;

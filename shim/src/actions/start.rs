@@ -19,8 +19,8 @@ use containerd_shim_protos::protobuf::Message;
 use sha2::{Digest, Sha256};
 
 use crate::bundle;
-use crate::container::create::CRI_SANDBOX_ID;
 use crate::flags::Flags;
+use crate::prepare::CRI_SANDBOX_ID;
 
 /// Environment variable naming the inherited listening socket in the server process.
 pub const LISTEN_FD_ENV: &str = "GVISOR_HARDENED_LISTEN_FD";

@@ -1,0 +1,136 @@
+//! Create, start, kill, exit and delete of a sandbox's first container.
+
+use super::*;
+
+#[tokio::test]
+async fn a_container_runs_exits_and_is_deleted_with_its_events_and_audit_in_order() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    bed.fake.exit("c1", exited(3));
+    assert_eq!(bed.exit_status("c1").await, 3);
+    let resp = bed.shim.delete("c1", "").await.unwrap();
+    assert_eq!(resp.exit_status, 3);
+    assert_eq!(
+        bed.events.lines(),
+        ["create c1", "start c1", "exit c1 c1 3", "delete c1 3"]
+    );
+    assert_eq!(
+        bed.audit_events("c1"),
+        ["create", "start", "exit", "delete"]
+    );
+    assert_eq!(bed.audit_record("c1", "exit")["exit_cause"], "exited");
+    assert_eq!(
+        bed.fake.calls_of("mount"),
+        [format!(
+            "mount {}",
+            bed.bundle("c1").join("rootfs").display()
+        )]
+    );
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn an_exit_during_start_is_published_after_task_start() {
+    let bed = Bed::new();
+    bed.create("c1").await;
+    bed.fake.exit_on_start(exited(0));
+    bed.shim.start("c1", "").await.unwrap();
+    assert_eq!(bed.exit_status("c1").await, 0);
+    assert_eq!(
+        bed.events.lines(),
+        ["create c1", "start c1", "exit c1 c1 0"]
+    );
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn starting_twice_is_a_failed_precondition_and_runsc_is_not_asked_again() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    let err = bed.shim.start("c1", "").await.unwrap_err();
+    assert_eq!(
+        code(err),
+        (
+            Code::FAILED_PRECONDITION,
+            "container c1: cannot start a running process".into()
+        )
+    );
+    assert_eq!(bed.fake.calls_of("start"), ["start c1"]);
+    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
+    bed.exit_status("c1").await;
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn deleting_a_created_container_kills_its_sandbox_and_reports_it_killed() {
+    let bed = Bed::new();
+    bed.create("c1").await;
+    let resp = bed.shim.delete("c1", "").await.unwrap();
+    assert_eq!(resp.exit_status, 137);
+    assert_eq!(
+        bed.events.lines(),
+        ["create c1", "exit c1 c1 137", "delete c1 137"]
+    );
+    assert_eq!(bed.audit_events("c1"), ["create", "exit", "delete"]);
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn deleting_a_running_container_is_refused_and_changes_nothing() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    let err = bed.shim.delete("c1", "").await.unwrap_err();
+    assert_eq!(err.code(), Code::FAILED_PRECONDITION);
+    assert!(bed.fake.calls_of("delete").is_empty());
+    assert_eq!(
+        bed.shim.state("c1", "").await.unwrap().status,
+        containerd_shim_protos::types::task::Status::RUNNING.into()
+    );
+    bed.shim.kill("c1", "", SIGKILL, false).await.unwrap();
+    bed.exit_status("c1").await;
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn a_kill_after_the_exit_is_not_found_as_containerd_expects() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    bed.fake.exit("c1", exited(0));
+    bed.exit_status("c1").await;
+    let err = bed.shim.kill("c1", "", SIGKILL, false).await.unwrap_err();
+    assert_eq!(
+        code(err),
+        (
+            Code::NOT_FOUND,
+            "container c1: process already finished".into()
+        )
+    );
+    assert!(bed.fake.calls_of("kill").is_empty());
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn concurrent_kill_and_delete_publish_one_exit_and_it_comes_before_the_delete() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    let (kill, deleted) = tokio::join!(bed.shim.kill("c1", "", SIGKILL, true), async {
+        loop {
+            match bed.shim.delete("c1", "").await {
+                Ok(resp) => break resp,
+                Err(e) => assert_eq!(e.code(), Code::FAILED_PRECONDITION, "{e}"),
+            }
+            tokio::task::yield_now().await;
+        }
+    });
+    kill.unwrap();
+    assert_eq!(deleted.exit_status, 137);
+    assert_eq!(
+        bed.events.lines(),
+        ["create c1", "start c1", "exit c1 c1 137", "delete c1 137"]
+    );
+    bed.assert_clean();
+}

@@ -1,0 +1,148 @@
+//! The lifecycle through the shim's task entry points, on the fake runtime and host: no root, no
+//! runsc. Each test is named after the behaviour it proves; every one also checks that what it
+//! created is gone at the end (`Bed::assert_clean`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use containerd_shim_protos::api::{CreateTaskRequest, ExecProcessRequest};
+pub use containerd_shim_protos::protobuf::well_known_types::any::Any;
+pub use containerd_shim_protos::ttrpc::Code;
+use containerd_shim_protos::types::mount::Mount;
+pub use serde_json::{json, Value};
+
+pub use crate::error::ShimError;
+use crate::fake::{Fake, RecordingSink};
+pub use crate::reaper::ExitStatus;
+use crate::service::Shim;
+
+mod create;
+mod enforcement;
+mod exec;
+mod lifecycle;
+mod pods;
+mod resources;
+
+const SPEC: &str = include_str!("../../../../policy-injector/tests/fixtures/ctr-plain.json");
+pub const SIGTERM: u32 = libc::SIGTERM as u32;
+pub const SIGKILL: u32 = libc::SIGKILL as u32;
+
+pub struct Bed {
+    dir: tempfile::TempDir,
+    pub fake: Fake,
+    pub events: Arc<RecordingSink>,
+    pub shim: Shim,
+}
+
+impl Bed {
+    pub fn new() -> Bed {
+        Self::with_policy("")
+    }
+
+    /// A shim whose node policy is the default plus `extra` TOML, its audit log in a temp dir.
+    pub fn with_policy(extra: &str) -> Bed {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("policy.toml");
+        std::fs::write(
+            &policy,
+            format!(
+                "{extra}\n[audit]\npath = \"{}\"\n",
+                dir.path().join("audit.jsonl").display()
+            ),
+        )
+        .unwrap();
+        let fake = Fake::default();
+        let events = Arc::new(RecordingSink::default());
+        let shim = Shim::new(fake.env(dir.path(), policy, events.clone()));
+        Bed {
+            dir,
+            fake,
+            events,
+            shim,
+        }
+    }
+
+    pub fn bundle(&self, id: &str) -> PathBuf {
+        self.dir.path().join("bundles").join(id)
+    }
+
+    /// A bundle with a real ctr spec for `id`, with `annotations` added.
+    pub fn request(&self, id: &str, annotations: &[(&str, &str)]) -> CreateTaskRequest {
+        let bundle = self.bundle(id);
+        std::fs::create_dir_all(bundle.join("rootfs")).unwrap();
+        let mut spec: Value = serde_json::from_str(SPEC).unwrap();
+        spec["linux"]["cgroupsPath"] = json!(format!("/test/{id}"));
+        for (k, v) in annotations {
+            spec["annotations"][*k] = json!(v);
+        }
+        std::fs::write(bundle.join("config.json"), spec.to_string()).unwrap();
+        let mut mount = Mount::new();
+        mount.type_ = "overlay".into();
+        mount.source = "overlay".into();
+        let mut req = CreateTaskRequest::new();
+        req.id = id.into();
+        req.bundle = bundle.display().to_string();
+        req.rootfs = vec![mount];
+        req
+    }
+
+    pub async fn create(&self, id: &str) {
+        self.shim.create(self.request(id, &[])).await.unwrap();
+    }
+
+    pub async fn running(&self, id: &str) {
+        self.create(id).await;
+        self.shim.start(id, "").await.unwrap();
+    }
+
+    /// The audit events recorded for container `id`, in order.
+    pub fn audit(&self, id: &str) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.dir.path().join("audit.jsonl")).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|r| r["container_id"] == id)
+            .collect()
+    }
+
+    pub fn audit_events(&self, id: &str) -> Vec<String> {
+        self.audit(id)
+            .iter()
+            .map(|r| r["event"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    pub fn audit_record(&self, id: &str, event: &str) -> Value {
+        self.audit(id)
+            .into_iter()
+            .find(|r| r["event"] == event)
+            .unwrap_or_else(|| panic!("no {event} record for {id}: {:?}", self.audit(id)))
+    }
+
+    pub async fn exit_status(&self, id: &str) -> u32 {
+        self.shim.wait(id, "").await.unwrap().exit_status
+    }
+
+    /// Nothing of any container is left in runsc, the process table, the mounts or the cgroups,
+    /// and the shim's own files are gone from the bundles.
+    pub fn assert_clean(&self) {
+        assert_eq!(self.fake.leftovers(), Vec::<String>::new());
+        for entry in std::fs::read_dir(self.dir.path().join("bundles")).unwrap() {
+            let bundle = entry.unwrap().path();
+            for name in [crate::bundle::BUNDLE_STATE, crate::bundle::INIT_PID_FILE] {
+                assert!(
+                    !bundle.join(name).exists(),
+                    "{}",
+                    bundle.join(name).display()
+                );
+            }
+        }
+    }
+}
+
+pub fn code(e: ShimError) -> (Code, String) {
+    (e.code(), e.to_string())
+}
+
+pub fn exited(code: i32) -> ExitStatus {
+    ExitStatus::Exited(code)
+}

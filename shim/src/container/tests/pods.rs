@@ -1,0 +1,131 @@
+//! Pods (one sandbox, later containers joining it) and the shim's own end.
+
+use super::*;
+
+const CRI_TYPE: &str = "io.kubernetes.cri.container-type";
+const CRI_SANDBOX: &str = "io.kubernetes.cri.sandbox-id";
+
+#[tokio::test]
+async fn pod_containers_join_the_sandbox_and_leave_it_while_the_sandbox_stays() {
+    let bed = Bed::new();
+    bed.shim
+        .create(bed.request("pod", &[(CRI_TYPE, "sandbox"), (CRI_SANDBOX, "pod")]))
+        .await
+        .unwrap();
+    bed.shim.start("pod", "").await.unwrap();
+    let sandbox_pid = bed.shim.state("pod", "").await.unwrap().pid;
+    let app = bed.request("app", &[(CRI_TYPE, "container"), (CRI_SANDBOX, "pod")]);
+    let created = bed.shim.create(app).await.unwrap();
+    // runsc reports the pod sandbox's pid for the container that joined it.
+    assert_eq!(created.pid, sandbox_pid);
+    bed.shim.start("app", "").await.unwrap();
+    bed.fake.exit("app", exited(4));
+    assert_eq!(bed.exit_status("app").await, 4);
+    bed.shim.delete("app", "").await.unwrap();
+    // The sandbox still runs, and takes another container.
+    assert_eq!(
+        bed.shim.state("pod", "").await.unwrap().status,
+        containerd_shim_protos::types::task::Status::RUNNING.into()
+    );
+    bed.shim
+        .create(bed.request("app2", &[(CRI_TYPE, "container"), (CRI_SANDBOX, "pod")]))
+        .await
+        .unwrap();
+    bed.shim.delete("app2", "").await.unwrap();
+    bed.shim.kill("pod", "", SIGKILL, true).await.unwrap();
+    bed.exit_status("pod").await;
+    bed.shim.delete("pod", "").await.unwrap();
+    assert_eq!(
+        bed.events.matching("exit"),
+        ["exit app app 4", "exit app2 app2 137", "exit pod pod 137"]
+    );
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn a_pod_container_is_reported_killed_when_its_sandbox_dies() {
+    let bed = Bed::new();
+    bed.shim
+        .create(bed.request("pod", &[(CRI_TYPE, "sandbox"), (CRI_SANDBOX, "pod")]))
+        .await
+        .unwrap();
+    bed.shim.start("pod", "").await.unwrap();
+    bed.shim
+        .create(bed.request("app", &[(CRI_TYPE, "container"), (CRI_SANDBOX, "pod")]))
+        .await
+        .unwrap();
+    bed.shim.start("app", "").await.unwrap();
+    bed.fake.exit("pod", ExitStatus::killed());
+    assert_eq!(bed.exit_status("app").await, 137);
+    assert_eq!(bed.exit_status("pod").await, 137);
+    bed.shim.delete("app", "").await.unwrap();
+    bed.shim.delete("pod", "").await.unwrap();
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn a_container_of_a_pod_this_shim_does_not_serve_is_refused() {
+    let bed = Bed::new();
+    let err = bed
+        .shim
+        .create(bed.request(
+            "app",
+            &[(CRI_TYPE, "container"), (CRI_SANDBOX, "elsewhere")],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::INVALID_ARGUMENT);
+    assert!(err.to_string().contains("elsewhere"), "{err}");
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn shutdown_exits_only_when_nothing_is_left() {
+    let bed = Bed::new();
+    bed.create("c1").await;
+    bed.create("c2").await;
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.shim.shutdown(false).await;
+    assert!(!bed.shim.exit.is_cancelled());
+    bed.shim.delete("c2", "").await.unwrap();
+    bed.shim.shutdown(false).await;
+    assert!(bed.shim.exit.is_cancelled());
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn shutdown_now_exits_whatever_is_left() {
+    let bed = Bed::new();
+    bed.create("c1").await;
+    bed.shim.shutdown(true).await;
+    assert!(bed.shim.exit.is_cancelled());
+    bed.shim.delete("c1", "").await.unwrap();
+}
+
+#[tokio::test]
+async fn sigterm_to_the_shim_tears_down_every_sandbox_members_first() {
+    let bed = Bed::new();
+    bed.shim
+        .create(bed.request("pod", &[(CRI_TYPE, "sandbox"), (CRI_SANDBOX, "pod")]))
+        .await
+        .unwrap();
+    bed.shim.start("pod", "").await.unwrap();
+    bed.shim
+        .create(bed.request("app", &[(CRI_TYPE, "container"), (CRI_SANDBOX, "pod")]))
+        .await
+        .unwrap();
+    bed.shim.start("app", "").await.unwrap();
+    bed.shim.terminate_all().await;
+    assert_eq!(
+        bed.fake.calls_of("kill"),
+        [
+            format!("kill app {SIGKILL} all"),
+            format!("kill pod {SIGKILL} all")
+        ]
+    );
+    assert_eq!(
+        bed.audit_record("pod", "delete")["error"],
+        "shim terminated"
+    );
+    bed.assert_clean();
+}

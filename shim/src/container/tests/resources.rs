@@ -1,0 +1,57 @@
+//! Pause, resume and update.
+
+use super::*;
+use crate::fake::Step;
+
+#[tokio::test]
+async fn pause_and_resume_follow_the_state_and_publish_their_events() {
+    let bed = Bed::new();
+    bed.create("c1").await;
+    assert_eq!(
+        bed.shim.pause("c1").await.unwrap_err().code(),
+        Code::FAILED_PRECONDITION
+    );
+    bed.shim.start("c1", "").await.unwrap();
+    bed.shim.pause("c1").await.unwrap();
+    assert_eq!(
+        bed.shim.pause("c1").await.unwrap_err().code(),
+        Code::FAILED_PRECONDITION
+    );
+    bed.shim.resume("c1").await.unwrap();
+    assert_eq!(bed.fake.calls_of("pause"), ["pause c1"]);
+    assert_eq!(bed.events.lines()[2..], ["paused", "resumed"]);
+    // A failed `runsc pause` leaves the container running.
+    bed.fake.fail_next(Step::Pause);
+    assert_eq!(
+        bed.shim.pause("c1").await.unwrap_err().code(),
+        Code::UNKNOWN
+    );
+    bed.shim.pause("c1").await.unwrap();
+    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
+    bed.exit_status("c1").await;
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn an_update_is_clamped_by_the_policy_and_written_to_the_sandbox_cgroups() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    let mut req = containerd_shim_protos::api::UpdateTaskRequest::new();
+    req.id = "c1".into();
+    let mut any = Any::new();
+    any.value = serde_json::to_vec(&json!({"memory": {"limit": 1u64 << 40}})).unwrap();
+    req.resources = Some(any).into();
+    bed.shim.update(req).await.unwrap();
+    let updates = bed.fake.updates();
+    assert_eq!(updates.len(), 1);
+    assert!(
+        !updates[0].contains(&(1u64 << 40).to_string()),
+        "{updates:?}"
+    );
+    assert_eq!(bed.audit_events("c1").last().unwrap(), "update");
+    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
+    bed.exit_status("c1").await;
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.assert_clean();
+}

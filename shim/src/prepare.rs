@@ -1,0 +1,293 @@
+//! The hardening of a bundle before any sandbox exists, shared by every front end (the shim's
+//! Create, `runsc-hardened create`): load the policy, read `config.json`, harden it, write the
+//! hardened spec (the original kept beside it), configure runsc as the policy demands, and audit
+//! the decision. Nothing on the host changes but the bundle's files and the audit log; what
+//! comes after (mounts, `runsc create`) is the caller's.
+//!
+//! Two steps, because a caller may need the spec's annotations between them (the shim finds the
+//! pod a container joins, and with it the namespaces it may share): [`Inputs::read`], then
+//! [`Inputs::harden`]. A failure in either is audited (`create-failed`, `create-rejected`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use policy_injector::{harden_owned, Context, Lifetime, Mode, RunscFlags};
+use serde_json::Value;
+
+use crate::audit::{AuditEvent, AuditLog, AuditRecord, PodRef, PolicyRef, Subject};
+use crate::bundle::{self, BundleState, BUNDLE_STATE, CONFIG, ORIGINAL_CONFIG};
+use crate::error::{Result, ShimError};
+use crate::policy_source::{self, sha256_hex, LoadedPolicy};
+use crate::runtime::{RuntimeFactory, SandboxRuntime};
+
+pub const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+
+/// Who asks and where: what the bundle alone does not say.
+pub struct Request<'a> {
+    pub id: &'a str,
+    /// containerd's namespace (`default`, `k8s.io`), or the engine's name for runsc-hardened.
+    pub namespace: &'a str,
+    pub bundle: &'a Path,
+    /// A policy file named by the caller (CRI `ConfigPath`, `--policy`); else `node_policy` if it
+    /// exists; else the embedded default.
+    pub config_path: Option<&'a str>,
+    pub node_policy: &'a Path,
+}
+
+/// The policy and the spec, read and checked; nothing written yet.
+pub struct Inputs {
+    pub id: String,
+    pub namespace: String,
+    pub bundle: PathBuf,
+    pub policy: LoadedPolicy,
+    /// The spec's string annotations.
+    pub annotations: BTreeMap<String, String>,
+    pub subject: Subject,
+    pub audit: AuditLog,
+    original: Vec<u8>,
+    spec: Value,
+}
+
+/// A hardened bundle, audited, with the runtime configured for it.
+pub struct Prepared {
+    pub policy: LoadedPolicy,
+    pub annotations: BTreeMap<String, String>,
+    pub subject: Subject,
+    pub audit: AuditLog,
+    pub runtime: Arc<dyn SandboxRuntime>,
+    pub lifetime: Lifetime,
+    pub runsc: RunscFlags,
+    /// `linux.cgroupsPath` of the hardened spec.
+    pub cgroups_path: String,
+    /// The hardened spec as written to `config.json`.
+    pub spec: Value,
+}
+
+fn subject(
+    namespace: &str,
+    id: &str,
+    ann: &BTreeMap<String, String>,
+    policy: &LoadedPolicy,
+) -> Subject {
+    let get = |k: &str| ann.get(k).cloned();
+    let pod = PodRef {
+        name: get("io.kubernetes.cri.sandbox-name"),
+        namespace: get("io.kubernetes.cri.sandbox-namespace"),
+        uid: get("io.kubernetes.cri.sandbox-uid"),
+        sandbox_id: get(CRI_SANDBOX_ID),
+        container_name: get("io.kubernetes.cri.container-name"),
+    };
+    Subject {
+        namespace: namespace.to_string(),
+        container_id: id.to_string(),
+        image: get("io.kubernetes.cri.image-name"),
+        pod: (pod != PodRef::default()).then_some(pod),
+        policy: PolicyRef {
+            path: policy.source.display_path(),
+            sha256: policy.sha256.clone(),
+            mode: format!("{:?}", policy.policy.mode).to_lowercase(),
+        },
+    }
+}
+
+/// A Create that fails before the spec could be hardened (unreadable policy or bundle) is
+/// audited too, best effort: the failure is what the caller gets either way. `policy` is the
+/// policy that was loaded, if any (it names itself in the record); the log is `log_of`'s.
+fn audit_early_failure(
+    req: &Request<'_>,
+    log_of: &LoadedPolicy,
+    policy: Option<&LoadedPolicy>,
+    error: &ShimError,
+) {
+    let mut subject = subject(req.namespace, req.id, &BTreeMap::new(), log_of);
+    if policy.is_none() {
+        subject.policy = PolicyRef {
+            path: "<not loaded>".into(),
+            sha256: String::new(),
+            mode: "enforce".into(),
+        };
+    }
+    let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &subject);
+    rec.error = Some(error.to_string());
+    if let Err(e) = AuditLog::new(&log_of.policy.audit.path).append(&rec) {
+        log::error!("container {}: {e}", req.id);
+    }
+}
+
+/// Bind sources as the host resolves them (symlinks followed), so the policy's denylist also
+/// catches a link that points at a denied path. Sources that do not exist are left out: runsc
+/// fails on them anyway.
+fn resolve_bind_sources(spec: &Value) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Some(mounts) = spec.get("mounts").and_then(Value::as_array) else {
+        return out;
+    };
+    for m in mounts {
+        let is_bind = m.get("type").and_then(Value::as_str) == Some("bind")
+            || m.get("options")
+                .and_then(Value::as_array)
+                .is_some_and(|o| o.iter().any(|x| x == "bind" || x == "rbind"));
+        let Some(source) = m.get("source").and_then(Value::as_str) else {
+            continue;
+        };
+        if is_bind {
+            if let Ok(real) = std::fs::canonicalize(source) {
+                out.insert(source.to_string(), real.display().to_string());
+            }
+        }
+    }
+    out
+}
+
+impl Inputs {
+    /// Loads the policy and reads the spec.
+    pub fn read(req: &Request<'_>) -> Result<Inputs> {
+        let policy = match policy_source::load(req.config_path, req.node_policy) {
+            Ok(policy) => policy,
+            Err(e) => {
+                // The policy names the audit log; without a policy, the default log gets it.
+                let e = ShimError::from(e);
+                audit_early_failure(req, &policy_source::embedded(), None, &e);
+                return Err(e);
+            }
+        };
+        crate::logger::raise_level(crate::logger::policy_level(&policy.policy));
+        if policy.policy.mode == Mode::Audit {
+            log::warn!(
+                "container {}: policy {} is in audit mode: NO hardening is applied, the spec runs as given",
+                req.id,
+                policy.source.display_path()
+            );
+        }
+        let (original, spec) = match bundle::read_spec(req.bundle) {
+            Ok(read) => read,
+            Err(e) => {
+                let e = ShimError::from(e);
+                audit_early_failure(req, &policy, Some(&policy), &e);
+                return Err(e);
+            }
+        };
+        let annotations = bundle::annotations(&spec);
+        Ok(Inputs {
+            id: req.id.to_string(),
+            namespace: req.namespace.to_string(),
+            bundle: req.bundle.to_path_buf(),
+            subject: subject(req.namespace, req.id, &annotations, &policy),
+            audit: AuditLog::new(&policy.policy.audit.path),
+            annotations,
+            policy,
+            original,
+            spec,
+        })
+    }
+
+    /// Hardens the spec (the pod's namespace paths given, if it joins one), writes it, configures
+    /// the runtime, audits the decision and writes the bundle state a cleanup after a crash needs.
+    pub async fn harden(
+        self,
+        pod_namespace_paths: Vec<String>,
+        runtimes: &dyn RuntimeFactory,
+    ) -> Result<Prepared> {
+        let ctx = Context {
+            container_id: self.id.clone(),
+            namespace: self.namespace.clone(),
+            pod_namespace_paths,
+            resolved_sources: resolve_bind_sources(&self.spec),
+        };
+        let hardened = match harden_owned(self.spec, &self.policy.policy, &ctx) {
+            Ok(h) => h,
+            Err(e) => {
+                let mut rec = AuditRecord::new(AuditEvent::CreateRejected, &self.subject);
+                rec.error = Some(e.to_string());
+                self.audit.append(&rec)?;
+                log::warn!("container {}: {e}", self.id);
+                return Err(e.into());
+            }
+        };
+        let cgroups_path = hardened
+            .spec
+            .pointer("/linux/cgroupsPath")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let written = async {
+            // The hardened spec replaces config.json; the original stays beside it.
+            let final_bytes = serde_json::to_vec_pretty(&hardened.spec)
+                .map_err(|e| ShimError::Internal(format!("serialising the hardened spec: {e}")))?;
+            bundle::write(&self.bundle, ORIGINAL_CONFIG, &self.original)?;
+            bundle::write(&self.bundle, CONFIG, &final_bytes)?;
+            let runtime = runtimes
+                .runtime(
+                    &self.policy.policy,
+                    &hardened.runsc,
+                    &self.namespace,
+                    &self.bundle,
+                )
+                .await?;
+            let global_args = runtime.global_args();
+            let config_sha256 = sha256_hex(&final_bytes);
+            let mut rec = AuditRecord::new(AuditEvent::Create, &self.subject);
+            rec.decisions = Some(&hardened.decisions);
+            rec.config_sha256 = Some(&config_sha256);
+            rec.runsc_args = Some(&global_args);
+            self.audit.append(&rec)?;
+            let state = BundleState {
+                runsc_binary: self.policy.policy.runsc.path.clone(),
+                runsc_root: crate::runtime::runsc::root_for(&self.policy.policy, &self.namespace),
+                audit_path: self.audit.path().to_path_buf(),
+                cgroups_path: cgroups_path.clone(),
+                subject: self.subject.clone(),
+            };
+            let state = serde_json::to_vec(&state).expect("bundle state serialises");
+            bundle::write(&self.bundle, BUNDLE_STATE, &state)?;
+            Ok::<_, ShimError>(runtime)
+        }
+        .await;
+        let runtime = match written {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
+                rec.error = Some(e.to_string());
+                if let Err(audit_err) = self.audit.append(&rec) {
+                    log::error!("container {}: {audit_err}", self.id);
+                }
+                return Err(e);
+            }
+        };
+        Ok(Prepared {
+            policy: self.policy,
+            annotations: self.annotations,
+            subject: self.subject,
+            audit: self.audit,
+            runtime,
+            lifetime: hardened.lifetime,
+            runsc: hardened.runsc,
+            cgroups_path,
+            spec: hardened.spec,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_sources_are_resolved_through_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("/etc", &link).unwrap();
+        let spec = serde_json::json!({"mounts": [
+            {"destination": "/x", "type": "bind", "source": link.to_str().unwrap(), "options": ["rbind"]},
+            {"destination": "/y", "type": "tmpfs", "source": "tmpfs"},
+            {"destination": "/z", "source": "/nonexistent", "options": ["bind"]}
+        ]});
+        let r = resolve_bind_sources(&spec);
+        assert_eq!(
+            r.get(link.to_str().unwrap()).map(String::as_str),
+            Some("/etc")
+        );
+        assert_eq!(r.len(), 1);
+    }
+}
