@@ -16,6 +16,25 @@ use crate::runtime::{
 };
 use crate::stdio::RunscStdio;
 
+/// What runsc does with `--console-socket`: makes a terminal and sends its master over the
+/// socket. The slave end is dropped (nothing inside writes to it).
+fn send_terminal(socket: &Path) {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let stream = std::os::unix::net::UnixStream::connect(socket).expect("console socket");
+    let fds = [pty.master.as_raw_fd()];
+    let iov = [std::io::IoSlice::new(b"pty")];
+    sendmsg::<()>(
+        stream.as_raw_fd(),
+        &iov,
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        None,
+    )
+    .expect("sending the terminal");
+}
+
 #[async_trait::async_trait]
 impl RuntimeFactory for Fake {
     async fn runtime(
@@ -50,6 +69,9 @@ impl SandboxRuntime for Fake {
     async fn create(&self, call: CreateCall<'_>) -> Result<u32, RunscError> {
         drop(call.stdio);
         self.call(format!("create {}", call.id));
+        if let Some(socket) = call.console_socket {
+            send_terminal(socket);
+        }
         let sandbox = joins(call.bundle, call.id);
         let mut w = self.world();
         if w.fails(Step::Create) {
@@ -132,6 +154,9 @@ impl SandboxRuntime for Fake {
     async fn exec(&self, call: ExecCall<'_>) -> Result<ExecStarted, RunscError> {
         drop(call.stdio);
         self.call(format!("exec {} {}", call.id, call.exec_id));
+        if let Some(socket) = call.console_socket {
+            send_terminal(socket);
+        }
         let mut w = self.world();
         if w.fails(Step::Exec) {
             return Err(failure("exec", call.id));

@@ -126,3 +126,23 @@ async fn an_exec_in_a_stopped_container_is_refused() {
     bed.shim.delete("c1", "").await.unwrap();
     bed.assert_clean();
 }
+
+#[tokio::test]
+async fn an_exec_with_a_terminal_gets_it_over_the_console_socket_and_can_resize_it() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    let mut req = exec_request("c1", "e1", 0);
+    req.terminal = true;
+    bed.shim.exec(req).await.unwrap();
+    // Without a terminal there is nothing to resize.
+    assert!(bed.shim.resize_pty("c1", "", 80, 24).await.is_err());
+    bed.shim.start("c1", "e1").await.unwrap();
+    bed.shim.resize_pty("c1", "e1", 132, 43).await.unwrap();
+    bed.fake.exit_exec("c1", "e1", exited(0));
+    assert_eq!(bed.shim.wait("c1", "e1").await.unwrap().exit_status, 0);
+    bed.shim.delete("c1", "e1").await.unwrap();
+    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
+    bed.exit_status("c1").await;
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.assert_clean();
+}

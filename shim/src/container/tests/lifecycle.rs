@@ -134,3 +134,17 @@ async fn concurrent_kill_and_delete_publish_one_exit_and_it_comes_before_the_del
     );
     bed.assert_clean();
 }
+
+#[tokio::test]
+async fn a_container_with_a_terminal_gets_it_at_create() {
+    let bed = Bed::new();
+    let mut req = bed.request("c1", &[]);
+    req.terminal = true;
+    bed.shim.create(req).await.unwrap();
+    bed.shim.start("c1", "").await.unwrap();
+    bed.shim.resize_pty("c1", "", 100, 30).await.unwrap();
+    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
+    bed.exit_status("c1").await;
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.assert_clean();
+}
