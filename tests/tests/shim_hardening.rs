@@ -228,6 +228,11 @@ fn denied_host_mount_is_rejected_naming_the_rule() {
             out.stderr.contains("rejected by policy: mounts"),
             "{src}: {out}"
         );
+        // containerd carries the shim's code through: a rejection is a failed precondition.
+        assert!(
+            out.stderr.trim_end().ends_with(": failed precondition"),
+            "{src}: {out}"
+        );
         let _ = c.ctr().args(["container", "delete", &id]).output();
         assert_nothing_left(&c, &id, &Runtime::hardened());
     }

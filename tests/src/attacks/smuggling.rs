@@ -84,7 +84,7 @@ fn rejected(lab: &Lab, ran: &Ran, needles: &[&str]) -> Outcome {
     let at = err
         .find("rejected by policy: ")
         .ok_or_else(|| Failed(format!("no policy rejection: {}", ran.summary())))?;
-    let message = err[at..].trim().trim_end_matches(": invalid argument");
+    let message = err[at..].trim().trim_end_matches(": failed precondition");
     for n in needles {
         ensure(message.contains(n), || {
             format!("rejection does not mention {n:?}: {message}")
