@@ -140,8 +140,13 @@ fn audit_log_records_every_lifecycle_event_with_decisions_and_no_env_values() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let events: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
-    assert_eq!(events, ["create", "start", "exit", "delete"], "{text}");
-    let create = &lines[0];
+    // A new log begins with its genesis record (the chain's anchor).
+    assert_eq!(
+        events,
+        ["genesis", "create", "start", "exit", "delete"],
+        "{text}"
+    );
+    let create = &lines[1];
     assert_eq!(create["container_id"], id.as_str());
     assert_eq!(create["namespace"], c.namespace());
     assert_eq!(create["policy"]["path"], policy.display().to_string());
