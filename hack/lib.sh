@@ -45,11 +45,11 @@ ensure_rust() {
   fi
 }
 
-# Python packages for the manifest checks.
+# Python packages for the manifest checks and the audit-record schema test (jsonschema).
 ensure_python_tools() {
-  if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
-    log "installing kubernetes-validate (PyPI)"
-    python3 -m pip install -q --disable-pip-version-check kubernetes-validate 2>/dev/null \
-      || python3 -m pip install -q --disable-pip-version-check --break-system-packages kubernetes-validate
+  if ! python3 -c 'import kubernetes_validate, jsonschema' 2>/dev/null; then
+    log "installing kubernetes-validate and jsonschema (PyPI)"
+    python3 -m pip install -q --disable-pip-version-check kubernetes-validate jsonschema 2>/dev/null \
+      || python3 -m pip install -q --disable-pip-version-check --break-system-packages kubernetes-validate jsonschema
   fi
 }

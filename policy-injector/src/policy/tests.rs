@@ -245,7 +245,10 @@ fn audit_rotation_and_signing_key_are_read_strictly() {
         ("[audit]\nkeep = -1\n", "audit.keep"),
         ("[audit]\nmax_size = \"1Ki\"\n", "audit.max_size"),
         ("[audit]\nmax_size = \"lots\"\n", "audit.max_size"),
-        ("[audit]\nsigning_key = \"audit.key\"\n", "audit.signing_key"),
+        (
+            "[audit]\nsigning_key = \"audit.key\"\n",
+            "audit.signing_key",
+        ),
         ("[audit]\nsigning-key = \"/k\"\n", "signing-key"),
     ] {
         let e = err(src).to_string();
