@@ -141,7 +141,7 @@ fn chain(c: &Containerd, image: &TestImage) -> std::result::Result<(), Box<dyn s
         let v: serde_json::Value = serde_json::from_str(line)?;
         println!(
             "  seq {:>2}  prev {}...  {:<8} {}",
-            v["seq"],
+            v["seq"].as_u64().unwrap_or_default(),
             &v["prev"].as_str().unwrap_or("")[..16],
             v["event"].as_str().unwrap_or(""),
             v["container_id"]

@@ -308,4 +308,6 @@ pub fn genesis_line(link: Link, reason: GenesisReason, origin: &Origin<'_>) -> V
 }
 
 #[cfg(test)]
+mod sign_tests;
+#[cfg(test)]
 mod tests;
