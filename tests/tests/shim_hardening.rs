@@ -179,9 +179,9 @@ fn audit_log_records_every_lifecycle_event_with_decisions_and_no_env_values() {
         .unwrap()
         .iter()
         .any(|a| a == "--network=none"));
-    assert_eq!(lines[2]["exit_status"], 4);
-    assert_eq!(lines[2]["oom"], false);
-    assert_eq!(lines[2]["timed_out"], false);
+    assert_eq!(lines[3]["exit_status"], 4);
+    assert_eq!(lines[3]["oom"], false);
+    assert_eq!(lines[3]["timed_out"], false);
     assert_nothing_left(&c, &id, &Runtime::hardened());
     assert_clean_shutdown(c);
 }
