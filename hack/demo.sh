@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: a hardened gVisor sandbox on the embedded default policy, what it can and cannot
-# do from the inside, and the audit record of what was enforced. Run as root on Debian/Ubuntu;
+# do from the inside, and the audit record of what was enforced; then the hash-chained audit log
+# verified, and tampered copies of it failing verification. Run as root on Debian/Ubuntu;
 # installs what is missing, builds, runs against a private containerd it starts and stops.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -8,8 +9,8 @@ require_root
 ensure_packages
 ensure_rust
 cd "$REPO_ROOT"
-log "building the shim (release)"
-cargo build --release -p containerd-shim-gvisor-hardened
+log "building the shim and policy-injector (release)"
+cargo build --release -p containerd-shim-gvisor-hardened -p policy-injector
 export GVH_SHIM_BINARY="$REPO_ROOT/target/release/containerd-shim-gvisor-hardened-v1"
 log "running the demo"
 cargo run --release -q -p gvisor-hardened-tests --example demo

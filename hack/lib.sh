@@ -8,7 +8,7 @@ REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
 APT_PACKAGES=(
   containerd runc runsc busybox-static protobuf-compiler
   containernetworking-plugins iproute2 jq hyperfine python3-pip gcc g++ libc6-dev
-  ca-certificates curl
+  ca-certificates curl openssl
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
@@ -45,11 +45,11 @@ ensure_rust() {
   fi
 }
 
-# Python packages for the manifest checks.
+# Python packages for the manifest checks and the audit-record schema test (jsonschema).
 ensure_python_tools() {
-  if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
-    log "installing kubernetes-validate (PyPI)"
-    python3 -m pip install -q --disable-pip-version-check kubernetes-validate 2>/dev/null \
-      || python3 -m pip install -q --disable-pip-version-check --break-system-packages kubernetes-validate
+  if ! python3 -c 'import kubernetes_validate, jsonschema' 2>/dev/null; then
+    log "installing kubernetes-validate and jsonschema (PyPI)"
+    python3 -m pip install -q --disable-pip-version-check kubernetes-validate jsonschema 2>/dev/null \
+      || python3 -m pip install -q --disable-pip-version-check --break-system-packages kubernetes-validate jsonschema
   fi
 }

@@ -7,6 +7,8 @@ source "$(dirname "$0")/lib.sh"
 require_root
 ensure_packages
 ensure_rust
+# Before the tests: the audit-record schema test validates with Python's jsonschema.
+ensure_python_tools
 cd "$REPO_ROOT"
 
 log "cargo fmt --check"
@@ -28,6 +30,5 @@ log "red-team table"
 log "fuzzing, bounded (policy parser and harden)"
 "$REPO_ROOT/hack/fuzz.sh" 60
 log "Kubernetes manifests (kustomize render, kubernetes-validate 1.30-1.37, own checks)"
-ensure_python_tools
 "$REPO_ROOT/hack/check-manifests.sh"
 log "all tests passed"

@@ -1,18 +1,27 @@
-//! The audit log: one JSON line per lifecycle event, appended atomically.
+//! The audit log: one JSON line per lifecycle event, appended atomically and hash-chained.
 //!
 //! The audit is part of the runtime's contract: a Create whose record cannot be written fails
 //! (a full disk or an unwritable log must not let an unaudited sandbox start). Each record is
-//! serialised in memory and handed to a single `write(2)` on an `O_APPEND` descriptor, so
-//! concurrent shims never interleave half lines; a short write is reported as an error.
+//! serialised in memory and handed to a single `write(2)` on an `O_APPEND` descriptor under an
+//! exclusive `flock`, so concurrent shims never interleave half lines; a short write is cut back
+//! and reported as an error. Under the same lock the writer reads the last line, links the new
+//! record to it (`seq`, `prev`: `policy_injector::audit_chain`) and rotates the file when it is
+//! full (`file.rs`); a sandbox's records can be signed (`trail.rs`).
 //! Environment values never reach this module: decisions carry variable names only.
 
-use std::fs::{DirBuilder, OpenOptions};
-use std::io::Write;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+mod file;
+#[cfg(test)]
+mod test_support;
+mod trail;
+
+pub use policy_injector::audit_chain::Digest;
+pub use trail::{Signer, Trail};
+
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use policy_injector::policy::AuditPolicy;
+use policy_injector::quantity::ByteSize;
 use policy_injector::Decision;
 
 use crate::process::exit::{Exit, ExitCause};
@@ -31,6 +40,12 @@ pub enum AuditError {
         written: usize,
         len: usize,
     },
+    /// The path kept naming another file between open and lock (rotation or replacement by
+    /// other writers, many times over).
+    #[error("audit log {path}: replaced {attempts} times while waiting for its lock")]
+    Unstable { path: PathBuf, attempts: u32 },
+    #[error("audit signing key {path}: {reason}")]
+    SigningKey { path: PathBuf, reason: String },
 }
 
 /// Lifecycle events that produce an audit line.
@@ -149,26 +164,85 @@ impl AuditRecord<'_> {
     }
 }
 
+/// When the live file is rotated, and how many rotated files are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    pub max_size: u64,
+    pub keep: u32,
+}
+
+impl Default for Rotation {
+    /// The policy's defaults: what a log without a policy (containerd's cleanup after a dead
+    /// shim) rotates by.
+    fn default() -> Self {
+        let d = AuditPolicy::default();
+        Rotation {
+            max_size: d.max_size.0,
+            keep: d.keep,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AuditLog {
     path: PathBuf,
+    rotation: Rotation,
+    /// Written into the genesis records this writer starts.
+    policy_sha256: String,
 }
 
 impl AuditLog {
+    /// A log at `path` with the default rotation.
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        AuditLog { path: path.into() }
+        AuditLog {
+            path: path.into(),
+            rotation: Rotation::default(),
+            policy_sha256: String::new(),
+        }
+    }
+
+    /// The log a policy's `[audit]` section names; `policy_sha256` is the policy file's digest.
+    pub fn for_policy(audit: &AuditPolicy, policy_sha256: &str) -> Self {
+        let ByteSize(max_size) = audit.max_size;
+        AuditLog {
+            path: PathBuf::from(&audit.path),
+            rotation: Rotation {
+                max_size,
+                keep: audit.keep,
+            },
+            policy_sha256: policy_sha256.to_string(),
+        }
+    }
+
+    /// Names the policy (by digest) in the genesis records this writer starts.
+    pub fn with_policy_sha256(mut self, sha256: &str) -> Self {
+        self.policy_sha256 = sha256.to_string();
+        self
+    }
+
+    pub fn with_rotation(mut self, rotation: Rotation) -> Self {
+        self.rotation = rotation;
+        self
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Appends one record as one line, or fails. The records that decide or conclude a sandbox
-    /// (create, its rejection or failure, the exit) are also flushed to disk before this returns;
-    /// the others (start, exec, delete...) reach it with the page cache, within seconds.
-    pub fn append(&self, record: &AuditRecord<'_>) -> Result<(), AuditError> {
-        let mut line = serde_json::to_vec(record).expect("audit records always serialise");
-        line.push(b'\n');
+    /// Appends one record as one line, chained to the line before it, and returns the line's
+    /// hash, or fails. The records that decide or conclude a sandbox (create, its rejection or
+    /// failure, the exit) are also flushed to disk before this returns; the others (start,
+    /// exec, delete...) reach it with the page cache, within seconds.
+    pub fn append(&self, record: &AuditRecord<'_>) -> Result<Digest, AuditError> {
+        self.append_sealed(record, None)
+    }
+
+    fn append_sealed(
+        &self,
+        record: &AuditRecord<'_>,
+        seal: Option<&policy_injector::audit_chain::SealInput<'_>>,
+    ) -> Result<Digest, AuditError> {
+        let line = serde_json::to_vec(record).expect("audit records always serialise");
         let durable = matches!(
             record.event,
             AuditEvent::Create
@@ -176,49 +250,7 @@ impl AuditLog {
                 | AuditEvent::CreateFailed
                 | AuditEvent::Exit
         );
-        self.append_line(&line, durable)
-    }
-
-    fn append_line(&self, line: &[u8], durable: bool) -> Result<(), AuditError> {
-        let io = |source| AuditError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        if let Some(dir) = self.path.parent() {
-            DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(io)?;
-        }
-        let mut file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&self.path)
-            .map_err(io)?;
-        // Shims append concurrently; the lock makes "remember the length, write, cut back on
-        // failure" one step, so a disk that fills up mid-line leaves no torn line behind.
-        // SAFETY: flock on a descriptor we own; released when `file` is closed.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(io(std::io::Error::last_os_error()));
-        }
-        let before = file.metadata().map_err(io)?.len();
-        let result = match file.write(line) {
-            Ok(n) if n == line.len() && durable => file.sync_data().map_err(io),
-            Ok(n) if n == line.len() => Ok(()),
-            Ok(written) => Err(AuditError::ShortWrite {
-                path: self.path.clone(),
-                written,
-                len: line.len(),
-            }),
-            Err(e) => Err(io(e)),
-        };
-        if result.is_err() {
-            let _ = file.set_len(before);
-        }
-        result
+        file::append(self, &line, durable, seal)
     }
 }
 
@@ -256,13 +288,14 @@ mod tests {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        assert_eq!(lines.len(), 2);
-        assert_eq!(lines[0]["event"], "create");
-        assert_eq!(lines[0]["container_id"], "c1");
-        assert_eq!(lines[0]["policy"]["mode"], "enforce");
-        assert_eq!(lines[1]["event"], "exit");
-        assert_eq!(lines[1]["exit_status"], 137);
-        assert_eq!(lines[1]["oom"], true);
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0]["event"], "genesis");
+        assert_eq!(lines[1]["event"], "create");
+        assert_eq!(lines[1]["container_id"], "c1");
+        assert_eq!(lines[1]["policy"]["mode"], "enforce");
+        assert_eq!(lines[2]["event"], "exit");
+        assert_eq!(lines[2]["exit_status"], 137);
+        assert_eq!(lines[2]["oom"], true);
     }
 
     #[test]

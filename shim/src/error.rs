@@ -101,6 +101,8 @@ impl ShimError {
             ShimError::Policy(_) | ShimError::RunscConfig(_) => Code::FAILED_PRECONDITION,
             ShimError::Stdio(e) if e.is_bad_request() => Code::INVALID_ARGUMENT,
             ShimError::Cgroup(CgroupError::Exists { .. }) => Code::FAILED_PRECONDITION,
+            // The policy names a signing key the node cannot use: fix the node, not the request.
+            ShimError::Audit(AuditError::SigningKey { .. }) => Code::FAILED_PRECONDITION,
             ShimError::Runsc(e) => runsc_code(e),
             ShimError::Audit(_)
             | ShimError::Stdio(_)
@@ -288,6 +290,14 @@ mod tests {
                 }),
                 Code::INTERNAL,
                 "audit log /var/log/gvisor-hardened/audit.jsonl: boom",
+            ),
+            (
+                ShimError::Audit(AuditError::SigningKey {
+                    path: "/etc/gvisor-hardened/audit.key".into(),
+                    reason: "readable by group or others (mode 0644)".into(),
+                }),
+                Code::FAILED_PRECONDITION,
+                "audit signing key /etc/gvisor-hardened/audit.key: readable by group or others (mode 0644)",
             ),
             (
                 ShimError::Policy(PolicyLoadError::TooLarge {

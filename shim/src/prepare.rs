@@ -15,7 +15,7 @@ use std::sync::Arc;
 use policy_injector::{harden_owned, Context, Lifetime, Mode, RunscFlags};
 use serde_json::Value;
 
-use crate::audit::{AuditEvent, AuditLog, AuditRecord, PodRef, PolicyRef, Subject};
+use crate::audit::{AuditEvent, AuditLog, AuditRecord, PodRef, PolicyRef, Subject, Trail};
 use crate::bundle::{self, BundleState, BUNDLE_STATE, CONFIG, ORIGINAL_CONFIG};
 use crate::error::{Result, ShimError};
 use crate::policy_source::{self, sha256_hex, LoadedPolicy};
@@ -44,7 +44,9 @@ pub struct Inputs {
     /// The spec's string annotations.
     pub annotations: BTreeMap<String, String>,
     pub subject: Subject,
-    pub audit: AuditLog,
+    /// This container's records; its final record is signed over all of them when the policy
+    /// has `[audit] signing_key`.
+    pub audit: Trail,
     original: Vec<u8>,
     spec: Value,
 }
@@ -54,7 +56,7 @@ pub struct Prepared {
     pub policy: LoadedPolicy,
     pub annotations: BTreeMap<String, String>,
     pub subject: Subject,
-    pub audit: AuditLog,
+    pub audit: Trail,
     pub runtime: Arc<dyn SandboxRuntime>,
     pub lifetime: Lifetime,
     pub runsc: RunscFlags,
@@ -110,7 +112,7 @@ fn audit_early_failure(
     }
     let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &subject);
     rec.error = Some(error.to_string());
-    if let Err(e) = AuditLog::new(&log_of.policy.audit.path).append(&rec) {
+    if let Err(e) = AuditLog::for_policy(&log_of.policy.audit, &log_of.sha256).append(&rec) {
         log::error!("container {}: {e}", req.id);
     }
 }
@@ -169,12 +171,23 @@ impl Inputs {
             }
         };
         let annotations = bundle::annotations(&spec);
+        let subject = subject(req.namespace, req.id, &annotations, &policy);
+        // The signing key is read now: a key the policy names but that cannot be used fails the
+        // Create before anything happened.
+        let audit = match Trail::for_policy(&policy.policy.audit, &policy.sha256, &subject) {
+            Ok(trail) => trail,
+            Err(e) => {
+                let e = ShimError::from(e);
+                audit_early_failure(req, &policy, Some(&policy), &e);
+                return Err(e);
+            }
+        };
         Ok(Inputs {
             id: req.id.to_string(),
             namespace: req.namespace.to_string(),
             bundle: req.bundle.to_path_buf(),
-            subject: subject(req.namespace, req.id, &annotations, &policy),
-            audit: AuditLog::new(&policy.policy.audit.path),
+            subject,
+            audit,
             annotations,
             policy,
             original,
@@ -200,7 +213,8 @@ impl Inputs {
             Err(e) => {
                 let mut rec = AuditRecord::new(AuditEvent::CreateRejected, &self.subject);
                 rec.error = Some(e.to_string());
-                self.audit.append(&rec)?;
+                // No sandbox: a record of its own, outside any trail.
+                self.audit.log().append(&rec)?;
                 log::warn!("container {}: {e}", self.id);
                 return Err(e.into());
             }
@@ -235,7 +249,7 @@ impl Inputs {
             let state = BundleState {
                 runsc_binary: self.policy.policy.runsc.path.clone(),
                 runsc_root: crate::runtime::runsc::root_for(&self.policy.policy, &self.namespace),
-                audit_path: self.audit.path().to_path_buf(),
+                audit_path: self.audit.log().path().to_path_buf(),
                 cgroups_path: cgroups_path.clone(),
                 subject: self.subject.clone(),
             };
@@ -249,7 +263,7 @@ impl Inputs {
             Err(e) => {
                 let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
                 rec.error = Some(e.to_string());
-                if let Err(audit_err) = self.audit.append(&rec) {
+                if let Err(audit_err) = self.audit.seal(&rec) {
                     log::error!("container {}: {audit_err}", self.id);
                 }
                 return Err(e);

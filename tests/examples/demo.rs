@@ -1,9 +1,13 @@
 //! The demo behind `hack/demo.sh`: one hardened sandbox on the embedded default policy, what it
-//! can and cannot do from the inside, and the audit record of what was enforced.
+//! can and cannot do from the inside, and the audit record of what was enforced; then the audit
+//! chain: a log verified intact by `policy-injector audit verify`, and tampered copies of it
+//! (a record edited, a record deleted, the file cut mid-line) failing verification.
 //!
 //! Uses a private containerd (its own directory, sockets and namespace) and stops it at the end;
 //! the system containerd, if any, is never touched.
 
+use gvisor_hardened_tests::audit_tools::policy_injector_audit;
+use gvisor_hardened_tests::fault::TestPolicy;
 use gvisor_hardened_tests::*;
 
 const AUDIT_LOG: &str = "/var/log/gvisor-hardened/audit.jsonl";
@@ -93,7 +97,98 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    chain(&c, &image)?;
     let report = c.shutdown();
     println!("\nprivate containerd stopped: {report}");
+    Ok(())
+}
+
+/// Runs `policy-injector audit verify FILE` and shows the command, its verdict and exit code.
+fn show_verify(file: &std::path::Path) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let out = policy_injector_audit(&["verify", &file.display().to_string()])?;
+    println!("\n$ policy-injector audit verify {}", file.display());
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        println!("  {line}");
+    }
+    for line in String::from_utf8_lossy(&out.stderr).lines() {
+        println!("  (stderr) {line}");
+    }
+    println!("  exit code {}", out.status.code().unwrap_or(-1));
+    Ok(())
+}
+
+/// The audit chain: three sandboxes on a policy with its own log, the log verified, then three
+/// tampered copies.
+fn chain(c: &Containerd, image: &TestImage) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    println!("\n== the audit chain ==");
+    let policy = TestPolicy::builder(c, "demo-chain").write()?;
+    for n in 1..=3 {
+        let id = unique_id(&format!("chain{n}"));
+        c.run_output(
+            &Run::new(image.reference(), &id)
+                .runtime(policy.runtime())
+                .sh(format!("exit {n}")),
+        )?;
+    }
+    let log = &policy.audit_path;
+    let text = std::fs::read_to_string(log)?;
+    println!(
+        "\n{} ({} lines); the chain fields of each line:",
+        log.display(),
+        text.lines().count()
+    );
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        println!(
+            "  seq {:>2}  prev {}...  {:<8} {}",
+            v["seq"].as_u64().unwrap_or_default(),
+            &v["prev"].as_str().unwrap_or("")[..16],
+            v["event"].as_str().unwrap_or(""),
+            v["container_id"]
+                .as_str()
+                .or(v["node"].as_str())
+                .unwrap_or(""),
+        );
+    }
+    show_verify(log)?;
+
+    let lines: Vec<&str> = text.lines().collect();
+    let exit_line = lines
+        .iter()
+        .position(|l| l.contains("\"event\":\"exit\""))
+        .unwrap_or(1);
+    let copy =
+        |name: &str, body: String| -> std::result::Result<std::path::PathBuf, std::io::Error> {
+            let path = c.dir().join(name);
+            std::fs::write(&path, body)?;
+            Ok(path)
+        };
+    let edited: String = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let l = if i == exit_line {
+                l.replacen("\"exit_status\":1", "\"exit_status\":0", 1)
+            } else {
+                l.to_string()
+            };
+            format!("{l}\n")
+        })
+        .collect();
+    println!(
+        "\ntampered copy 1: line {} edited (exit_status 1 -> 0)",
+        exit_line + 1
+    );
+    show_verify(&copy("edited.jsonl", edited)?)?;
+    let deleted: String = lines
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3)
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    println!("\ntampered copy 2: line 4 deleted");
+    show_verify(&copy("deleted.jsonl", deleted)?)?;
+    println!("\ntampered copy 3: the file cut 20 bytes before its end");
+    show_verify(&copy("cut.jsonl", text[..text.len() - 20].to_string())?)?;
     Ok(())
 }

@@ -24,6 +24,7 @@
 //! API at a glance, the test image and the probe.
 
 pub mod attacks;
+pub mod audit_tools;
 pub mod census;
 pub mod containerd;
 pub mod cri;

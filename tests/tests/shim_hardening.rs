@@ -140,8 +140,13 @@ fn audit_log_records_every_lifecycle_event_with_decisions_and_no_env_values() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let events: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
-    assert_eq!(events, ["create", "start", "exit", "delete"], "{text}");
-    let create = &lines[0];
+    // A new log begins with its genesis record (the chain's anchor).
+    assert_eq!(
+        events,
+        ["genesis", "create", "start", "exit", "delete"],
+        "{text}"
+    );
+    let create = &lines[1];
     assert_eq!(create["container_id"], id.as_str());
     assert_eq!(create["namespace"], c.namespace());
     assert_eq!(create["policy"]["path"], policy.display().to_string());
@@ -174,9 +179,9 @@ fn audit_log_records_every_lifecycle_event_with_decisions_and_no_env_values() {
         .unwrap()
         .iter()
         .any(|a| a == "--network=none"));
-    assert_eq!(lines[2]["exit_status"], 4);
-    assert_eq!(lines[2]["oom"], false);
-    assert_eq!(lines[2]["timed_out"], false);
+    assert_eq!(lines[3]["exit_status"], 4);
+    assert_eq!(lines[3]["oom"], false);
+    assert_eq!(lines[3]["timed_out"], false);
     assert_nothing_left(&c, &id, &Runtime::hardened());
     assert_clean_shutdown(c);
 }

@@ -56,4 +56,39 @@ pub enum Command {
         #[arg(value_name = "FILE")]
         file: PathBuf,
     },
+    /// The tamper-evident audit log: verify its hash chain and signatures, make a signing key.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Verify the hash chain of audit log files, given in rotation order (oldest first:
+    /// audit.jsonl.N ... audit.jsonl.1 audit.jsonl), or all of a log's files with --log. Prints
+    /// "N records, chain intact" and exits 0, or names the first break and exits 3; exits 1
+    /// when a file cannot be read.
+    Verify {
+        /// Also check each sandbox's signature with this ed25519 public key (PEM).
+        #[arg(long, value_name = "PEM")]
+        public_key: Option<PathBuf>,
+        /// With --public-key: list sandboxes without a signed final record (running ones, on a
+        /// live log) instead of failing on them.
+        #[arg(long, requires = "public_key")]
+        allow_open: bool,
+        /// The live log: its rotated files (PATH.N ... PATH.1) are read first, then PATH.
+        #[arg(long, value_name = "PATH", conflicts_with = "files")]
+        log: Option<PathBuf>,
+        /// Log files, oldest first.
+        #[arg(value_name = "FILE", required_unless_present = "log")]
+        files: Vec<PathBuf>,
+    },
+    /// Write a new ed25519 key pair: PREFIX.key (private, PKCS#8 PEM, mode 0600) for
+    /// `[audit] signing_key`, and PREFIX.pub (public, PEM) for `audit verify --public-key`.
+    /// Existing files are never overwritten.
+    Keygen {
+        #[arg(long, value_name = "PREFIX", default_value = "audit-signing")]
+        out: PathBuf,
+    },
 }

@@ -1,7 +1,9 @@
 //! The `policy-injector` binary: file I/O around the pure library, one-line errors, exit codes
-//! 0 (done), 1 (unreadable or malformed input or policy), 2 (rejected by policy).
+//! 0 (done), 1 (unreadable or malformed input or policy), 2 (rejected by policy), 3 (the audit
+//! chain is broken).
 
 pub mod args;
+mod audit;
 mod explain;
 
 use std::collections::BTreeMap;
@@ -13,12 +15,14 @@ use anyhow::{anyhow, Context as _};
 use clap::Parser;
 use serde_json::Value;
 
-use args::{Cli, Command};
+use args::{AuditCommand, Cli, Command};
 use policy_injector::{harden, Context, HardenError, Mode, Policy, DEFAULT_POLICY_TOML};
 
-/// How a command failed: a rejection (exit 2) or anything else (exit 1).
+/// How a command failed: a rejection (exit 2), a broken audit chain (exit 3) or anything else
+/// (exit 1).
 enum Failure {
     Rejected(HardenError),
+    ChainBroken(String),
     Error(anyhow::Error),
 }
 
@@ -36,6 +40,11 @@ pub fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(2)
         }
+        Err(Failure::ChainBroken(verdict)) => {
+            // The verdict, like "N records, chain intact", goes to stdout.
+            println!("{verdict}");
+            ExitCode::from(3)
+        }
         Err(Failure::Error(e)) => {
             // One line: the chain joined, never a backtrace.
             let msg = e
@@ -51,6 +60,31 @@ pub fn main() -> ExitCode {
 
 fn run(cmd: Command) -> Result<(), Failure> {
     match cmd {
+        Command::Audit { command } => match command {
+            AuditCommand::Verify {
+                public_key,
+                allow_open,
+                log,
+                files,
+            } => {
+                let files = match log {
+                    Some(live) => audit::files_of_log(&live),
+                    None => files,
+                };
+                let verdict = audit::verify(&files, public_key.as_deref(), allow_open)?;
+                match verdict {
+                    Ok(text) => {
+                        print!("{text}");
+                        Ok(())
+                    }
+                    Err(text) => Err(Failure::ChainBroken(text)),
+                }
+            }
+            AuditCommand::Keygen { out } => {
+                print!("{}", audit::keygen(&out)?);
+                Ok(())
+            }
+        },
         Command::DefaultPolicy => {
             print!("{DEFAULT_POLICY_TOML}");
             Ok(())

@@ -478,12 +478,22 @@ fn flag_values<'de, D: serde::Deserializer<'de>>(
 #[serde(deny_unknown_fields, default)]
 pub struct AuditPolicy {
     pub path: String,
+    /// The live log is rotated before an append would take it past this size.
+    pub max_size: ByteSize,
+    /// Rotated files kept (`path.1` newest ... `path.<keep>` oldest); older ones are removed.
+    pub keep: u32,
+    /// An ed25519 private key (PKCS#8 PEM, mode 0600). When set, each sandbox's final record
+    /// is signed over the hashes of all its records; "" signs nothing.
+    pub signing_key: String,
 }
 
 impl Default for AuditPolicy {
     fn default() -> Self {
         AuditPolicy {
             path: "/var/log/gvisor-hardened/audit.jsonl".to_string(),
+            max_size: ByteSize(100 << 20),
+            keep: 10,
+            signing_key: String::new(),
         }
     }
 }

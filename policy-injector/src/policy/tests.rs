@@ -226,3 +226,32 @@ fn a_policy_built_in_code_can_be_validated() {
         matches!(p.validate(), Err(PolicyError::Invalid { key, line: None, .. }) if key == "user.gid")
     );
 }
+
+#[test]
+fn audit_rotation_and_signing_key_are_read_strictly() {
+    let p = Policy::from_toml_str(
+        "[audit]\nmax_size = \"1Gi\"\nkeep = 3\nsigning_key = \"/etc/gvisor-hardened/audit.key\"\n",
+    )
+    .unwrap();
+    assert_eq!(p.audit.max_size.0, 1 << 30);
+    assert_eq!(p.audit.keep, 3);
+    assert_eq!(p.audit.signing_key, "/etc/gvisor-hardened/audit.key");
+    assert_eq!(Policy::default().audit.max_size.0, 100 << 20);
+    assert_eq!(Policy::default().audit.keep, 10);
+    assert!(Policy::default().audit.signing_key.is_empty());
+    for (src, key) in [
+        ("[audit]\nkeep = 0\n", "audit.keep"),
+        ("[audit]\nkeep = 1001\n", "audit.keep"),
+        ("[audit]\nkeep = -1\n", "audit.keep"),
+        ("[audit]\nmax_size = \"1Ki\"\n", "audit.max_size"),
+        ("[audit]\nmax_size = \"lots\"\n", "audit.max_size"),
+        (
+            "[audit]\nsigning_key = \"audit.key\"\n",
+            "audit.signing_key",
+        ),
+        ("[audit]\nsigning-key = \"/k\"\n", "signing-key"),
+    ] {
+        let e = err(src).to_string();
+        assert!(e.contains(key), "{src}: {e}");
+    }
+}

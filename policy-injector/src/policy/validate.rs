@@ -208,9 +208,7 @@ pub(crate) fn validate(p: &Policy) -> Result<(), Issue> {
     lifetime(p)?;
     environment(p)?;
     runsc(p)?;
-    if !p.audit.path.starts_with('/') {
-        return Err(invalid("audit.path", "must be an absolute path"));
-    }
+    audit(p)?;
     if !["error", "warn", "info", "debug", "trace"].contains(&p.log.level.as_str()) {
         return Err(invalid(
             "log.level",
@@ -218,6 +216,38 @@ pub(crate) fn validate(p: &Policy) -> Result<(), Issue> {
                 "unknown level {:?} (use error, warn, info, debug or trace)",
                 p.log.level
             ),
+        ));
+    }
+    Ok(())
+}
+
+/// Below this a rotated file would hold a handful of records: rotation would churn files and
+/// `keep` would cover minutes of history.
+const MIN_AUDIT_MAX_SIZE: u64 = 64 << 10;
+/// Rotation renames each kept file once per rotation, under the lock every shim waits on.
+const MAX_AUDIT_KEEP: u32 = 1000;
+
+fn audit(p: &Policy) -> Result<(), Issue> {
+    if !p.audit.path.starts_with('/') {
+        return Err(invalid("audit.path", "must be an absolute path"));
+    }
+    if p.audit.max_size.0 < MIN_AUDIT_MAX_SIZE {
+        return Err(invalid(
+            "audit.max_size",
+            format!("must be at least {}Ki", MIN_AUDIT_MAX_SIZE >> 10),
+        ));
+    }
+    if p.audit.keep == 0 || p.audit.keep > MAX_AUDIT_KEEP {
+        // Without a rotated file the first record of a new file would link to nothing on disk.
+        return Err(invalid(
+            "audit.keep",
+            format!("must be between 1 and {MAX_AUDIT_KEEP}"),
+        ));
+    }
+    if !p.audit.signing_key.is_empty() && !p.audit.signing_key.starts_with('/') {
+        return Err(invalid(
+            "audit.signing_key",
+            "must be an absolute path (or \"\" for no signing)",
         ));
     }
     Ok(())

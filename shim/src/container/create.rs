@@ -248,7 +248,7 @@ impl Container {
         bundle::remove_shim_files(&self.bundle);
         let mut rec = self.record(AuditEvent::CreateFailed);
         rec.error = Some(err.to_string());
-        self.audit_best_effort(&rec);
+        self.seal_best_effort(&rec);
         log::error!("container {}: create failed: {err}", self.id);
     }
 }

@@ -50,7 +50,7 @@ impl Container {
         if let Err(e) = &cleanup {
             rec.error = Some(e.to_string());
         }
-        self.audit_best_effort(&rec);
+        self.seal_best_effort(&rec);
         cleanup?;
         let mut resp = DeleteResponse::new();
         resp.pid = pid;
@@ -129,6 +129,6 @@ impl Container {
         }
         let mut rec = self.record(AuditEvent::Delete);
         rec.error = Some("shim terminated".to_string());
-        self.audit_best_effort(&rec);
+        self.seal_best_effort(&rec);
     }
 }

@@ -27,7 +27,7 @@ use policy_injector::Lifetime;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
-use crate::audit::{AuditEvent, AuditLog, AuditRecord, Subject};
+use crate::audit::{AuditEvent, AuditRecord, Subject, Trail};
 use crate::env::ShimEnv;
 use crate::error::{Result, ShimError};
 use crate::events::Events;
@@ -79,7 +79,9 @@ pub struct Container {
     policy: LoadedPolicy,
     annotations: BTreeMap<String, String>,
     subject: Subject,
-    audit: AuditLog,
+    /// This container's records in the audit log; its final record is signed over all of them
+    /// when the policy has `[audit] signing_key`.
+    audit: Trail,
     lifetime: Lifetime,
     /// `linux.cgroupsPath` of the hardened spec: where runsc puts this container's cgroups.
     cgroups_path: String,
@@ -146,6 +148,14 @@ impl Container {
     /// logged loudly instead.
     fn audit_best_effort(&self, record: &AuditRecord<'_>) {
         if let Err(e) = self.audit.append(record) {
+            log::error!("container {}: {e}", self.id);
+        }
+    }
+
+    /// The sandbox's final audit line (delete, teardown, a failed launch), signed over all its
+    /// lines when the policy has a key. Best effort like the others.
+    fn seal_best_effort(&self, record: &AuditRecord<'_>) {
+        if let Err(e) = self.audit.seal(record) {
             log::error!("container {}: {e}", self.id);
         }
     }

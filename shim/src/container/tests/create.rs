@@ -115,3 +115,22 @@ async fn calls_on_an_unknown_container_are_not_found() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_signing_key_others_can_read_fails_the_create_before_anything_happens() {
+    use std::os::unix::fs::PermissionsExt;
+    let keys = tempfile::tempdir().unwrap();
+    let (private, _) = policy_injector::audit_chain::sign::key_pair_pem([9; 32]);
+    let key = keys.path().join("audit.key");
+    std::fs::write(&key, private).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let bed = Bed::with_policy(&format!("[audit]\nsigning_key = \"{}\"", key.display()));
+    let (code, msg) = code(bed.shim.create(bed.request("c1", &[])).await.unwrap_err());
+    assert_eq!(code, Code::FAILED_PRECONDITION, "{msg}");
+    assert!(
+        msg.starts_with(&format!("audit signing key {}", key.display())),
+        "{msg}"
+    );
+    assert!(bed.fake.calls().is_empty(), "{:?}", bed.fake.calls());
+    assert_eq!(bed.audit_events("c1"), ["create-failed"]);
+}

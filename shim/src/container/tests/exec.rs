@@ -3,7 +3,7 @@
 use super::*;
 use crate::fake::Step;
 
-fn exec_request(id: &str, exec_id: &str, user: u32) -> ExecProcessRequest {
+pub(super) fn exec_request(id: &str, exec_id: &str, user: u32) -> ExecProcessRequest {
     let process = json!({
         "args": ["sh", "-c", "true"],
         "cwd": "/",

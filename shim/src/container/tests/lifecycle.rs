@@ -148,3 +148,42 @@ async fn a_container_with_a_terminal_gets_it_at_create() {
     bed.shim.delete("c1", "").await.unwrap();
     bed.assert_clean();
 }
+
+#[tokio::test]
+async fn with_a_signing_key_every_sandbox_ends_with_a_record_signed_over_its_whole_trail() {
+    use policy_injector::audit_chain::{sign, verify};
+    use std::os::unix::fs::PermissionsExt;
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = sign::key_pair_pem([7; 32]);
+    let key = keys.path().join("audit.key");
+    std::fs::write(&key, private).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let bed = Bed::with_policy(&format!("[audit]\nsigning_key = \"{}\"", key.display()));
+    bed.running("c1").await;
+    bed.shim
+        .exec(super::exec::exec_request("c1", "e1", 0))
+        .await
+        .unwrap();
+    bed.shim.start("c1", "e1").await.unwrap();
+    bed.fake.exit_exec("c1", "e1", exited(0));
+    bed.shim.wait("c1", "e1").await.unwrap();
+    bed.shim.delete("c1", "e1").await.unwrap();
+    bed.fake.exit("c1", exited(0));
+    bed.exit_status("c1").await;
+    bed.shim.delete("c1", "").await.unwrap();
+    // A created container deleted before it started is sealed too.
+    bed.create("c2").await;
+    bed.shim.delete("c2", "").await.unwrap();
+    let delete = bed.audit_record("c1", "delete");
+    assert_eq!(delete["sig"]["alg"], "ed25519", "{delete}");
+    assert_eq!(delete["sig"]["records"], 7, "{delete}");
+    let log = std::fs::read(bed.audit_path()).unwrap();
+    let public = sign::verifying_key_from_pem(&public).unwrap();
+    let summary = verify::verify_all(&[("audit.jsonl", &log)], Some(public), false)
+        .unwrap_or_else(|b| panic!("{b}"));
+    // The genesis line, c1's seven (create, start, exec, exec-start, exec-exit, exit, delete),
+    // c2's three.
+    assert_eq!(summary.records, 11);
+    assert_eq!(bed.audit_record("c2", "delete")["sig"]["records"], 3);
+    bed.assert_clean();
+}

@@ -43,14 +43,14 @@ impl Bed {
     pub fn with_policy(extra: &str) -> Bed {
         let dir = tempfile::tempdir().unwrap();
         let policy = dir.path().join("policy.toml");
-        std::fs::write(
-            &policy,
-            format!(
-                "{extra}\n[audit]\npath = \"{}\"\n",
-                dir.path().join("audit.jsonl").display()
-            ),
-        )
-        .unwrap();
+        // The audit log goes to the temp dir, under `extra`'s own [audit] table if it has one.
+        let audit = format!("path = \"{}\"", dir.path().join("audit.jsonl").display());
+        let text = if extra.contains("[audit]") {
+            extra.replacen("[audit]", &format!("[audit]\n{audit}"), 1)
+        } else {
+            format!("{extra}\n[audit]\n{audit}\n")
+        };
+        std::fs::write(&policy, text).unwrap();
         let fake = Fake::default();
         let events = Arc::new(RecordingSink::default());
         let shim = Shim::new(fake.env(dir.path(), policy, events.clone()));
@@ -93,6 +93,10 @@ impl Bed {
     pub async fn running(&self, id: &str) {
         self.create(id).await;
         self.shim.start(id, "").await.unwrap();
+    }
+
+    pub fn audit_path(&self) -> PathBuf {
+        self.dir.path().join("audit.jsonl")
     }
 
     /// The audit events recorded for container `id`, in order.

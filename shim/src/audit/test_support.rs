@@ -1,0 +1,48 @@
+//! What the writer's tests share: a subject, and verification of the files on disk.
+
+use std::path::{Path, PathBuf};
+
+use policy_injector::audit_chain::sign::VerifyingKey;
+use policy_injector::audit_chain::verify::verify_all;
+use policy_injector::audit_chain::{Break, Summary};
+
+use super::file::numbered;
+use super::{PolicyRef, Subject};
+
+pub fn subject(id: &str) -> Subject {
+    Subject {
+        namespace: "default".into(),
+        container_id: id.into(),
+        image: None,
+        pod: None,
+        policy: PolicyRef {
+            path: "/etc/gvisor-hardened/policy.toml".into(),
+            sha256: "ab".into(),
+            mode: "enforce".into(),
+        },
+    }
+}
+
+/// The log's files in rotation order: `path.N` ... `path.1`, `path`.
+pub fn files_of(path: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = (1..=1000)
+        .map(|n| numbered(path, n))
+        .take_while(|p| p.exists())
+        .collect();
+    out.reverse();
+    out.push(path.to_path_buf());
+    out
+}
+
+pub fn verify(path: &Path, key: Option<VerifyingKey>) -> Result<Summary, Break> {
+    let files = files_of(path);
+    let bytes: Vec<(String, Vec<u8>)> = files
+        .iter()
+        .map(|p| (p.display().to_string(), std::fs::read(p).unwrap()))
+        .collect();
+    let refs: Vec<(&str, &[u8])> = bytes
+        .iter()
+        .map(|(n, b)| (n.as_str(), b.as_slice()))
+        .collect();
+    verify_all(&refs, key, false)
+}

@@ -1,0 +1,202 @@
+//! A sandbox's trail: the hashes of its records, kept as they are appended, and a signature
+//! over them on its final record (`policy_injector::audit_chain::sign`).
+//!
+//! A container holds one [`Trail`] from its Create to its Delete: `append` for each lifecycle
+//! record, `seal` for the last one. With `[audit] signing_key` set, the sealed record carries
+//! the signature; without it, `seal` is a plain append.
+
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use policy_injector::audit_chain::sign::{self, SigningKey};
+use policy_injector::audit_chain::{Digest, SealInput};
+use policy_injector::policy::AuditPolicy;
+
+use super::{AuditError, AuditLog, AuditRecord, Subject};
+
+/// A PEM private key is a few hundred bytes; anything much larger is not one.
+const MAX_KEY_BYTES: u64 = 16 << 10;
+
+/// The node's audit signing key, loaded from `[audit] signing_key`.
+pub struct Signer {
+    key: SigningKey,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key itself.
+        f.debug_struct("Signer")
+            .field("path", &self.path)
+            .field("key_id", &sign::key_id(&self.key.verifying_key()))
+            .finish()
+    }
+}
+
+impl Signer {
+    /// Loads an ed25519 private key (PKCS#8 PEM). The file must be a regular file (not a
+    /// symlink) that neither group nor others can read: a key others can read signs nothing
+    /// they could not forge.
+    pub fn load(path: &Path) -> Result<Signer, AuditError> {
+        let err = |reason: String| AuditError::SigningKey {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| err(format!("cannot open: {e}")))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| err(format!("cannot stat: {e}")))?;
+        if !meta.is_file() {
+            return Err(err("not a regular file".into()));
+        }
+        if meta.mode() & 0o077 != 0 {
+            return Err(err(format!(
+                "readable or writable by group or others (mode {:04o}); chmod 600 it",
+                meta.mode() & 0o7777
+            )));
+        }
+        let mut pem = String::new();
+        file.by_ref()
+            .take(MAX_KEY_BYTES + 1)
+            .read_to_string(&mut pem)
+            .map_err(|e| err(format!("cannot read: {e}")))?;
+        if pem.len() as u64 > MAX_KEY_BYTES {
+            return Err(err(format!("larger than {MAX_KEY_BYTES} bytes")));
+        }
+        let key = sign::signing_key_from_pem(&pem).map_err(|e| err(e.to_string()))?;
+        Ok(Signer {
+            key,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The policy's signer, or `None` when `[audit] signing_key` is empty.
+    pub fn for_policy(audit: &AuditPolicy) -> Result<Option<Signer>, AuditError> {
+        if audit.signing_key.is_empty() {
+            return Ok(None);
+        }
+        Signer::load(Path::new(&audit.signing_key)).map(Some)
+    }
+
+    /// The short id verification messages name this key by.
+    pub fn key_id(&self) -> String {
+        sign::key_id(&self.key.verifying_key())
+    }
+}
+
+/// One sandbox's records in the shared log.
+#[derive(Debug)]
+pub struct Trail {
+    log: AuditLog,
+    signer: Option<Arc<Signer>>,
+    namespace: String,
+    container_id: String,
+    /// Hashes of the records appended so far; `None` once sealed.
+    hashes: Mutex<Option<Vec<Digest>>>,
+}
+
+impl Trail {
+    pub fn new(log: AuditLog, signer: Option<Arc<Signer>>, subject: &Subject) -> Trail {
+        Trail {
+            log,
+            signer,
+            namespace: subject.namespace.clone(),
+            container_id: subject.container_id.clone(),
+            hashes: Mutex::new(Some(Vec::new())),
+        }
+    }
+
+    /// The trail a Create starts: the policy's log and, when the policy names one, its signing
+    /// key, read now. A key that cannot be used is an error: the Create must fail rather than
+    /// run a sandbox whose history cannot be signed as the policy demands.
+    pub fn for_policy(
+        audit: &AuditPolicy,
+        policy_sha256: &str,
+        subject: &Subject,
+    ) -> Result<Trail, AuditError> {
+        let signer = Signer::for_policy(audit)?.map(Arc::new);
+        Ok(Trail::new(
+            AuditLog::for_policy(audit, policy_sha256),
+            signer,
+            subject,
+        ))
+    }
+
+    pub fn log(&self) -> &AuditLog {
+        &self.log
+    }
+
+    /// True when the final record carries a signature.
+    pub fn signs(&self) -> bool {
+        self.signer.is_some()
+    }
+
+    pub fn is_sealed(&self) -> bool {
+        self.lock().is_none()
+    }
+
+    /// Appends one of the sandbox's records and remembers its hash.
+    pub fn append(&self, record: &AuditRecord<'_>) -> Result<Digest, AuditError> {
+        self.check_subject(record);
+        // Held across the append, so the hashes are kept in the order the lines were written.
+        let mut hashes = self.lock();
+        let hash = self.log.append(record)?;
+        match hashes.as_mut() {
+            Some(h) => h.push(hash),
+            None => log::warn!(
+                "container {}: audit record {:?} written after the sandbox's final record; \
+                 no signature covers it",
+                self.container_id,
+                record.event
+            ),
+        }
+        Ok(hash)
+    }
+
+    /// Appends the sandbox's final record, signed over the hashes of all its records when the
+    /// trail has a signer. Later records are still written, but no signature covers them.
+    pub fn seal(&self, record: &AuditRecord<'_>) -> Result<Digest, AuditError> {
+        self.check_subject(record);
+        let mut hashes = self.lock();
+        let Some(earlier) = hashes.as_ref() else {
+            drop(hashes);
+            return self.append(record);
+        };
+        let hash = match &self.signer {
+            Some(signer) => {
+                let input = SealInput {
+                    key: &signer.key,
+                    namespace: &self.namespace,
+                    container_id: &self.container_id,
+                    earlier,
+                };
+                self.log.append_sealed(record, Some(&input))?
+            }
+            None => self.log.append(record)?,
+        };
+        *hashes = None;
+        Ok(hash)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<Digest>>> {
+        // A panic elsewhere while holding it leaves the hashes as they were: still usable.
+        self.hashes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_subject(&self, record: &AuditRecord<'_>) {
+        debug_assert!(
+            record.subject.namespace == self.namespace
+                && record.subject.container_id == self.container_id,
+            "a trail holds one container's records"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;
