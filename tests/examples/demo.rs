@@ -97,9 +97,41 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    refused(&c, &image)?;
     chain(&c, &image)?;
     let report = c.shutdown();
     println!("\nprivate containerd stopped: {report}");
+    Ok(())
+}
+
+/// What the policy refuses outright: the container never starts, and ctr shows why (the rule,
+/// the field, the reason) with containerd's "failed precondition".
+fn refused(
+    c: &Containerd,
+    image: &TestImage,
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    println!("\n== refused before anything runs ==");
+    for (flags, what) in [
+        (
+            vec![
+                "--mount",
+                "type=bind,src=/var/run,dst=/host-run,options=rbind:ro",
+            ],
+            "the host's /var/run (container engine sockets) bind-mounted",
+        ),
+        (vec!["--privileged"], "a privileged container"),
+    ] {
+        let id = unique_id("refused");
+        println!(
+            "\n$ ctr run --runtime io.containerd.gvisor-hardened.v1 {} {} {id} true    # {what}",
+            flags.join(" "),
+            image.reference()
+        );
+        let out = c.run_output(&Run::new(image.reference(), &id).flags(flags).cmd(["true"]))?;
+        println!("  {}", out.stderr.trim());
+        println!("  exit status: {}", out.code());
+        let _ = c.ctr().args(["container", "delete", &id]).output();
+    }
     Ok(())
 }
 
