@@ -74,6 +74,7 @@ fn policies_configmap_yields_exactly_the_runtime_class_handlers() {
     let policies = Sources {
         shim,
         policy_dir: dir.clone(),
+        allow_audit_mode: false,
     }
     .validate()
     .unwrap();
