@@ -24,3 +24,4 @@ pub mod service;
 pub mod start;
 pub mod stdio;
 pub mod task;
+pub mod token_volumes;

@@ -247,6 +247,7 @@ impl Container {
                 .and_then(|s| s.pod_namespace_paths.get().cloned())
                 .unwrap_or_default(),
             resolved_sources: resolve_bind_sources(&spec),
+            token_sources: crate::token_volumes::token_sources(&spec, &policy.policy.mounts),
         };
 
         // 2. Harden.
