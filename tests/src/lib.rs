@@ -35,6 +35,7 @@ pub mod ids;
 pub mod image;
 pub mod inspect;
 pub mod leaks;
+pub mod netns;
 pub mod poll;
 pub mod probe;
 pub mod process;
