@@ -40,6 +40,7 @@ pub mod poll;
 pub mod probe;
 pub mod process;
 pub mod pty;
+pub mod public_targets;
 pub mod run;
 pub mod shim_binary;
 

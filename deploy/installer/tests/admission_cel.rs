@@ -437,7 +437,7 @@ fn our_runtime_classes_are_changed_only_by_admins_and_never_repointed() {
 fn node(name: &str, labels: Json) -> Json {
     json!({"apiVersion": "v1", "kind": "Node",
            "metadata": {"name": name, "labels": labels, "annotations": {"a": "1"}},
-           "spec": {"podCIDR": "10.0.0.0/24"}})
+           "spec": {"podCIDR": "10.0.0.0/24"}}) // net-scan: data (a Node's podCIDR)
 }
 
 fn installer_request(node: &str) -> Json {
@@ -502,7 +502,7 @@ fn installer_may_only_touch_our_labels_on_its_own_node() {
     let tainted = with(
         before.clone(),
         "/spec",
-        json!({"podCIDR": "10.0.0.0/24", "taints": [{"key": "x", "effect": "NoSchedule"}]}),
+        json!({"podCIDR": "10.0.0.0/24", "taints": [{"key": "x", "effect": "NoSchedule"}]}), // net-scan: data
     );
     deny(&tainted, &before, &r, "may not change a node's spec");
     let annotated = with(before.clone(), "/metadata/annotations", json!({"a": "2"}));
