@@ -5,12 +5,16 @@ Schema validation uses kubernetes_validate's Python API in strict mode (its CLI 
 unknown kinds). Kinds a version does not know are an error, except MutatingAdmissionPolicy
 (admissionregistration.k8s.io/v1 exists from 1.36) and CRDs (agent-sandbox's Sandbox), whose
 embedded pod spec is validated as a Pod instead. Our own checks cover what the schemas cannot:
-DNS-label handlers matching the installer's CRI runtime names, quantities, selectors, references.
+DNS-label handlers matching the installer's CRI runtime names, quantities, selectors, references;
+Pod Security "restricted" (our reading of the public field rules) for every pod template outside a
+namespace that enforces "privileged"; pods of our RuntimeClasses saying what the runtime enforces;
+images pinned (no `:latest`, no missing tag; the installer's tag is its crate version).
 """
 
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import kubernetes_validate
@@ -40,6 +44,24 @@ KNOWN_FROM = {
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 36,
 }
 CRD_POD_TEMPLATES = {("agents.x-k8s.io/v1alpha1", "Sandbox"): ("spec", "podTemplate")}
+PSS_LABEL = "pod-security.kubernetes.io/enforce"
+INSTALLER_IMAGE = "gvisor-hardened-installer"
+CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
+# Pod Security Standards (kubernetes.io/docs/concepts/security/pod-security-standards/), the
+# "baseline" and "restricted" field rules as of Kubernetes 1.30-1.37.
+BASELINE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                 "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+                "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
+                "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+                "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"}
+SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                      "persistentVolumeClaim", "projected", "secret"}
+# What every pod of our RuntimeClasses gets from the shim whatever it asks for (the default
+# policy's user, read-only root, no token): examples must say so themselves.
+RUNTIME_USER = 65534
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 QUANTITY = re.compile(
@@ -225,6 +247,157 @@ def own_checks(objs, where, fails):
                     fails.add(w, f"namespaceSelector does not select {ENFORCE_LABEL}=true")
 
 
+def containers(ps):
+    """(group, container) for every container of a pod spec."""
+    for group in CONTAINER_GROUPS:
+        for c in ps.get(group) or []:
+            yield group, c
+
+
+def restricted_violations(ps, annotations=None):
+    """Pod Security "restricted" (which includes "baseline"): (rule, detail) per violation."""
+    out = []
+    psc = ps.get("securityContext") or {}
+    scs = [(f"{g}[{c.get('name')}]", c.get("securityContext") or {}) for g, c in containers(ps)]
+    levels = [("pod", psc)] + scs
+
+    # baseline
+    for where, sc in levels:
+        if (sc.get("windowsOptions") or {}).get("hostProcess"):
+            out.append(("hostProcess", f"{where}.securityContext.windowsOptions.hostProcess"))
+    for k in ("hostNetwork", "hostPID", "hostIPC"):
+        if ps.get(k):
+            out.append(("hostNamespaces", k))
+    for where, sc in scs:
+        if sc.get("privileged"):
+            out.append(("privileged", f"{where}.securityContext.privileged"))
+    for g, c in containers(ps):
+        for port in c.get("ports") or []:
+            if port.get("hostPort"):
+                out.append(("hostPorts", f"{g}[{c.get('name')}].ports.hostPort"))
+    for k, v in (annotations or {}).items():
+        if k.startswith("container.apparmor.security.beta.kubernetes.io/") and v != "runtime/default" and not v.startswith("localhost/"):
+            out.append(("appArmor", f"annotation {k}={v}"))
+    for where, sc in levels:
+        t = (sc.get("appArmorProfile") or {}).get("type")
+        if t is not None and t not in ("RuntimeDefault", "Localhost"):
+            out.append(("appArmor", f"{where}.securityContext.appArmorProfile.type {t}"))
+        se = sc.get("seLinuxOptions") or {}
+        if se.get("type", "") not in SELINUX_TYPES or se.get("user") or se.get("role"):
+            out.append(("seLinux", f"{where}.securityContext.seLinuxOptions"))
+        if sc.get("procMount", "Default") != "Default":
+            out.append(("procMount", f"{where}.securityContext.procMount"))
+    for s in psc.get("sysctls") or []:
+        if s.get("name") not in SAFE_SYSCTLS:
+            out.append(("sysctls", f"pod.securityContext.sysctls {s.get('name')}"))
+
+    # restricted
+    for v in ps.get("volumes") or []:
+        kinds = [k for k in v if k != "name"]
+        if not kinds or any(k not in RESTRICTED_VOLUMES for k in kinds):
+            out.append(("volumeTypes", f"volume {v.get('name')}: {kinds}"))
+    pod_nonroot = psc.get("runAsNonRoot") is True
+    pod_seccomp = (psc.get("seccompProfile") or {}).get("type")
+    if pod_seccomp is not None and pod_seccomp not in ("RuntimeDefault", "Localhost"):
+        out.append(("seccompProfile", f"pod.securityContext.seccompProfile.type {pod_seccomp}"))
+    if psc.get("runAsUser") == 0:
+        out.append(("runAsUser", "pod.securityContext.runAsUser 0"))
+    for where, sc in scs:
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(("allowPrivilegeEscalation", f"{where}: must be false"))
+        nonroot = sc.get("runAsNonRoot")
+        if nonroot is False or (nonroot is None and not pod_nonroot):
+            out.append(("runAsNonRoot", f"{where}: must be true (pod or container)"))
+        if sc.get("runAsUser") == 0:
+            out.append(("runAsUser", f"{where}.securityContext.runAsUser 0"))
+        t = (sc.get("seccompProfile") or {}).get("type")
+        if (t is None and pod_seccomp is None) or (t is not None and t not in ("RuntimeDefault", "Localhost")):
+            out.append(("seccompProfile", f"{where}: RuntimeDefault or Localhost (pod or container)"))
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            out.append(("capabilities", f"{where}: must drop ALL"))
+        for cap in caps.get("add") or []:
+            if cap != "NET_BIND_SERVICE":
+                kind = "capabilities" if cap in BASELINE_CAPS else "capabilities (baseline)"
+                out.append((kind, f"{where}: adds {cap}"))
+    return out
+
+
+def runtime_violations(ps):
+    """What a pod of our RuntimeClasses must say because the runtime enforces it anyway."""
+    out = []
+    psc = ps.get("securityContext") or {}
+    if ps.get("automountServiceAccountToken") is not False:
+        out.append(("automountServiceAccountToken", "must be false (the runtime removes the token)"))
+    for g, c in containers(ps):
+        sc = c.get("securityContext") or {}
+        where = f"{g}[{c.get('name')}]"
+        for k, want in (("runAsUser", RUNTIME_USER), ("runAsGroup", RUNTIME_USER)):
+            if sc.get(k, psc.get(k)) != want:
+                out.append((k, f"{where}: must be {want} (the policy's user)"))
+        if sc.get("readOnlyRootFilesystem") is not True:
+            out.append(("readOnlyRootFilesystem", f"{where}: must be true (the runtime makes / read-only)"))
+    return out
+
+
+def split_image(ref):
+    """(name, tag, digest) of an image reference; tag/digest None when absent."""
+    name, _, digest = ref.partition("@")
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    tag = None
+    if colon > slash:
+        name, tag = name[:colon], name[colon + 1:]
+    return name, tag, digest or None
+
+
+def crate_version(rel):
+    return tomllib.loads((ROOT / rel).read_text())["package"]["version"]
+
+
+def image_violations(ps, installer_version):
+    out = []
+    for g, c in containers(ps):
+        ref = c.get("image") or ""
+        name, tag, digest = split_image(ref)
+        where = f"{g}[{c.get('name')}] image {ref!r}"
+        if digest is None and tag in (None, "latest"):
+            out.append(("imagePinned", f"{where}: pin a version tag or a digest, never latest or none"))
+        if name.rsplit("/", 1)[-1] == INSTALLER_IMAGE and digest is None and tag != installer_version:
+            out.append(("installerImage", f"{where}: tag must be the installer's version {installer_version} (or a digest)"))
+    return out
+
+
+def pod_checks(rendered, fails):
+    """Pod Security "restricted", agreement with the runtime and image pinning, for every pod
+    template. Returns (restricted, exempt) counts."""
+    levels = {}
+    for objs in rendered.values():
+        for o in objs:
+            if o.get("kind") == "Namespace":
+                levels[o["metadata"]["name"]] = (o["metadata"].get("labels") or {}).get(PSS_LABEL)
+    version = crate_version("deploy/installer/Cargo.toml")
+    counts = {"restricted": 0, "exempt": 0}
+    for k, objs in rendered.items():
+        for o in objs:
+            for path, ps in pod_specs(o):
+                w = f"{k} {ident(o)} {path}"
+                found = image_violations(ps, version)
+                ns = o["metadata"].get("namespace")
+                if levels.get(ns) == "privileged":
+                    counts["exempt"] += 1
+                else:
+                    counts["restricted"] += 1
+                    meta = (((o.get("spec") or {}).get("template") or (o.get("spec") or {}).get("podTemplate") or {}).get("metadata")
+                            if o.get("kind") != "Pod" else o.get("metadata")) or {}
+                    found += [(f"restricted/{r}", d) for r, d in restricted_violations(ps, meta.get("annotations"))]
+                if (ps.get("runtimeClassName") or "").startswith(DEFAULT_HANDLER):
+                    found += [(f"runtime/{r}", d) for r, d in runtime_violations(ps)]
+                for rule, detail in found:
+                    fails.add(w, f"{rule}: {detail}")
+    return counts
+
+
 def covered_files(rendered, fails):
     seen = {(o.get("kind"), o["metadata"]["name"]) for objs in rendered.values() for o in objs}
     for d in MANIFEST_DIRS:
@@ -266,9 +439,77 @@ def self_test():
                   "handler": "x", "handlr": "typo"}, "self-test typo", sfails, {"validated": 0, "unknown-expected": 0, "crd": 0})
     if not any("handlr" in f for f in sfails.items):
         missing.append("strict schema validation of an unknown field")
+    missing += pod_self_test()
     if missing:
         raise SystemExit(f"error: self-test: checks did not catch: {missing}\n{text}")
-    print(f"self-test: the checks caught all {len(expected) + 1} planted errors")
+    print(f"self-test: the checks caught all {len(expected) + 1 + len(POD_MUTATIONS)} planted errors")
+
+
+def good_pod():
+    return {
+        "runtimeClassName": DEFAULT_HANDLER,
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": RUNTIME_USER, "runAsGroup": RUNTIME_USER,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "c", "image": "busybox:1.36", "securityContext": {
+            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]}}}],
+        "volumes": [{"name": "w", "emptyDir": {}}],
+    }
+
+
+def _c(ps):
+    return ps["containers"][0]["securityContext"]
+
+
+# One mutation of good_pod() per rule, and the rule(s) that must then (and only then) fire.
+POD_MUTATIONS = [
+    ("restricted/hostProcess", lambda ps: _c(ps).update(windowsOptions={"hostProcess": True})),
+    ("restricted/hostNamespaces", lambda ps: ps.update(hostPID=True)),
+    ("restricted/privileged", lambda ps: _c(ps).update(privileged=True)),
+    ("restricted/hostPorts", lambda ps: ps["containers"][0].update(ports=[{"containerPort": 80, "hostPort": 80}])),
+    ("restricted/appArmor", lambda ps: _c(ps).update(appArmorProfile={"type": "Unconfined"})),
+    ("restricted/seLinux", lambda ps: ps["securityContext"].update(seLinuxOptions={"type": "spc_t"})),
+    ("restricted/procMount", lambda ps: _c(ps).update(procMount="Unmasked")),
+    ("restricted/sysctls", lambda ps: ps["securityContext"].update(sysctls=[{"name": "kernel.msgmax", "value": "1"}])),
+    ("restricted/volumeTypes", lambda ps: ps["volumes"].append({"name": "h", "hostPath": {"path": "/"}})),
+    ("restricted/allowPrivilegeEscalation", lambda ps: _c(ps).pop("allowPrivilegeEscalation")),
+    ("restricted/runAsNonRoot", lambda ps: _c(ps).update(runAsNonRoot=False)),
+    # uid 0 is also not the runtime's user.
+    (("restricted/runAsUser", "runtime/runAsUser"), lambda ps: _c(ps).update(runAsUser=0)),
+    ("restricted/seccompProfile", lambda ps: _c(ps).update(seccompProfile={"type": "Unconfined"})),
+    ("restricted/capabilities", lambda ps: _c(ps).update(capabilities={"drop": ["ALL"], "add": ["CHOWN"]})),
+    ("restricted/capabilities (baseline)", lambda ps: _c(ps).update(capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN"]})),
+    ("runtime/automountServiceAccountToken", lambda ps: ps.pop("automountServiceAccountToken")),
+    ("runtime/runAsGroup", lambda ps: ps["securityContext"].pop("runAsGroup")),
+    ("runtime/readOnlyRootFilesystem", lambda ps: _c(ps).pop("readOnlyRootFilesystem")),
+    ("imagePinned", lambda ps: ps["containers"][0].update(image="busybox:latest")),
+    ("installerImage", lambda ps: ps["containers"][0].update(image=f"{INSTALLER_IMAGE}:0.0.0-other")),
+]
+
+
+def pod_self_test():
+    """The pod rules: a good pod passes, and each mutation is caught by exactly its rule."""
+    def fired(ps, annotations=None):
+        found = [f"restricted/{r}" for r, _ in restricted_violations(ps, annotations)]
+        found += [f"runtime/{r}" for r, _ in runtime_violations(ps)]
+        found += [r for r, _ in image_violations(ps, "1.2.3")]
+        return sorted(set(found))
+
+    missing = []
+    if fired(good_pod()):
+        missing.append(f"a restricted pod was flagged: {fired(good_pod())}")
+    for rules, mutate in POD_MUTATIONS:
+        want = sorted([rules] if isinstance(rules, str) else rules)
+        ps = good_pod()
+        mutate(ps)
+        got = fired(ps)
+        if got != want:
+            missing.append(f"{want}: fired {got}")
+    ann = {"container.apparmor.security.beta.kubernetes.io/c": "unconfined"}
+    if fired(good_pod(), ann) != ["restricted/appArmor"]:
+        missing.append("restricted/appArmor (annotation)")
+    return missing
 
 
 def main():
@@ -285,6 +526,7 @@ def main():
             schema_check(o, f"{k} {ident(o)}", fails, counts)
         own_checks(objs, k, fails)
     covered_files(rendered, fails)
+    pods = pod_checks(rendered, fails)
     total = sum(len(v) for v in rendered.values())
     if fails.items:
         print(f"FAILED: {len(fails.items)} problem(s) in {total} rendered objects:", file=sys.stderr)
@@ -295,7 +537,9 @@ def main():
         f"ok: {len(KUSTOMIZATIONS)} kustomizations, {total} objects; "
         f"{counts['validated']} object-version validations passed (Kubernetes {VERSIONS[0]}-{VERSIONS[-1]}, strict); "
         f"{counts['unknown-expected']} expected-unknown (MutatingAdmissionPolicy v1 before 1.36); "
-        f"{counts['crd']} CRD objects checked through their embedded pod spec"
+        f"{counts['crd']} CRD objects checked through their embedded pod spec; "
+        f"{pods['restricted']} pod templates meet Pod Security restricted, "
+        f"{pods['exempt']} in a privileged namespace (the installer's); images pinned"
     )
 
 

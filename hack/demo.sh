@@ -10,7 +10,7 @@ ensure_packages
 ensure_rust
 cd "$REPO_ROOT"
 log "building the shim and policy-injector (release)"
-cargo build --release -p containerd-shim-gvisor-hardened -p policy-injector
+cargo build --release -p containerd-shim-gvisor-hardened -p policy-injector --features policy-injector/cli
 export GVH_SHIM_BINARY="$REPO_ROOT/target/release/containerd-shim-gvisor-hardened-v1"
 log "running the demo"
 cargo run --release -q -p gvisor-hardened-tests --example demo

@@ -13,18 +13,19 @@ cd "$REPO_ROOT"
 
 log "cargo fmt --check"
 cargo fmt --all -- --check
-# The shim's unit tests that need root and the host (real runsc sandboxes, cgroups, mounts) are
-# behind a feature, so `cargo test -p containerd-shim-gvisor-hardened` runs anywhere; here, as
-# root on a prepared machine, they run too.
-HOST_TESTS=(--features containerd-shim-gvisor-hardened/host-tests)
+# policy-injector's operator binary (and its tests) sits behind the `cli` feature, which keeps
+# clap and anyhow out of the library; the shim's unit tests that need root and the host (real
+# runsc sandboxes, cgroups, mounts) sit behind `host-tests`, so `cargo test -p
+# containerd-shim-gvisor-hardened` runs anywhere. Here, as root on a prepared machine, both on.
+features=(--features policy-injector/cli --features containerd-shim-gvisor-hardened/host-tests)
 log "cargo clippy (all targets, warnings are errors)"
-cargo clippy --workspace --all-targets "${HOST_TESTS[@]}" -- -D warnings
+cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
 log "build"
-cargo build --workspace --bins
+cargo build --workspace --bins "${features[@]}"
 log "tests (unit, integration, end to end, the attack catalogue)"
 redteam="$(mktemp /tmp/gvh-redteam.XXXXXX)"
 trap 'rm -f "$redteam"' EXIT
-GVH_REDTEAM_OUT="$redteam" cargo test --workspace --no-fail-fast "${HOST_TESTS[@]}"
+GVH_REDTEAM_OUT="$redteam" cargo test --workspace --no-fail-fast "${features[@]}"
 log "red-team table"
 "$REPO_ROOT/hack/redteam.sh" --results "$redteam"
 log "fuzzing, bounded (policy parser and harden)"

@@ -1,7 +1,7 @@
 //! The entry points: `harden` (a whole spec), `harden_process` (an Exec's process) and
 //! `clamp_resources` (an Update's resources), and the result types the shim consumes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -24,6 +24,11 @@ pub struct Context {
     /// Bind-mount sources as the caller resolved them on the host (symlinks followed):
     /// source as written in the spec -> canonical path. The mounts rule checks both.
     pub resolved_sources: BTreeMap<String, String>,
+    /// Bind sources (as written in the spec) that the caller found to hold a Kubernetes
+    /// service-account token: kubelet projected `serviceAccountToken` or token Secret volumes,
+    /// whatever their destination. The mounts rule removes or rejects them
+    /// (`mounts.token_volumes`).
+    pub token_sources: BTreeSet<String>,
 }
 
 /// The result of `harden`.

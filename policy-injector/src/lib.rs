@@ -21,7 +21,9 @@ pub use harden::{
     clamp_resources, harden, harden_owned, harden_process, ClampedResources, Context, Hardened,
     HardenedProcess, Lifetime, RunscFlags,
 };
-pub use policy::{Mode, NetworkMode, Policy, SecretEnvAction, DEFAULT_POLICY_TOML};
+pub use policy::{
+    Mode, NetworkMode, Policy, SecretEnvAction, TokenVolumeAction, DEFAULT_POLICY_TOML,
+};
 
 /// Annotation keys this crate reads and writes (all under `gvisor-hardened.dev/`).
 pub mod annotations {

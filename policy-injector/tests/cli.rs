@@ -54,6 +54,50 @@ fn rejected_spec_exits_2_with_one_line_naming_rule() {
 }
 
 #[test]
+fn token_source_flag_removes_that_bind_or_rejects_under_a_reject_policy() {
+    let config = fixture("ctr-bind.json");
+    let config = config.to_str().unwrap();
+    let mounted = |spec: &serde_json::Value| {
+        spec["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["source"] == "/srv/ghdata")
+    };
+    let o = run(&["harden", config]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(mounted(&serde_json::from_slice(&o.stdout).unwrap()));
+
+    let o = run(&["harden", "--token-source", "/srv/ghdata", config]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!mounted(&serde_json::from_slice(&o.stdout).unwrap()));
+    let o = run(&["explain", "--token-source", "/srv/ghdata", config]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("bind source /srv/ghdata holds a Kubernetes service-account token"),
+        "{text}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[mounts]\ntoken_volumes = \"reject\"\n").unwrap();
+    let o = run(&[
+        "harden",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--token-source",
+        "/srv/ghdata",
+        config,
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).starts_with("error: rejected by policy: mounts: mounts[/data]"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn in_place_rewrites_an_accepted_spec() {
     let dir = tempfile::tempdir().unwrap();
     let path = copy_to_temp(&dir, "ctr-plain.json");

@@ -30,3 +30,4 @@ pub mod server;
 pub mod service;
 pub mod stdio;
 pub mod task;
+pub mod token_volumes;

@@ -207,6 +207,10 @@ impl Inputs {
             namespace: self.namespace.clone(),
             pod_namespace_paths,
             resolved_sources: resolve_bind_sources(&self.spec),
+            token_sources: crate::token_volumes::token_sources(
+                &self.spec,
+                &self.policy.policy.mounts,
+            ),
         };
         let hardened = match harden_owned(self.spec, &self.policy.policy, &ctx) {
             Ok(h) => h,

@@ -4,15 +4,19 @@
 //! (a record edited, a record deleted, the file cut mid-line) failing verification.
 //!
 //! Uses a private containerd (its own directory, sockets and namespace) and stops it at the end;
-//! the system containerd, if any, is never touched.
+//! the system containerd, if any, is never touched. The network checks aim at live servers the
+//! demo starts itself (the host's loopback, and a network namespace of its own over a veth),
+//! reached from the host first: nothing is sent anywhere else.
 
 use gvisor_hardened_tests::audit_tools::policy_injector_audit;
 use gvisor_hardened_tests::fault::TestPolicy;
+use gvisor_hardened_tests::netns::{LoopbackTarget, TestNetns};
 use gvisor_hardened_tests::*;
 
 const AUDIT_LOG: &str = "/var/log/gvisor-hardened/audit.jsonl";
 
-/// Each line: what is shown, then the shell that shows it (run inside the sandbox).
+/// Each line: what is shown, then the shell that shows it (run inside the sandbox). `@LO@` and
+/// `@NET@` become the demo's own live targets (`IP PORT`).
 const CHECKS: &[(&str, &str)] = &[
     ("kernel", "head -c 60 /proc/version"),
     ("user", "id"),
@@ -28,8 +32,12 @@ const CHECKS: &[(&str, &str)] = &[
     ),
     ("network interfaces", "echo $(ls /sys/class/net)"),
     (
-        "connect 1.1.1.1:443",
-        "sandbox-probe connect 1.1.1.1 443 1000",
+        "connect host loopback server",
+        "sandbox-probe connect @LO@ 1000",
+    ),
+    (
+        "connect test-netns server",
+        "sandbox-probe connect @NET@ 1000",
     ),
     ("raw socket", "sandbox-probe socket-raw"),
     ("become root: setuid(0)", "sandbox-probe setuid 0"),
@@ -49,10 +57,24 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     );
     let image = TestImage::ensure()?;
     c.import(&image)?;
+    let lo = LoopbackTarget::start()?;
+    let net = TestNetns::create()?;
+    let ip_port = |a: std::net::SocketAddr| format!("{} {}", a.ip(), a.port());
+    println!(
+        "network targets, live and reached from the host first: {} (host loopback), {} (netns {})",
+        lo.addr(),
+        net.ns_tcp(),
+        net.name()
+    );
     let id = unique_id("demo");
     let script: String = CHECKS
         .iter()
-        .map(|(what, cmd)| format!("printf '  %-30s ' '{what}:'; {{ {cmd}; }} 2>&1 | head -1\n"))
+        .map(|(what, cmd)| {
+            let cmd = cmd
+                .replace("@LO@", &ip_port(lo.addr()))
+                .replace("@NET@", &ip_port(net.ns_tcp()));
+            format!("printf '  %-30s ' '{what}:'; {{ {cmd}; }} 2>&1 | head -1\n")
+        })
         .collect();
     println!(
         "\n$ ctr run --runtime io.containerd.gvisor-hardened.v1 {} {id} sh -c '...'\n",
@@ -64,6 +86,11 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         println!("  (stderr) {}", out.stderr.trim());
     }
     println!("  exit status: {}", out.code());
+    println!(
+        "  the targets saw a connection from the sandbox: loopback {}, netns {}",
+        if lo.untouched() { "no" } else { "YES" },
+        if net.ns_tcp_untouched() { "no" } else { "YES" }
+    );
 
     println!("\naudit log {AUDIT_LOG}, lines for {id}:");
     let text = std::fs::read_to_string(AUDIT_LOG).unwrap_or_default();

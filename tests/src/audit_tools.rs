@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 
 use crate::error::{HarnessError, Result};
 
-/// `policy-injector`, built next to the test executable (`cargo build -p policy-injector`).
+/// `policy-injector`, built next to the test executable (`cargo build -p policy-injector --features cli`).
 pub fn policy_injector_binary() -> Result<PathBuf> {
     let exe = std::env::current_exe()
         .map_err(|e| HarnessError::io("locating", "the test executable", e))?;
@@ -23,7 +23,7 @@ pub fn policy_injector_binary() -> Result<PathBuf> {
         Ok(path)
     } else {
         Err(HarnessError::io(
-            "policy-injector not built (run `cargo build -p policy-injector`)",
+            "policy-injector not built (run `cargo build -p policy-injector --features cli`)",
             path,
             std::io::Error::from(std::io::ErrorKind::NotFound),
         ))

@@ -75,6 +75,11 @@ pub enum HarnessError {
     #[error("shim {what}: {reason}")]
     Shim { what: String, reason: String },
 
+    /// A network target of the test's own (see [`crate::netns`]) could not be set up or was
+    /// not reachable from the host.
+    #[error("test network: {0}")]
+    Network(String),
+
     /// A polled condition did not become true before its deadline.
     #[error("gave up after {timeout:?} waiting for {what}")]
     Deadline { what: String, timeout: Duration },

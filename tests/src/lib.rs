@@ -5,8 +5,7 @@
 //! ```no_run
 //! use gvisor_hardened_tests::*;
 //!
-//! // In shim/tests/*.rs: env!("CARGO_BIN_EXE_containerd-shim-gvisor-hardened-v1");
-//! // elsewhere: shim_binary()? (needs `cargo build -p containerd-shim-gvisor-hardened`).
+//! // shim_binary() needs the shim built first: `cargo build -p containerd-shim-gvisor-hardened`.
 //! let c = Containerd::start(ContainerdOptions::with_shim(shim_binary()?))?;
 //! let image = TestImage::ensure()?;
 //! c.import(&image)?;
@@ -37,10 +36,12 @@ pub mod ids;
 pub mod image;
 pub mod inspect;
 pub mod leaks;
+pub mod netns;
 pub mod poll;
 pub mod probe;
 pub mod process;
 pub mod pty;
+pub mod public_targets;
 pub mod run;
 pub mod shim_binary;
 

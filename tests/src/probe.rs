@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn parses_a_timeout_line() {
-        let l = ProbeLine::parse("timeout addr=1.1.1.1:80 timeout_ms=100").unwrap();
+        let l = ProbeLine::parse("timeout addr=127.0.0.1:9 timeout_ms=100").unwrap();
         assert_eq!(l.outcome, Outcome::Timeout);
     }
 

@@ -1,8 +1,5 @@
-//! Finding the product shim binary for tests that do not live in the shim crate.
-//!
-//! Tests inside the shim crate (`shim/tests/*.rs`, with this crate as a dev-dependency) get
-//! the freshly built binary from cargo: `env!("CARGO_BIN_EXE_containerd-shim-gvisor-hardened-v1")`.
-//! Tests elsewhere use [`shim_binary`], which needs the shim built first
+//! Finding the product shim binary. The tests that drive it live in this crate, not the shim's,
+//! so cargo does not build it for them: [`shim_binary`] needs it built first
 //! (`cargo build -p containerd-shim-gvisor-hardened`).
 
 use std::path::PathBuf;

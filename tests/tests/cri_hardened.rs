@@ -337,3 +337,100 @@ fn container_output_reaches_the_cri_log_and_exit_codes_reach_the_status() {
     assert_pod_gone(&cri, &pod, &[id]);
     assert_clean_cri_shutdown(cri);
 }
+
+/// A bound service-account token (`kubernetes.io` claim; the signature is not real).
+const SA_TOKEN: &str = "eyJhbGciOiJSUzI1NiIsImtpZCI6Imd2aC10ZXN0In0.eyJhdWQiOlsiaHR0cHM6Ly9rdWJlcm5ldGVzLmRlZmF1bHQuc3ZjIl0sImV4cCI6NDEwMjQ0NDgwMCwiaWF0IjoxNzAwMDAwMDAwLCJpc3MiOiJodHRwczovL2t1YmVybmV0ZXMuZGVmYXVsdC5zdmMiLCJrdWJlcm5ldGVzLmlvIjp7Im5hbWVzcGFjZSI6ImFnZW50cyIsInBvZCI6eyJuYW1lIjoicCIsInVpZCI6IjBiN2UifSwic2VydmljZWFjY291bnQiOnsibmFtZSI6ImRlZmF1bHQiLCJ1aWQiOiI1YTFmIn19LCJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6YWdlbnRzOmRlZmF1bHQifQ.c2lnbmF0dXJlLW5vdC1jaGVja2Vk";
+
+/// A projected volume as kubelet writes it (files in a timestamped directory, `..data` and one
+/// symlink per name), under `<kubelet_root>/pods/<uid>/volumes/kubernetes.io~projected/`.
+fn projected_volume(kubelet_root: &std::path::Path, name: &str, files: &[(&str, &str)]) -> String {
+    use std::os::unix::fs::symlink;
+    let vol = kubelet_root
+        .join("pods/0b7e-test/volumes/kubernetes.io~projected")
+        .join(name);
+    let data = vol.join("..2026_12_01_15_00_00.000000001");
+    std::fs::create_dir_all(&data).unwrap();
+    for (file, content) in files {
+        std::fs::write(data.join(file), content).unwrap();
+        symlink(format!("..data/{file}"), vol.join(file)).unwrap();
+    }
+    symlink(data.file_name().unwrap(), vol.join("..data")).unwrap();
+    vol.display().to_string()
+}
+
+/// A pod's own serviceAccountToken volume mounted at /tokens (not the default destination) is
+/// found by the shim in the kubelet-shaped volume and removed, with the reason in the audit log;
+/// a projected volume of the same pod without a token is mounted as usual. The kubelet root is
+/// a temp dir named by the policy (`mounts.kubelet_root`): no kubelet runs here.
+#[test]
+fn a_token_volume_mounted_elsewhere_never_reaches_the_container() {
+    let kubelet = tempfile::tempdir().unwrap();
+    let tokens = projected_volume(kubelet.path(), "tokens", &[("token", SA_TOKEN)]);
+    let config = projected_volume(kubelet.path(), "config", &[("ca.crt", "not-a-token\n")]);
+    let policy = format!(
+        "version = 1\n[mounts]\nkubelet_root = {:?}\n",
+        kubelet.path().display().to_string()
+    );
+    let cri = CriContainerd::start(CriOptions {
+        policies: vec![(HARDENED_HANDLER.to_string(), policy)],
+        ..CriOptions::with_shim(shim_binary().unwrap())
+    })
+    .unwrap();
+    let pod = cri.run_pod("tokens", HARDENED_HANDLER).unwrap();
+    let container = sleeper("agent")
+        .host_path(&tokens, "/tokens", true)
+        .host_path(&config, "/config", true);
+    let id = cri.run_container(&pod, &container).unwrap();
+
+    let out = cri
+        .client()
+        .exec_sync(
+            &id,
+            &[
+                "sh",
+                "-c",
+                "ls /tokens 2>&1; cat /tokens/token 2>&1; cat /config/ca.crt; grep -c ' /tokens ' /proc/mounts",
+            ],
+            10,
+        )
+        .unwrap();
+    assert!(
+        !out.stdout.contains(SA_TOKEN),
+        "the token is readable: {out}"
+    );
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines.len() == 4
+            && lines[0].contains("No such file or directory")
+            && lines[1].contains("No such file or directory")
+            && lines[2] == "not-a-token"
+            && lines[3] == "0",
+        "{out}"
+    );
+
+    let audit = cri.audit_log();
+    let create = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "create" && v.to_string().contains(&id))
+        .unwrap_or_else(|| panic!("no create record for {id}:\n{audit}"));
+    let removed = create["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["field"] == "mounts[/tokens]")
+        .unwrap_or_else(|| panic!("no decision for /tokens: {create}"));
+    assert_eq!(removed["action"], "removed", "{removed}");
+    assert!(
+        removed["reason"]
+            .as_str()
+            .unwrap()
+            .contains("holds a Kubernetes service-account token"),
+        "{removed}"
+    );
+    assert!(!audit.contains(SA_TOKEN), "the token reached the audit log");
+
+    cri.remove_pod(&pod).unwrap();
+    assert_pod_gone(&cri, &pod, &[id]);
+    assert_clean_cri_shutdown(cri);
+}

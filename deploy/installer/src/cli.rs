@@ -69,6 +69,11 @@ pub struct Opts {
         global = true
     )]
     pub policy_source: PathBuf,
+    /// Also install policies with `mode = "audit"`. Audit mode turns every hardening rule off
+    /// (specs run as written, decisions are only logged): without this flag such a policy
+    /// stops the install.
+    #[arg(long, global = true)]
+    pub allow_audit_mode: bool,
     /// Prefix that runs a command in the host's mount namespace (empty: run directly).
     #[arg(
         long,

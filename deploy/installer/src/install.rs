@@ -99,6 +99,16 @@ impl Node {
         let (plan, handlers) = self.plan()?;
         let policies = self.sources.validate().map_err(InstallError::Sources)?;
         let names: Vec<String> = handlers.iter().map(|h| h.name.clone()).collect();
+        for p in policies.iter().filter(|p| p.audit_mode) {
+            (self.log)(&format!(
+                "WARNING: policy {} is in audit mode (--allow-audit-mode): containers under \
+                 handler `{}` run unhardened",
+                p.path.display(),
+                p.class
+                    .as_deref()
+                    .unwrap_or(crate::handlers::DEFAULT_HANDLER)
+            ));
+        }
         (self.log)(&format!(
             "containerd config {} is {}; handlers: {}",
             plan.config_path.display(),

@@ -65,6 +65,7 @@ fn node(opts: &Opts, label: bool) -> Result<Node> {
         sources: Sources {
             shim: opts.shim_source.clone(),
             policy_dir: opts.policy_source.clone(),
+            allow_audit_mode: opts.allow_audit_mode,
         },
         containerd: Containerd {
             host_exec: split(&opts.host_exec),

@@ -13,6 +13,9 @@ pub struct Sources {
     /// A directory with `policy.toml` (the default handler's policy) and one `<class>.toml` per
     /// extra RuntimeClass handler: the image's defaults or the mounted policies ConfigMap.
     pub policy_dir: PathBuf,
+    /// Install policies with `mode = "audit"` too. Off by default: audit mode turns every rule
+    /// off (specs run as written, decisions are only logged), so it must be asked for.
+    pub allow_audit_mode: bool,
 }
 
 impl Default for Sources {
@@ -20,6 +23,7 @@ impl Default for Sources {
         Sources {
             shim: PathBuf::from("/opt/gvisor-hardened/bin/containerd-shim-gvisor-hardened-v1"),
             policy_dir: PathBuf::from("/opt/gvisor-hardened/policies"),
+            allow_audit_mode: false,
         }
     }
 }
@@ -30,12 +34,15 @@ pub struct PolicySource {
     /// `None` for the default policy (`policy.toml`).
     pub class: Option<String>,
     pub path: PathBuf,
+    /// The policy is in audit mode (only possible with `allow_audit_mode`).
+    pub audit_mode: bool,
 }
 
 impl Sources {
     /// Checks the sources before anything is written and lists the policy files. Fails closed:
-    /// a missing shim, a missing default policy, a policy that is not TOML, or a class name
-    /// that is not a DNS label stops the install.
+    /// a missing shim, a missing default policy, a policy that is not TOML, an audit-mode
+    /// policy without `allow_audit_mode`, or a class name that is not a DNS label stops the
+    /// install.
     pub fn validate(&self) -> Result<Vec<PolicySource>, String> {
         let meta = fs::metadata(&self.shim)
             .map_err(|e| format!("shim binary {}: {e}", self.shim.display()))?;
@@ -64,9 +71,16 @@ impl Sources {
         }
         for name in names {
             let path = self.policy_dir.join(&name);
-            check_toml(&path)?;
+            let audit_mode = check_policy(&path, self.allow_audit_mode)?;
             if name == DEFAULT_POLICY_FILE {
-                out.insert(0, PolicySource { class: None, path });
+                out.insert(
+                    0,
+                    PolicySource {
+                        class: None,
+                        path,
+                        audit_mode,
+                    },
+                );
                 continue;
             }
             let class = name.trim_end_matches(".toml").to_string();
@@ -80,6 +94,7 @@ impl Sources {
             out.push(PolicySource {
                 class: Some(class),
                 path,
+                audit_mode,
             });
         }
         Ok(out)
@@ -87,12 +102,23 @@ impl Sources {
 }
 
 /// A policy the shim would refuse must not be installed: every Create under its handler would
-/// fail. The same strict parser the shim uses checks it here.
-fn check_toml(path: &Path) -> Result<(), String> {
+/// fail. The same strict parser the shim uses checks it here. Nor may an audit-mode policy
+/// arrive on a node unasked: one `mode = "audit"` line in a ConfigMap would turn the hardening
+/// of every pod under that handler off. Returns whether the policy is in audit mode.
+fn check_policy(path: &Path, allow_audit_mode: bool) -> Result<bool, String> {
     let text = fs::read_to_string(path).map_err(|e| format!("policy {}: {e}", path.display()))?;
-    policy_injector::Policy::from_toml_str(&text)
-        .map(|_| ())
-        .map_err(|e| format!("policy {}: {e}", path.display()))
+    let policy = policy_injector::Policy::from_toml_str(&text)
+        .map_err(|e| format!("policy {}: {e}", path.display()))?;
+    let audit = policy.mode == policy_injector::Mode::Audit;
+    if audit && !allow_audit_mode {
+        return Err(format!(
+            "policy {}: mode = \"audit\" turns all hardening off (containers run with their \
+             specs unchanged, decisions are only logged); pass --allow-audit-mode to install it \
+             anyway",
+            path.display()
+        ));
+    }
+    Ok(audit)
 }
 
 /// The extra classes among the policy sources.
@@ -110,6 +136,7 @@ mod tests {
         Sources {
             shim: dir.join("shim"),
             policy_dir: dir.join("p"),
+            allow_audit_mode: false,
         }
     }
 
@@ -177,11 +204,49 @@ mod tests {
     }
 
     #[test]
+    fn audit_mode_policy_is_refused_without_the_flag() {
+        let d = tempfile::tempdir().unwrap();
+        let s = sources(d.path());
+        fs::write(s.policy_dir.join("policy.toml"), "version = 1\n").unwrap();
+        fs::write(
+            s.policy_dir.join("gvisor-hardened-tool.toml"),
+            "version = 1\nmode = \"audit\"\n",
+        )
+        .unwrap();
+        let err = s.validate().unwrap_err();
+        assert!(
+            err.contains("gvisor-hardened-tool.toml")
+                && err.contains("mode = \"audit\" turns all hardening off")
+                && err.contains("--allow-audit-mode"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn audit_mode_policy_is_installed_with_the_flag_and_marked() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Sources {
+            allow_audit_mode: true,
+            ..sources(d.path())
+        };
+        fs::write(s.policy_dir.join("policy.toml"), "mode = \"audit\"\n").unwrap();
+        fs::write(s.policy_dir.join("strict.toml"), "mode = \"enforce\"\n").unwrap();
+        let p = s.validate().unwrap();
+        assert_eq!(
+            p.iter()
+                .map(|p| (p.class.as_deref(), p.audit_mode))
+                .collect::<Vec<_>>(),
+            [(None, true), (Some("strict"), false)]
+        );
+    }
+
+    #[test]
     fn missing_shim_is_refused() {
         let d = tempfile::tempdir().unwrap();
         let s = Sources {
             shim: d.path().join("nope"),
             policy_dir: d.path().to_path_buf(),
+            allow_audit_mode: false,
         };
         assert!(s.validate().unwrap_err().contains("shim binary"));
     }

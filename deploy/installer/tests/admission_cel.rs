@@ -147,6 +147,7 @@ fn example_pods() -> Vec<(String, Json)> {
 
 const REQUIRE: &str = "runtimeclass/admission/require-runtimeclass.yaml";
 const HOST: &str = "runtimeclass/admission/deny-host-access.yaml";
+const TOKENS: &str = "runtimeclass/admission/deny-token-volumes.yaml";
 const PROTECT: &str = "runtimeclass/admission/protect-runtimeclasses.yaml";
 const SCOPE: &str = "deploy/kustomize/common/installer-scope.yaml";
 const MUTATE: &str = "runtimeclass/admission-mutating/default-runtimeclass.yaml";
@@ -155,7 +156,13 @@ const MUTATE: &str = "runtimeclass/admission-mutating/default-runtimeclass.yaml"
 fn examples_pass_every_pod_policy() {
     let req = policy(REQUIRE, "gvisor-hardened-require-runtimeclass");
     let host = policy(HOST, "gvisor-hardened-deny-host-access");
+    let tokens = policy(TOKENS, "gvisor-hardened-deny-token-volumes");
     for (name, p) in example_pods() {
+        assert_eq!(
+            admit(&tokens, &p, &Json::Null, &create()),
+            Verdict::Allowed,
+            "{name}"
+        );
         assert_eq!(
             admit(&req, &p, &Json::Null, &create()),
             Verdict::Allowed,
@@ -279,6 +286,91 @@ fn explicit_false_host_settings_are_allowed() {
     );
 }
 
+/// A pod whose `group` has one container mounting, from volume `volume`, at `paths`.
+fn mounting(volume: Json, group: &str, paths: &[&str]) -> Json {
+    let name = volume["name"].clone();
+    let mounts: Vec<Json> = paths
+        .iter()
+        .map(|p| json!({"name": name, "mountPath": p}))
+        .collect();
+    let mut s = base_spec();
+    s["volumes"] = json!([volume]);
+    s[group] = json!([{"name": "x", "image": "i", "volumeMounts": mounts}]);
+    pod(s)
+}
+
+#[test]
+fn token_volumes_are_allowed_only_where_the_runtime_removes_them() {
+    let p = policy(TOKENS, "gvisor-hardened-deny-token-volumes");
+    // What kubelet's kube-api-access-* is: a projected serviceAccountToken + CA bundle.
+    let token = json!({"name": "t", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+        {"configMap": {"name": "kube-root-ca.crt"}}]}});
+    let config = json!({"name": "t", "projected": {"sources": [{"configMap": {"name": "x"}}]}});
+    let secret = json!({"name": "t", "secret": {"secretName": "default-token-x1"}});
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let sa_file = format!("{sa}/token");
+    let sa_lookalike = format!("{sa}-copy");
+    for (case, obj) in [
+        (
+            "at the default path",
+            mounting(token.clone(), "containers", &[sa]),
+        ),
+        (
+            "below it",
+            mounting(token.clone(), "containers", &[&sa_file]),
+        ),
+        (
+            "mounted by nobody",
+            mounting(token.clone(), "containers", &[]),
+        ),
+        (
+            "no token source",
+            mounting(config, "containers", &["/config"]),
+        ),
+        (
+            "a secret (left to the runtime)",
+            mounting(secret, "containers", &["/t"]),
+        ),
+    ] {
+        assert_eq!(
+            admit(&p, &obj, &Json::Null, &create()),
+            Verdict::Allowed,
+            "{case}"
+        );
+    }
+    for (case, obj) in [
+        (
+            "container",
+            mounting(token.clone(), "containers", &["/tokens"]),
+        ),
+        (
+            "init container",
+            mounting(token.clone(), "initContainers", &["/tokens"]),
+        ),
+        (
+            "ephemeral",
+            mounting(token.clone(), "ephemeralContainers", &["/tokens"]),
+        ),
+        (
+            "default and elsewhere",
+            mounting(token.clone(), "containers", &[sa, "/t"]),
+        ),
+        (
+            "lookalike path",
+            mounting(token.clone(), "containers", &[&sa_lookalike]),
+        ),
+    ] {
+        match admit(&p, &obj, &Json::Null, &create()) {
+            Verdict::Denied(m) => assert!(
+                m.len() == 1 && m[0].contains("serviceAccountToken volume may only be mounted at"),
+                "{case}: {m:?}"
+            ),
+            v => panic!("{case}: {v:?}"),
+        }
+    }
+}
+
 fn runtime_class(name: &str) -> Json {
     let file = repo().join(format!("runtimeclass/runtimeclass-{name}.yaml"));
     serde_yaml::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
@@ -345,7 +437,7 @@ fn our_runtime_classes_are_changed_only_by_admins_and_never_repointed() {
 fn node(name: &str, labels: Json) -> Json {
     json!({"apiVersion": "v1", "kind": "Node",
            "metadata": {"name": name, "labels": labels, "annotations": {"a": "1"}},
-           "spec": {"podCIDR": "10.0.0.0/24"}})
+           "spec": {"podCIDR": "10.0.0.0/24"}}) // net-scan: data (a Node's podCIDR)
 }
 
 fn installer_request(node: &str) -> Json {
@@ -410,7 +502,7 @@ fn installer_may_only_touch_our_labels_on_its_own_node() {
     let tainted = with(
         before.clone(),
         "/spec",
-        json!({"podCIDR": "10.0.0.0/24", "taints": [{"key": "x", "effect": "NoSchedule"}]}),
+        json!({"podCIDR": "10.0.0.0/24", "taints": [{"key": "x", "effect": "NoSchedule"}]}), // net-scan: data
     );
     deny(&tainted, &before, &r, "may not change a node's spec");
     let annotated = with(before.clone(), "/metadata/annotations", json!({"a": "2"}));
@@ -449,7 +541,7 @@ fn mutating_policy_matches_only_pods_without_a_runtime_class() {
 #[test]
 fn every_policy_expression_compiles_with_the_cel_crate() {
     let mut n = 0;
-    for file in [REQUIRE, HOST, PROTECT, SCOPE, MUTATE] {
+    for file in [REQUIRE, HOST, TOKENS, PROTECT, SCOPE, MUTATE] {
         for p in load_policies(file) {
             for e in p
                 .match_conditions
@@ -462,7 +554,7 @@ fn every_policy_expression_compiles_with_the_cel_crate() {
         }
     }
     assert_eq!(
-        n, 15,
+        n, 16,
         "expression count changed: update the tests to cover the new ones"
     );
 }

@@ -94,6 +94,46 @@ fn missing_shim_fails_with_one_line_naming_it() {
 }
 
 #[test]
+fn audit_mode_policy_is_refused_unless_allowed() {
+    let ctd = PrivateContainerd::new();
+    fs::write(ctd.config_path(), ctd.base_config()).unwrap();
+    let f = flags(&ctd);
+    let audit_policy = ctd.path().join("image/policies/gvisor-hardened-tool.toml");
+    fs::write(&audit_policy, "version = 1\nmode = \"audit\"\n").unwrap();
+
+    let out = Command::new(BIN).arg("install").args(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!(
+            "gvisor-hardened-installer: error: sources: policy {}: mode = \"audit\" turns all hardening off",
+            audit_policy.display()
+        )) && last.ends_with("pass --allow-audit-mode to install it anyway"),
+        "{stderr}"
+    );
+    assert!(
+        !ctd.path().join("host").exists(),
+        "refused install wrote files"
+    );
+
+    // With the flag the same sources pass (plan: the checks install runs, nothing written).
+    let out = Command::new(BIN)
+        .arg("plan")
+        .args(&f)
+        .arg("--allow-audit-mode")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("gvisor-hardened-tool"));
+    assert!(!ctd.path().join("host").exists());
+}
+
+#[test]
 fn labelling_without_a_node_name_is_refused_before_anything_happens() {
     let ctd = PrivateContainerd::new();
     fs::write(ctd.config_path(), ctd.base_config()).unwrap();

@@ -74,6 +74,7 @@ fn policies_configmap_yields_exactly_the_runtime_class_handlers() {
     let policies = Sources {
         shim,
         policy_dir: dir.clone(),
+        allow_audit_mode: false,
     }
     .validate()
     .unwrap();
@@ -173,4 +174,25 @@ fn daemonset_mounts_the_host_and_the_policies_where_the_installer_looks() {
             .any(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == cm_name.as_str()),
         "DaemonSet mounts {cm_name}, which is not rendered"
     );
+}
+
+/// The privileged installer pods (host `/` mounted) run exactly this installer's release:
+/// kustomize's `images:` pins the tag to the crate version, never a moving `:latest`.
+#[test]
+fn installer_image_is_pinned_to_the_crate_version() {
+    let want = format!("gvisor-hardened-installer:{}", env!("CARGO_PKG_VERSION"));
+    for (dir, kind) in [
+        ("deploy/kustomize/default", "DaemonSet"),
+        ("deploy/kustomize/base", "DaemonSet"),
+        ("deploy/kustomize/cleanup", "Job"),
+    ] {
+        let rendered = render(dir);
+        let pod = &rendered
+            .iter()
+            .find(|o| o["kind"] == kind)
+            .unwrap_or_else(|| panic!("{dir}: no {kind}"))["spec"]["template"]["spec"];
+        for c in pod["containers"].as_array().unwrap() {
+            assert_eq!(c["image"], want.as_str(), "{dir} {kind}");
+        }
+    }
 }

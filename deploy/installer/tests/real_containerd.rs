@@ -48,6 +48,7 @@ fn node(ctd: &PrivateContainerd, labeller: Option<Labeller>) -> Node {
         sources: Sources {
             shim: src.join("shim"),
             policy_dir: src.join("policies"),
+            allow_audit_mode: false,
         },
         containerd: Containerd {
             host_exec: vec![],

@@ -25,6 +25,11 @@ pub enum Command {
         /// /proc/4242/ns/ipc); repeat for each. The shim supplies these at runtime.
         #[arg(long = "pod-namespace", value_name = "PATH")]
         pod_namespaces: Vec<String>,
+        /// A bind source (as written in CONFIG_JSON) that holds a Kubernetes service-account
+        /// token, e.g. a projected serviceAccountToken volume; repeat for each. The shim finds
+        /// these at runtime by looking into the kubelet's volumes.
+        #[arg(long = "token-source", value_name = "PATH")]
+        token_sources: Vec<String>,
         /// Rewrite CONFIG_JSON instead of printing; nothing is written when the spec is rejected.
         #[arg(long)]
         in_place: bool,
@@ -41,6 +46,9 @@ pub enum Command {
         /// A host namespace path of the pod sandbox the container may join; repeat for each.
         #[arg(long = "pod-namespace", value_name = "PATH")]
         pod_namespaces: Vec<String>,
+        /// A bind source that holds a Kubernetes service-account token; repeat for each.
+        #[arg(long = "token-source", value_name = "PATH")]
+        token_sources: Vec<String>,
         /// Print the explanation as JSON instead of text.
         #[arg(long)]
         json: bool,

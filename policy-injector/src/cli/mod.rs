@@ -104,12 +104,13 @@ fn run(cmd: Command) -> Result<(), Failure> {
         Command::Harden {
             policy,
             pod_namespaces,
+            token_sources,
             in_place,
             config,
         } => {
             let policy = load_policy(policy.as_deref())?;
             let (raw_spec, spec) = read_spec(&config)?;
-            let ctx = context_for(&spec, pod_namespaces);
+            let ctx = context_for(&spec, pod_namespaces, token_sources);
             let hardened = harden(&spec, &policy, &ctx).map_err(|e| match e {
                 HardenError::Rejected(_) => Failure::Rejected(e),
                 HardenError::Malformed { .. } => {
@@ -147,12 +148,13 @@ fn run(cmd: Command) -> Result<(), Failure> {
         Command::Explain {
             policy,
             pod_namespaces,
+            token_sources,
             json,
             config,
         } => {
             let policy = load_policy(policy.as_deref())?;
             let (_, spec) = read_spec(&config)?;
-            let ctx = context_for(&spec, pod_namespaces);
+            let ctx = context_for(&spec, pod_namespaces, token_sources);
             let report = explain::explain(&spec, &policy, &ctx)
                 .map_err(|e| anyhow!("{}: {e}", config.display()))?;
             let out = if json {
@@ -202,8 +204,13 @@ fn read_spec(path: &Path) -> anyhow::Result<(String, Value)> {
 }
 
 /// Resolves each bind source on this host (symlinks followed), so the mounts rule can check
-/// where a bind really points. Sources that do not exist are left out.
-fn context_for(spec: &Value, pod_namespace_paths: Vec<String>) -> Context {
+/// where a bind really points. Sources that do not exist are left out. Token sources are taken
+/// as given: the operator names them (the shim finds them in the kubelet's volumes).
+fn context_for(
+    spec: &Value,
+    pod_namespace_paths: Vec<String>,
+    token_sources: Vec<String>,
+) -> Context {
     let mut resolved = BTreeMap::new();
     if let Some(mounts) = spec.get("mounts").and_then(Value::as_array) {
         for m in mounts {
@@ -225,6 +232,7 @@ fn context_for(spec: &Value, pod_namespace_paths: Vec<String>) -> Context {
     Context {
         resolved_sources: resolved,
         pod_namespace_paths,
+        token_sources: token_sources.into_iter().collect(),
         ..Context::default()
     }
 }

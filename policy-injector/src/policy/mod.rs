@@ -76,6 +76,18 @@ pub enum SecretEnvAction {
     Strip,
 }
 
+/// What the mounts rule does with a bind whose source holds a Kubernetes service-account token
+/// (a kubelet projected `serviceAccountToken` or token Secret volume, at any destination).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenVolumeAction {
+    /// Drop the mount; the container starts without it.
+    #[default]
+    Remove,
+    /// Refuse the container, naming the mount.
+    Reject,
+}
+
 /// The whole policy. Every section has a default equal to the embedded default policy, so a file
 /// only needs the keys it changes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{NetworkMode, SecretEnvAction};
+use super::{NetworkMode, SecretEnvAction, TokenVolumeAction};
 use crate::quantity::{ByteSize, HumanDuration, MilliCpu};
 
 fn strings(items: &[&str]) -> Vec<String> {
@@ -120,6 +120,11 @@ pub struct MountsPolicy {
     pub allowed_types: Vec<String>,
     pub remove_service_account_token: bool,
     pub credential_destinations: Vec<String>,
+    /// A bind whose source the caller found to hold a service-account token, wherever it is
+    /// mounted. Only while `remove_service_account_token` is on.
+    pub token_volumes: TokenVolumeAction,
+    /// The kubelet's root directory: the caller looks for token volumes below it.
+    pub kubelet_root: String,
 }
 
 impl Default for MountsPolicy {
@@ -176,6 +181,8 @@ impl Default for MountsPolicy {
                 "/run/secrets/kubernetes.io/serviceaccount",
                 "/var/run/secrets/eks.amazonaws.com/serviceaccount",
             ]),
+            token_volumes: TokenVolumeAction::Remove,
+            kubelet_root: "/var/lib/kubelet".to_string(),
         }
     }
 }

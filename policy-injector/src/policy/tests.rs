@@ -255,3 +255,17 @@ fn audit_rotation_and_signing_key_are_read_strictly() {
         assert!(e.contains(key), "{src}: {e}");
     }
 }
+
+#[test]
+fn token_volume_settings_load_and_the_kubelet_root_must_be_absolute() {
+    let p = Policy::from_toml_str(
+        "[mounts]\ntoken_volumes = \"reject\"\nkubelet_root = \"/srv/kubelet\"\n",
+    )
+    .unwrap();
+    assert_eq!(p.mounts.token_volumes, TokenVolumeAction::Reject);
+    assert_eq!(p.mounts.kubelet_root, "/srv/kubelet");
+    let e = err("[mounts]\nkubelet_root = \"var/lib/kubelet\"\n");
+    assert!(e.to_string().contains("mounts.kubelet_root"), "{e}");
+    let e = err("[mounts]\ntoken_volumes = \"keep\"\n");
+    assert!(e.to_string().contains("token_volumes"), "{e}");
+}

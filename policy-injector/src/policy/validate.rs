@@ -338,6 +338,7 @@ fn mounts(p: &Policy) -> Result<(), Issue> {
     for (i, d) in m.credential_destinations.iter().enumerate() {
         check_abs_path(&format!("mounts.credential_destinations[{i}]"), d)?;
     }
+    check_abs_path("mounts.kubelet_root", &m.kubelet_root)?;
     // An operator who wants emptyDir writable but also lists it as denied has written two
     // answers to one question.
     for w in &m.writable_sources {

@@ -2,7 +2,7 @@
 //! normalisation), never "/"; binds of denied host paths rejected, checking both the source as
 //! written and as the caller resolved it on the host; binds read-only unless the source is on
 //! the writable allowlist; nosuid,nodev on every mount; credential mounts (the service-account
-//! token) removed.
+//! token) removed, by destination and, for the token volumes the caller found, by source.
 
 use serde_json::Value;
 
@@ -11,6 +11,7 @@ use crate::decision::{Action, Rule};
 use crate::error::HardenError;
 use crate::glob::{is_normal, join, normalize, PathGlob};
 use crate::json::{self, Object};
+use crate::policy::TokenVolumeAction;
 
 fn is_under(base: &str, path: &str) -> bool {
     path == base
@@ -122,6 +123,24 @@ fn check_destination(dest: &str, seen: &[String], pass: &mut Pass<'_>) -> Destin
     Destination::Keep(norm)
 }
 
+fn is_bind(obj: &Object) -> bool {
+    obj.get("type").and_then(Value::as_str) == Some("bind")
+        || obj
+            .get("options")
+            .and_then(Value::as_array)
+            .is_some_and(|o| o.iter().any(|x| x == "bind" || x == "rbind"))
+}
+
+/// The source of a bind the caller found to hold a service-account token, when the policy
+/// removes tokens at all.
+fn token_source<'m>(obj: &'m Object, pass: &Pass<'_>) -> Option<&'m str> {
+    if !pass.policy.mounts.remove_service_account_token || pass.ctx.token_sources.is_empty() {
+        return None;
+    }
+    let source = obj.get("source").and_then(Value::as_str)?;
+    (is_bind(obj) && pass.ctx.token_sources.contains(source)).then_some(source)
+}
+
 /// Checks a bind's source against the deny list; returns whether it may stay writable, or
 /// `None` when it was rejected.
 fn check_bind_source(
@@ -204,6 +223,34 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
             }
         };
         let label = format!("mounts[{norm}]");
+        // A token by another path: the pod's own projected serviceAccountToken volume or a
+        // token Secret, mounted anywhere, is the same API identity as the default mount above.
+        if let Some(source) = token_source(obj, pass) {
+            let why = format!(
+                "bind source {source} holds a Kubernetes service-account token (a projected \
+                 serviceAccountToken or token Secret volume): it would give the container the \
+                 pod's API identity"
+            );
+            match policy.mounts.token_volumes {
+                TokenVolumeAction::Remove => {
+                    keep[i] = false;
+                    pass.record(
+                        Rule::Mounts,
+                        label,
+                        Action::Removed,
+                        Some(std::mem::take(m)),
+                        None,
+                        why,
+                    );
+                }
+                TokenVolumeAction::Reject => pass.reject(
+                    Rule::Mounts,
+                    label,
+                    format!("{why} (mounts.token_volumes = \"reject\")"),
+                ),
+            }
+            continue;
+        }
         if norm != dest {
             let before = obj.insert("destination".into(), Value::String(norm.clone()));
             pass.record(
@@ -284,3 +331,5 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod token_tests;

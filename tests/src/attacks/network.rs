@@ -1,10 +1,14 @@
-//! Network attacks: reaching outside, the host and its loopback, DNS, raw and packet sockets,
-//! a privileged port. The default policy runs runsc with `--network=none`: the sandbox has
-//! gVisor's own loopback and nothing else.
+//! Network attacks: reaching another network, the host and its loopback, DNS, raw and packet
+//! sockets, a privileged port. The default policy runs runsc with `--network=none`: the sandbox
+//! has gVisor's own loopback and nothing else.
+//!
+//! Every target is a live server the attack started itself (see [`crate::netns`]): a listener
+//! on the host's loopback, and listeners in a network namespace joined to the host by a veth
+//! pair, each reached from the host first. Nothing is sent anywhere else.
 
 use std::fs::{self, File};
 use std::io::ErrorKind;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::thread;
 use std::time::Duration;
@@ -13,6 +17,7 @@ use super::filesystem::probe_errno;
 use super::lab::{Job, Lab};
 use super::{ensure, wait_for, Attack, Category, Failed, Outcome};
 use crate::inspect;
+use crate::netns::{LoopbackTarget, TestNetns};
 use crate::probe::ProbeLine;
 
 pub fn attacks() -> Vec<Attack> {
@@ -23,10 +28,10 @@ pub fn attacks() -> Vec<Attack> {
         run,
     };
     vec![
-        a("connect to an outside address (1.1.1.1:80)", "EHOSTUNREACH", outside),
-        a("connect to the host's own address", "EHOSTUNREACH; the host listener sees nothing", host_address),
+        a("connect to a live server on another network (a test netns over a veth)", "EHOSTUNREACH; the server sees nothing", outside),
+        a("connect to the host's own address (its end of a test veth)", "EHOSTUNREACH; the host listener sees nothing", host_address),
         a("connect to a service on the host's loopback", "ECONNREFUSED (the sandbox's own loopback); host listener sees nothing", host_loopback),
-        a("DNS lookup (8.8.8.8 and the default resolver)", "fails: no route / refused; nothing resolved", dns),
+        a("DNS lookup (a live UDP :53 recorder on a test netns, and the default resolver)", "fails: no route / refused; no query arrives; nothing resolved", dns),
         a("open a raw socket", "EPERM", raw_socket),
         a("open a packet socket", "EPERM", packet_socket),
         a("list network interfaces", "only lo", interfaces),
@@ -43,109 +48,75 @@ pub fn attacks() -> Vec<Attack> {
     ]
 }
 
-fn outside(lab: &Lab) -> Outcome {
-    probe_errno(
-        lab,
-        "net-out",
-        &["connect", "1.1.1.1", "80", "2000"],
-        "EHOSTUNREACH",
-    )
+/// The probe's `connect` arguments for `addr`.
+fn connect_args(addr: SocketAddr) -> [String; 4] {
+    [
+        "connect".into(),
+        addr.ip().to_string(),
+        addr.port().to_string(),
+        "2000".into(),
+    ]
 }
 
-/// The host's first non-loopback IPv4 address.
-fn host_ipv4() -> Result<Ipv4Addr, Failed> {
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `list`, released below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return Err(Failed("getifaddrs failed".into()));
-    }
-    let mut found = None;
-    let mut cur = list;
-    while !cur.is_null() {
-        // SAFETY: `cur` walks the list getifaddrs returned.
-        let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null()
-            // SAFETY: ifa_addr is non-null and points to a sockaddr.
-            && i32::from(unsafe { (*ifa.ifa_addr).sa_family }) == libc::AF_INET
-        {
-            // SAFETY: an AF_INET address is a sockaddr_in.
-            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-            let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-            if !ip.is_loopback() {
-                found = Some(ip);
-                break;
-            }
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: `list` came from getifaddrs.
-    unsafe { libc::freeifaddrs(list) };
-    found.ok_or_else(|| Failed("the host has no IPv4 address besides loopback".into()))
-}
-
-/// A host listener, and whether anything connected to it.
-struct Listener(TcpListener);
-
-impl Listener {
-    fn bind(addr: &str) -> Result<Listener, Failed> {
-        let l = TcpListener::bind(addr).map_err(|e| Failed(format!("bind {addr}: {e}")))?;
-        l.set_nonblocking(true)
-            .map_err(|e| Failed(format!("nonblocking: {e}")))?;
-        Ok(Listener(l))
-    }
-
-    fn port(&self) -> u16 {
-        self.0.local_addr().map(|a| a.port()).unwrap_or(0)
-    }
-
-    fn untouched(&self) -> bool {
-        matches!(self.0.accept(), Err(e) if e.kind() == ErrorKind::WouldBlock)
-    }
-}
-
-fn host_address(lab: &Lab) -> Outcome {
-    let ip = host_ipv4()?;
-    let listener = Listener::bind("0.0.0.0:0")?;
-    let port = listener.port().to_string();
-    let ran = lab.run(Job::probe(
-        "net-hostip",
-        &["connect", &ip.to_string(), &port, "2000"],
-    ))?;
+/// Runs the probe's connect to `addr` (a live target, reachable from the host) and expects
+/// `errno` and an untouched target.
+fn connect_fails(
+    lab: &Lab,
+    prefix: &'static str,
+    addr: SocketAddr,
+    errno: &str,
+    untouched: impl Fn() -> bool,
+) -> Outcome {
+    let args = connect_args(addr);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ran = lab.run(Job::probe(prefix, &args))?;
     let line = ran.line()?;
-    ensure(line.errno() == Some("EHOSTUNREACH"), || {
-        format!("expected EHOSTUNREACH: {}", ran.summary())
+    ensure(line.errno() == Some(errno), || {
+        format!("expected {errno}: {}", ran.summary())
     })?;
-    ensure(listener.untouched(), || {
-        "the host listener accepted a connection".into()
+    ensure(untouched(), || {
+        format!("the target {addr} accepted a connection")
     })?;
     Ok(format!(
-        "{ip}:{port}: EHOSTUNREACH; host listener untouched"
+        "{addr} (live, reached from the host first): {errno}; target untouched"
     ))
+}
+
+fn test_netns() -> Result<TestNetns, Failed> {
+    TestNetns::create().map_err(|e| Failed(format!("test network: {e}")))
+}
+
+fn outside(lab: &Lab) -> Outcome {
+    let net = test_netns()?;
+    connect_fails(lab, "net-out", net.ns_tcp(), "EHOSTUNREACH", || {
+        net.ns_tcp_untouched()
+    })
+}
+
+/// The host's address on a veth the attack made: as much "the host's own address" as its
+/// primary one, and owned by the test.
+fn host_address(lab: &Lab) -> Outcome {
+    let net = test_netns()?;
+    connect_fails(lab, "net-hostip", net.host_tcp(), "EHOSTUNREACH", || {
+        net.host_tcp_untouched()
+    })
 }
 
 fn host_loopback(lab: &Lab) -> Outcome {
-    let listener = Listener::bind("127.0.0.1:0")?;
-    let port = listener.port().to_string();
-    let ran = lab.run(Job::probe(
-        "net-hostlo",
-        &["connect", "127.0.0.1", &port, "2000"],
-    ))?;
-    let line = ran.line()?;
-    ensure(line.errno() == Some("ECONNREFUSED"), || {
-        format!("expected ECONNREFUSED: {}", ran.summary())
-    })?;
-    ensure(listener.untouched(), || {
-        "the host listener accepted a connection".into()
-    })?;
-    Ok(format!(
-        "127.0.0.1:{port}: ECONNREFUSED; host listener untouched"
-    ))
+    let target = LoopbackTarget::start().map_err(|e| Failed(format!("loopback target: {e}")))?;
+    connect_fails(lab, "net-hostlo", target.addr(), "ECONNREFUSED", || {
+        target.untouched()
+    })
 }
 
 fn dns(lab: &Lab) -> Outcome {
+    let net = test_netns()?;
+    let server = net.ns_ip();
     let ran = lab.run(Job::sh(
         "net-dns",
-        "nslookup example.com 8.8.8.8; echo \"ok status=$?\"; nslookup example.com; echo \"ok status=$?\"",
+        &format!(
+            "nslookup gvh-dns-probe.test {server}; echo \"ok status=$?\"; nslookup gvh-dns-probe.test; echo \"ok status=$?\""
+        ),
     ))?;
     let all = format!("{}{}", ran.out.stdout, ran.out.stderr);
     let statuses: Vec<&str> = ran
@@ -164,7 +135,18 @@ fn dns(lab: &Lab) -> Outcome {
         all.contains("No route to host") && all.contains("Connection refused"),
         || format!("unexpected failure: {}", ran.summary()),
     )?;
-    Ok("8.8.8.8: No route to host; default (127.0.0.1): Connection refused".into())
+    let arrived = net.datagrams();
+    ensure(arrived.is_empty(), || {
+        format!(
+            "{} queries reached the recorder at {}",
+            arrived.len(),
+            net.dns()
+        )
+    })?;
+    Ok(format!(
+        "{} (live recorder, a host datagram reached it first): No route to host, no query arrived; default (127.0.0.1): Connection refused",
+        net.dns()
+    ))
 }
 
 fn raw_socket(lab: &Lab) -> Outcome {
@@ -184,46 +166,32 @@ fn interfaces(lab: &Lab) -> Outcome {
     Ok("ifaces=lo".into())
 }
 
-fn ip(args: &[&str]) -> Result<(), Failed> {
-    let out = std::process::Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| Failed(format!("ip {}: {e}", args.join(" "))))?;
-    ensure(out.status.success(), || {
-        format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
-    })
-}
-
-/// A network namespace like the ones CNI makes for pods (/run/netns/<name>), with an interface
-/// and an address, standing in for another pod's network.
+/// A network namespace like the ones CNI makes for pods (/run/netns/<name>), with a veth, an
+/// address and a live server on it, standing in for another pod's network.
 fn foreign_netns(lab: &Lab) -> Outcome {
-    let name = format!("gvh-victim-{}", crate::ids::random_hex(4));
-    ip(&["netns", "add", &name])?;
-    let result = (|| {
-        ip(&[
-            "-n", &name, "link", "add", "gvh0", "type", "veth", "peer", "name", "gvh1",
-        ])?;
-        ip(&["-n", &name, "addr", "add", "10.213.7.1/24", "dev", "gvh0"])?;
-        ip(&["-n", &name, "link", "set", "gvh0", "up"])?;
-        let ran = lab.run(
-            Job::probes("net-podns", &["ifaces", "connect 10.213.7.1 80 2000"])
-                .flags(["--with-ns", &format!("network:/run/netns/{name}")]),
-        )?;
-        let l = ran.probe_lines(2)?;
-        ensure(l[0].field("ifaces") == Some("lo"), || {
-            format!("interfaces: {}", ran.summary())
-        })?;
-        ensure(l[1].errno() == Some("EHOSTUNREACH"), || {
-            format!("connect into the namespace's network: {}", ran.summary())
-        })?;
-        Ok("accepted (path on namespaces.allowed_paths); inside: ifaces=lo; 10.213.7.1 (the namespace's address): EHOSTUNREACH".to_string())
-    })();
-    ip(&["netns", "del", &name])?;
-    result
+    let net = test_netns()?;
+    let target = net.ns_tcp();
+    let ran = lab.run(
+        Job::probes(
+            "net-podns",
+            &[
+                "ifaces",
+                &format!("connect {} {} 2000", target.ip(), target.port()),
+            ],
+        )
+        .flags(["--with-ns", &format!("network:{}", net.path().display())]),
+    )?;
+    let l = ran.probe_lines(2)?;
+    ensure(l[0].field("ifaces") == Some("lo"), || {
+        format!("interfaces: {}", ran.summary())
+    })?;
+    ensure(l[1].errno() == Some("EHOSTUNREACH"), || {
+        format!("connect into the namespace's network: {}", ran.summary())
+    })?;
+    ensure(net.ns_tcp_untouched(), || {
+        format!("the namespace's server {target} accepted a connection")
+    })?;
+    Ok(format!("accepted (path on namespaces.allowed_paths); inside: ifaces=lo; {target} (the namespace's live server): EHOSTUNREACH, untouched"))
 }
 
 /// Host sockets listening on `port` in the network namespace whose /proc/<pid>/net is `net`.
