@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::evidence::ArtifactsPolicy;
 use super::{NetworkMode, SecretEnvAction};
 use crate::quantity::{ByteSize, HumanDuration, MilliCpu};
 
@@ -358,6 +359,9 @@ pub struct NetworkPolicy {
 pub struct LifetimePolicy {
     pub max_runtime: HumanDuration,
     pub grace_period: HumanDuration,
+    /// `None` (the key left out): no idle timeout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<HumanDuration>,
 }
 
 impl Default for LifetimePolicy {
@@ -365,6 +369,7 @@ impl Default for LifetimePolicy {
         LifetimePolicy {
             max_runtime: HumanDuration(Duration::from_secs(3600)),
             grace_period: HumanDuration(Duration::from_secs(10)),
+            idle_timeout: None,
         }
     }
 }
@@ -478,12 +483,14 @@ fn flag_values<'de, D: serde::Deserializer<'de>>(
 #[serde(deny_unknown_fields, default)]
 pub struct AuditPolicy {
     pub path: String,
+    pub artifacts: ArtifactsPolicy,
 }
 
 impl Default for AuditPolicy {
     fn default() -> Self {
         AuditPolicy {
             path: "/var/log/gvisor-hardened/audit.jsonl".to_string(),
+            artifacts: ArtifactsPolicy::default(),
         }
     }
 }
