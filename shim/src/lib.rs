@@ -4,6 +4,7 @@
 //!
 //! See `shim/README.md` for the request flow from containerd to runsc and where things go.
 
+pub mod artifacts;
 pub mod audit;
 pub mod cgroup;
 pub mod cleanup;

@@ -29,7 +29,7 @@ impl Default for ArtifactsPolicy {
     fn default() -> Self {
         ArtifactsPolicy {
             enabled: true,
-            max_files: 100_000,
+            max_files: 50_000,
             max_hashed_bytes: ByteSize(256 << 20),
             max_walk_time: HumanDuration(Duration::from_secs(5)),
         }
