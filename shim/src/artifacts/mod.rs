@@ -16,6 +16,15 @@
 //! stopped it or left a file unhashed. Names are bytes: one that is not UTF-8 is kept exactly
 //! (as hex in `path_hex`) beside a readable lossy form.
 //!
+//! Measured (`cargo run --release -p containerd-shim-gvisor-hardened --example artifact-walk`,
+//! ext4, page cache warm, load 6-7 on 2 shared cores): 1,000,000 empty files in one directory
+//! with the default bounds stop at max_files = 50,000 in 0.36-0.47 s (21 MB peak RSS, 8.1 MB of
+//! JSON); with 100,000 it was 0.73-1.8 s (4.1 s with a cold cache), 40 MB RSS, 16 MB of JSON,
+//! hence the default of 50,000. With no file bound, the 5 s deadline stopped the walk at
+//! 228,001 entries after 5.39 s (sorting and building the manifest after the deadline took the
+//! rest). A 1 GiB file with max_hashed_bytes below its size: named, not read, < 1 ms; hashed
+//! (max_hashed_bytes 2 GiB): 1.85 s, 0.7 s of CPU.
+//!
 //! Order of work at exit (for the caller): build the exit manifest, read the start manifest back
 //! with [`read_manifest`] (its sha256 must match the one recorded at start), diff, write the exit
 //! manifest with the diff, put [`WrittenManifest::sha256`] and [`ManifestDiff::summary`] into the
