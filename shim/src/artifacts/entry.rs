@@ -129,7 +129,11 @@ impl Entry {
             kind,
             size: st.st_size as u64,
             mode: st.st_mode & 0o7777,
-            mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+            // Saturating: the sandbox chooses the mtime, and an overflow must not panic.
+            mtime_ns: st
+                .st_mtime
+                .saturating_mul(1_000_000_000)
+                .saturating_add(st.st_mtime_nsec),
             sha256: None,
             not_hashed: None,
             target: None,
@@ -250,6 +254,17 @@ mod tests {
         assert!(v["path"].as_str().unwrap().contains('\u{fffd}'));
         let back: Entry = serde_json::from_str(&json).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn an_mtime_far_in_the_future_saturates() {
+        // SAFETY: a zeroed stat is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        st.st_mode = libc::S_IFREG | 0o644;
+        st.st_mtime = i64::MAX / 2;
+        st.st_mtime_nsec = 999_999_999;
+        let e = Entry::new(RawPath(b"x".to_vec()), EntryKind::File, &st);
+        assert_eq!(e.mtime_ns, i64::MAX);
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub struct RootStats {
     pub not_hashed: u64,
     /// Directories named but not entered.
     pub skipped_dirs: u64,
+    /// Directories that failed part-way through reading, and entries that could not be
+    /// looked at for another reason than having gone.
+    #[serde(default)]
+    pub errors: u64,
 }
 
 /// The manifest of one writable mount.
@@ -86,7 +90,7 @@ pub fn build_manifest(mounts: &[WritableMount], bounds: &Bounds) -> Manifest {
     let complete = walker.stopped.is_none()
         && roots
             .iter()
-            .all(|r| r.error.is_none() && r.stats.skipped_dirs == 0);
+            .all(|r| r.error.is_none() && r.stats.skipped_dirs == 0 && r.stats.errors == 0);
     let all_hashed = roots.iter().all(|r| r.stats.not_hashed == 0);
     Manifest {
         complete,
@@ -192,7 +196,12 @@ impl<'b> Walker<'b> {
             }
             let name = match top.dir.next_name() {
                 Ok(Some(n)) => n,
-                Ok(None) | Err(_) => {
+                Ok(None) => {
+                    frames.pop();
+                    continue;
+                }
+                Err(_) => {
+                    out.stats.errors += 1;
                     frames.pop();
                     continue;
                 }
@@ -216,7 +225,11 @@ impl<'b> Walker<'b> {
             let st = match fstatat_nofollow(dirfd, &name) {
                 Ok(st) => st,
                 // Removed since readdir saw it: it is not there any more.
-                Err(_) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(_) => {
+                    out.stats.errors += 1;
+                    continue;
+                }
             };
             self.named += 1;
             let kind = EntryKind::from_mode(st.st_mode);
