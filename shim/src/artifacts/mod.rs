@@ -25,14 +25,16 @@
 //! rest). A 1 GiB file with max_hashed_bytes below its size: named, not read, < 1 ms; hashed
 //! (max_hashed_bytes 2 GiB): 1.85 s, 0.7 s of CPU.
 //!
-//! Order of work at exit (for the caller): build the exit manifest, read the start manifest back
-//! with [`read_manifest`] (its sha256 must match the one recorded at start), diff, write the exit
-//! manifest with the diff, put [`WrittenManifest::sha256`] and [`ManifestDiff::summary`] into the
-//! exit record.
+//! The lifecycle calls [`record_start`] (before the sandbox runs) and [`record_exit`] (after it
+//! ended, before the exit is announced). At exit: build the exit manifest, read the start
+//! manifest back with [`read_manifest`] (its sha256 must match the one recorded at start),
+//! diff, write the exit manifest with the diff, and hand back what the exit record carries:
+//! [`WrittenManifest::sha256`] and [`ManifestDiff::summary`].
 
 mod diff;
 mod entry;
 mod mounts;
+mod record;
 mod store;
 mod walk;
 
@@ -45,6 +47,7 @@ use std::time::{Duration, Instant};
 pub use diff::{diff, Change, DiffSummary, ManifestDiff};
 pub use entry::{Entry, EntryKind, NotHashed, RawPath, Skipped};
 pub use mounts::{writable_binds, WritableMount};
+pub use record::{record_exit, record_start, ExitRecord, StartRecord};
 pub use store::{artifacts_dir, read_manifest, write_manifest, Phase, WrittenManifest};
 pub use walk::{build_manifest, Manifest, RootManifest, RootStats, StopReason};
 
