@@ -6,9 +6,11 @@
 #
 # Measures start-to-exit latency of `ctr run --rm IMAGE ID true` (runtimes interleaved), shim
 # and per-sandbox memory and start latency at 1/10/30 concurrent sandboxes, churn at
-# concurrency 1 and 4, and the policy criterion benches. Prints the tables and writes
-# target/bench/{results.json,summary.md,latency.svg}. --publish copies them to hack/bench/ (what
-# the README shows). DRIVER OPTIONS go to tests/examples/bench (e.g. --runs 40, --levels 1,10,
+# concurrency 1 and 4, the policy criterion benches, and the output interposer's criterion bench
+# (1 GiB through pipes with and without it; the end-to-end figure, a container writing 1 GiB to
+# stdout with and without [output] max_bytes, needs the interposer wired into stdio.rs first).
+# Prints the tables and writes target/bench/{results.json,summary.md,latency.svg} and
+# target/bench-output-limit.md. --publish copies them to hack/bench/ (what the README shows). DRIVER OPTIONS go to tests/examples/bench (e.g. --runs 40, --levels 1,10,
 # --only latency); see the top of tests/examples/bench/main.rs.
 #
 # The driver times each `ctr run` itself rather than through hyperfine: the runs must be
@@ -27,6 +29,20 @@ for a in "$@"; do
   esac
 done
 
+# Throughput of each output_limit case from criterion's median, and its ratio to `direct`
+# (the fifo handed to runsc, no copy), as a Markdown table.
+output_limit_summary() {
+  local dir=$1 direct_ns ns case
+  direct_ns=$(jq .median.point_estimate "$dir/direct/new/estimates.json")
+  echo "| output, 1 GiB through pipes | median | MiB/s | vs direct |"
+  echo "|---|---|---|---|"
+  for case in direct interposed_unbounded interposed_within_bound interposed_past_bound; do
+    ns=$(jq .median.point_estimate "$dir/$case/new/estimates.json")
+    awk -v c="$case" -v ns="$ns" -v d="$direct_ns" 'BEGIN {
+      printf "| %s | %.2f s | %.0f | %.2f |\n", c, ns / 1e9, 1024 / (ns / 1e9), d / ns }'
+  done
+}
+
 require_root
 ensure_packages
 ensure_rust
@@ -41,6 +57,10 @@ if [ "$criterion" = 1 ]; then
   log "criterion: policy loading and harden() (policy-injector/benches/harden.rs)"
   cargo bench -q -p policy-injector --bench harden -- --noplot
   driver_args+=(--criterion "$target/criterion")
+  log "criterion: the output interposer, 1 GiB through pipes (shim/benches/output_limit.rs)"
+  cargo bench -q -p containerd-shim-gvisor-hardened --bench output_limit -- --noplot
+  output_limit_summary "$target/criterion/output_1GiB" > "$target/bench-output-limit.md"
+  cat "$target/bench-output-limit.md"
 fi
 
 log "machine load before: $(uptime)"
@@ -52,5 +72,8 @@ log "machine load after: $(uptime)"
 if [ "$publish" = 1 ]; then
   mkdir -p "$HACK_DIR/bench"
   cp "$target/bench/latency.svg" "$target/bench/results.json" "$target/bench/summary.md" "$HACK_DIR/bench/"
+  if [ -f "$target/bench-output-limit.md" ]; then
+    cp "$target/bench-output-limit.md" "$HACK_DIR/bench/output-limit.md"
+  fi
   log "published to hack/bench/ (update the README's Performance section from summary.md)"
 fi

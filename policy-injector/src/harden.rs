@@ -68,6 +68,9 @@ pub struct RunscFlags {
 pub struct Lifetime {
     pub max_runtime: Duration,
     pub grace_period: Duration,
+    /// Stop the sandbox after it has been idle (CPU under the shim's threshold, no output) this
+    /// long; `None`: never for idleness.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// The result of `harden_process`.

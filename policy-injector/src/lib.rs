@@ -33,5 +33,6 @@ pub mod annotations {
     /// The guest-process budget; `harden` writes it so re-hardening stays idempotent.
     pub const PIDS: &str = "gvisor-hardened.dev/pids";
     pub const MAX_RUNTIME: &str = "gvisor-hardened.dev/max-runtime";
+    pub const IDLE_TIMEOUT: &str = "gvisor-hardened.dev/idle-timeout";
     pub const NETWORK: &str = "gvisor-hardened.dev/network";
 }

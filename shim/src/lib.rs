@@ -5,6 +5,7 @@
 //! See `shim/README.md` for the request flow from containerd to runsc and where things go.
 
 pub mod actions;
+pub mod artifacts;
 pub mod audit;
 pub mod bundle;
 pub mod cgroup;
@@ -16,8 +17,10 @@ pub mod events;
 pub mod fake;
 pub mod flags;
 pub mod host;
+pub mod idle;
 pub mod logger;
 pub mod options;
+pub mod output_limit;
 pub mod packed;
 pub mod policy_source;
 pub mod prepare;

@@ -154,6 +154,7 @@ static const struct command commands[] = {
 	{ "write", 1, 2, cmd_write, "PATH [TEXT] create/truncate and write" },
 	{ "read", 1, 2, cmd_read, "PATH [BYTES=1] open and read" },
 	{ "fill", 2, 2, cmd_fill, "PATH BYTES write until BYTES or an error (ENOSPC, EFBIG)" },
+	{ "files", 2, 3, cmd_files, "DIR N [EVERY=5000] create empty files until N or an error, progress every EVERY" },
 	{ "write-at", 2, 2, cmd_write_at, "PATH OFFSET write one byte at OFFSET (EFBIG past RLIMIT_FSIZE)" },
 	{ "fds", 1, 1, cmd_fds, "N open N descriptors (EMFILE)" },
 	{ "mount-tmpfs", 0, 1, cmd_mount_tmpfs, "[DIR=/mnt]" },

@@ -48,6 +48,7 @@ int cmd_kexec_load(int argc, char **argv);
 int cmd_write(int argc, char **argv);
 int cmd_read(int argc, char **argv);
 int cmd_fill(int argc, char **argv);
+int cmd_files(int argc, char **argv);
 int cmd_write_at(int argc, char **argv);
 int cmd_fds(int argc, char **argv);
 int cmd_mount_tmpfs(int argc, char **argv);

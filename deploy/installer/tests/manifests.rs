@@ -124,6 +124,8 @@ fn tool_policy_is_the_strict_one() {
     assert_eq!(doc["resources"]["cpu"].as_str(), Some("1"));
     assert_eq!(doc["resources"]["processes"].as_integer(), Some(64));
     assert_eq!(doc["lifetime"]["max_runtime"].as_str(), Some("10m"));
+    assert_eq!(doc["lifetime"]["idle_timeout"].as_str(), Some("2m"));
+    assert_eq!(doc["output"]["max_bytes"].as_str(), Some("16Mi"));
 }
 
 #[test]

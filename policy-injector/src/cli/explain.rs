@@ -92,6 +92,7 @@ impl Report {
             "lifetime": self.accepted.as_ref().map(|(_, l)| json!({
                 "max_runtime": HumanDuration(l.max_runtime).to_string(),
                 "grace_period": HumanDuration(l.grace_period).to_string(),
+                "idle_timeout": l.idle_timeout.map(|d| HumanDuration(d).to_string()),
             })),
             "rules": by_rule,
         })
@@ -109,10 +110,14 @@ impl Report {
         if let Some((flags, lifetime)) = &self.accepted {
             out.push_str(&format!("runsc flags: {}\n", runsc_args(flags).join(" ")));
             out.push_str(&format!(
-                "lifetime: max {}, grace {}\n",
+                "lifetime: max {}, grace {}",
                 HumanDuration(lifetime.max_runtime),
                 HumanDuration(lifetime.grace_period)
             ));
+            if let Some(idle) = lifetime.idle_timeout {
+                out.push_str(&format!(", idle {}", HumanDuration(idle)));
+            }
+            out.push('\n');
         }
         for rule in Rule::ALL {
             let ds: Vec<&Decision> = self.decisions.iter().filter(|d| d.rule == rule).collect();

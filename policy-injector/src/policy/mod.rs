@@ -1,5 +1,6 @@
 //! The hardening policy: its model, the embedded default, strict TOML loading and validation.
 
+mod evidence;
 mod locate;
 mod sections;
 mod validate;
@@ -8,6 +9,7 @@ pub use validate::ALLOWED_EXTRA_FLAGS;
 
 use serde::{Deserialize, Serialize};
 
+pub use evidence::{ArtifactsPolicy, OutputPolicy, MIN_IDLE_TIMEOUT};
 pub use sections::*;
 
 use crate::error::PolicyError;
@@ -115,6 +117,7 @@ pub struct Policy {
     pub hooks: HooksPolicy,
     pub runsc: RunscPolicy,
     pub audit: AuditPolicy,
+    pub output: OutputPolicy,
     pub log: LogPolicy,
 }
 
@@ -143,6 +146,7 @@ impl Default for Policy {
             hooks: HooksPolicy::default(),
             runsc: RunscPolicy::default(),
             audit: AuditPolicy::default(),
+            output: OutputPolicy::default(),
             log: LogPolicy::default(),
         }
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::evidence::ArtifactsPolicy;
 use super::{NetworkMode, SecretEnvAction, TokenVolumeAction};
 use crate::quantity::{ByteSize, HumanDuration, MilliCpu};
 
@@ -365,6 +366,9 @@ pub struct NetworkPolicy {
 pub struct LifetimePolicy {
     pub max_runtime: HumanDuration,
     pub grace_period: HumanDuration,
+    /// `None` (the key left out): no idle timeout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<HumanDuration>,
 }
 
 impl Default for LifetimePolicy {
@@ -372,6 +376,7 @@ impl Default for LifetimePolicy {
         LifetimePolicy {
             max_runtime: HumanDuration(Duration::from_secs(3600)),
             grace_period: HumanDuration(Duration::from_secs(10)),
+            idle_timeout: None,
         }
     }
 }
@@ -492,6 +497,7 @@ pub struct AuditPolicy {
     /// An ed25519 private key (PKCS#8 PEM, mode 0600). When set, each sandbox's final record
     /// is signed over the hashes of all its records; "" signs nothing.
     pub signing_key: String,
+    pub artifacts: ArtifactsPolicy,
 }
 
 impl Default for AuditPolicy {
@@ -501,6 +507,7 @@ impl Default for AuditPolicy {
             max_size: ByteSize(100 << 20),
             keep: 10,
             signing_key: String::new(),
+            artifacts: ArtifactsPolicy::default(),
         }
     }
 }

@@ -257,6 +257,82 @@ fn audit_rotation_and_signing_key_are_read_strictly() {
 }
 
 #[test]
+fn evidence_settings_parse_and_round_trip() {
+    let p = Policy::from_toml_str(
+        "[lifetime]\nidle_timeout = \"2m\"\n\n[audit.artifacts]\nmax_files = 10\nmax_hashed_bytes = \"1Mi\"\nmax_walk_time = \"1s\"\n\n[output]\nmax_bytes = \"16Mi\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        p.lifetime.idle_timeout.map(|d| d.0),
+        Some(std::time::Duration::from_secs(120))
+    );
+    assert_eq!(p.audit.artifacts.max_files, 10);
+    assert_eq!(p.audit.artifacts.max_hashed_bytes.0, 1 << 20);
+    assert!(p.audit.artifacts.enabled);
+    assert_eq!(p.output.max_bytes.map(|b| b.0), Some(16 << 20));
+    assert_eq!(Policy::from_toml_str(&p.to_toml_string()).unwrap(), p);
+}
+
+#[test]
+fn output_bound_and_idle_timeout_are_off_by_default() {
+    let p = Policy::default();
+    assert_eq!(p.output.max_bytes, None);
+    assert_eq!(p.lifetime.idle_timeout, None);
+}
+
+#[test]
+fn bad_evidence_settings_name_key_and_line() {
+    for (src, key, line) in [
+        (
+            "[audit.artifacts]\nmax_files = 0\n",
+            "audit.artifacts.max_files",
+            2,
+        ),
+        (
+            "[audit.artifacts]\n\nmax_files = 99999999\n",
+            "audit.artifacts.max_files",
+            3,
+        ),
+        (
+            "[audit.artifacts]\nmax_walk_time = \"0s\"\n",
+            "audit.artifacts.max_walk_time",
+            2,
+        ),
+        (
+            "[audit.artifacts]\nmax_walk_time = \"1h\"\n",
+            "audit.artifacts.max_walk_time",
+            2,
+        ),
+        (
+            "[audit.artifacts]\nmax_hashed_bytes = \"1Zi\"\n",
+            "audit.artifacts.max_hashed_bytes",
+            2,
+        ),
+        (
+            "[audit.artifacts]\nmax_file = 3\n",
+            "audit.artifacts.max_file",
+            2,
+        ),
+        ("[output]\nmax_bytes = \"0\"\n", "output.max_bytes", 2),
+        ("[output]\nmax_bytes = \"lots\"\n", "output.max_bytes", 2),
+        (
+            "[lifetime]\nidle_timeout = \"1s\"\n",
+            "lifetime.idle_timeout",
+            2,
+        ),
+        (
+            "[lifetime]\nidle_timeout = \"soon\"\n",
+            "lifetime.idle_timeout",
+            2,
+        ),
+    ] {
+        let text = err(src).to_string();
+        assert!(text.contains(key), "{src:?}: {text}");
+        assert!(text.contains(&format!("line {line}")), "{src:?}: {text}");
+    }
+}
+
+#[test]
 fn token_volume_settings_load_and_the_kubelet_root_must_be_absolute() {
     let p = Policy::from_toml_str(
         "[mounts]\ntoken_volumes = \"reject\"\nkubelet_root = \"/srv/kubelet\"\n",
@@ -268,4 +344,16 @@ fn token_volume_settings_load_and_the_kubelet_root_must_be_absolute() {
     assert!(e.to_string().contains("mounts.kubelet_root"), "{e}");
     let e = err("[mounts]\ntoken_volumes = \"keep\"\n");
     assert!(e.to_string().contains("token_volumes"), "{e}");
+}
+
+#[test]
+fn nr_inodes_in_scratch_options_is_refused_because_runsc_ignores_it() {
+    for opt in ["nr_inodes=1000", "nr_blocks=10"] {
+        let src =
+            format!("[[scratch.tmpfs]]\npath = \"/tmp\"\nsize = \"1Mi\"\noptions = [\"{opt}\"]\n");
+        let text = err(&src).to_string();
+        assert!(text.contains("scratch.tmpfs[0].options"), "{text}");
+        assert!(text.contains("runsc ignores it"), "{text}");
+        assert!(text.contains("line 4"), "{text}");
+    }
 }

@@ -133,6 +133,18 @@ fn tighten_one(name: &str, value: &str, pass: &mut Pass<'_>) -> Result<(), Strin
             }
             pass.tightening.max_runtime = Some(v.0);
         }
+        "idle-timeout" => {
+            let v = value.parse::<HumanDuration>()?;
+            let min = crate::policy::MIN_IDLE_TIMEOUT;
+            if v.0 < min {
+                return Err(format!("below the minimum idle timeout {}", HumanDuration(min)));
+            }
+            // No idle timeout in the policy is the loosest setting: any value tightens it.
+            if let Some(ceiling) = policy.lifetime.idle_timeout.filter(|c| v > *c) {
+                return Err(looser(format!("idle_timeout {ceiling}")));
+            }
+            pass.tightening.idle_timeout = Some(v.0);
+        }
         "network" => {
             let v: crate::policy::NetworkMode = value.parse()?;
             if v > policy.network.mode {
@@ -145,7 +157,7 @@ fn tighten_one(name: &str, value: &str, pass: &mut Pass<'_>) -> Result<(), Strin
         }
         other => {
             return Err(format!(
-                "unknown {}{other} annotation (known: memory, cpu, pids, max-runtime, network)",
+                "unknown {}{other} annotation (known: memory, cpu, pids, max-runtime, idle-timeout, network)",
                 keys::PREFIX
             ))
         }
@@ -248,6 +260,23 @@ mod tests {
     }
 
     #[test]
+    fn idle_timeout_annotation_looser_than_the_policy_is_rejected() {
+        let mut policy = crate::Policy::default();
+        policy.lifetime.idle_timeout = Some("1m".parse().unwrap());
+        let mut spec = base_spec();
+        spec["annotations"] = json!({ "gvisor-hardened.dev/idle-timeout": "2m" });
+        let e = crate::harden(&spec, &policy, &crate::Context::default()).unwrap_err();
+        let crate::HardenError::Rejected(r) = &e else {
+            panic!("{e}")
+        };
+        assert!(
+            r[0].reason.contains("idle-timeout") && r[0].reason.contains("looser"),
+            "{}",
+            r[0].reason
+        );
+    }
+
+    #[test]
     fn malformed_or_unknown_annotations_are_rejected() {
         for (key, value) in [
             ("gvisor-hardened.dev/memory", "lots"),
@@ -256,6 +285,8 @@ mod tests {
             ("gvisor-hardened.dev/pids", "1e3"),
             ("gvisor-hardened.dev/pids", "0"),
             ("gvisor-hardened.dev/max-runtime", "forever"),
+            ("gvisor-hardened.dev/idle-timeout", "soon"),
+            ("gvisor-hardened.dev/idle-timeout", "1s"),
             ("gvisor-hardened.dev/network", "bridge"),
             ("gvisor-hardened.dev/memroy", "1Gi"),
         ] {

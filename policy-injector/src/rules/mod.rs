@@ -43,6 +43,7 @@ pub(crate) struct Tightening {
     pub cpu_millis: Option<u64>,
     pub pids: Option<u64>,
     pub max_runtime: Option<Duration>,
+    pub idle_timeout: Option<Duration>,
     pub network: Option<NetworkMode>,
 }
 
@@ -69,6 +70,7 @@ impl<'a> Pass<'a> {
             lifetime: Lifetime {
                 max_runtime: policy.lifetime.max_runtime.0,
                 grace_period: policy.lifetime.grace_period.0,
+                idle_timeout: policy.lifetime.idle_timeout.map(|d| d.0),
             },
         }
     }

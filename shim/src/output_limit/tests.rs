@@ -1,0 +1,213 @@
+use std::io::{Read, Write};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::*;
+
+/// A stream as the shim sets it up: (writer = runsc's end, the pair for the interposer, the
+/// client's reading end of its "fifo").
+fn stream() -> (File, StreamPair, File) {
+    let (from_sandbox, runsc_end) = sandbox_pipe().unwrap();
+    let (client_end, to_client) = sandbox_pipe().unwrap();
+    (
+        runsc_end,
+        StreamPair {
+            from_sandbox,
+            to_client,
+        },
+        client_end,
+    )
+}
+
+fn sha(bytes: &[u8]) -> String {
+    crate::artifacts::hex(&Sha256::digest(bytes))
+}
+
+/// Runs `f` on a thread and fails the test if it does not finish within `limit`.
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("did not finish within {limit:?}"))
+}
+
+fn read_all(mut f: File) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        f.read_to_end(&mut v).unwrap();
+        v
+    })
+}
+
+#[test]
+fn without_a_bound_everything_is_delivered_counted_and_hashed() {
+    let budget = OutputBudget::new(None);
+    let (mut w, pair, client) = stream();
+    let reader = read_all(client);
+    let ip = interpose(&budget, Some(pair), None).unwrap();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    w.write_all(&data).unwrap();
+    drop(w);
+    let report = within(Duration::from_secs(30), move || ip.wait());
+    assert_eq!(reader.join().unwrap(), data);
+    assert_eq!(report.output_bytes, data.len() as u64);
+    assert!(!report.output_truncated);
+    let out = report.stdout.unwrap();
+    assert_eq!(out.sha256, None, "no bound: spliced, not hashed");
+    assert!(!out.marker_written);
+    assert_eq!(budget.bytes_seen(), data.len() as u64);
+}
+
+#[test]
+fn output_past_the_bound_is_discarded_after_one_marker_line() {
+    let budget = OutputBudget::new(Some(1000));
+    let (mut w, pair, client) = stream();
+    let reader = read_all(client);
+    let ip = interpose(&budget, Some(pair), None).unwrap();
+    let data = vec![b'x'; 10_000];
+    w.write_all(&data).unwrap();
+    w.write_all(b"more\n").unwrap();
+    drop(w);
+    let report = within(Duration::from_secs(30), move || ip.wait());
+    let got = reader.join().unwrap();
+    let marker = "\n[gvisor-hardened: output limit of 1000 bytes (stdout and stderr together) reached; the rest is discarded]\n";
+    assert_eq!(&got[..1000], &data[..1000]);
+    assert_eq!(std::str::from_utf8(&got[1000..]).unwrap(), marker);
+    assert_eq!(report.output_bytes, 1000);
+    assert_eq!(report.discarded_bytes, 9005);
+    assert!(report.output_truncated);
+    let out = report.stdout.unwrap();
+    assert_eq!(out.sha256, Some(sha(&data[..1000])));
+    assert!(out.marker_written);
+    assert_eq!(budget.bytes_seen(), 10_005);
+}
+
+#[test]
+fn within_the_bound_everything_is_delivered_and_hashed() {
+    let budget = OutputBudget::new(Some(1 << 30));
+    let (mut w, pair, client) = stream();
+    let reader = read_all(client);
+    let ip = interpose(&budget, Some(pair), None).unwrap();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    w.write_all(&data).unwrap();
+    drop(w);
+    let report = within(Duration::from_secs(30), move || ip.wait());
+    assert_eq!(reader.join().unwrap(), data);
+    assert_eq!(report.stdout.unwrap().sha256, Some(sha(&data)));
+    assert!(!report.output_truncated);
+}
+
+#[test]
+fn a_cut_at_a_line_end_adds_no_blank_line() {
+    let budget = OutputBudget::new(Some(6));
+    let (mut w, pair, client) = stream();
+    let reader = read_all(client);
+    let ip = interpose(&budget, Some(pair), None).unwrap();
+    w.write_all(b"hello\nworld\n").unwrap();
+    drop(w);
+    within(Duration::from_secs(30), move || ip.wait());
+    let got = String::from_utf8(reader.join().unwrap()).unwrap();
+    assert!(
+        got.starts_with("hello\n[gvisor-hardened: output limit of 6 bytes"),
+        "{got:?}"
+    );
+    assert_eq!(got.lines().count(), 2, "{got:?}");
+}
+
+#[test]
+fn stdout_and_stderr_share_one_budget() {
+    let budget = OutputBudget::new(Some(1500));
+    let (mut wo, po, co) = stream();
+    let (mut we, pe, ce) = stream();
+    let (ro, re) = (read_all(co), read_all(ce));
+    let ip = interpose(&budget, Some(po), Some(pe)).unwrap();
+    wo.write_all(&[b'o'; 1000]).unwrap();
+    we.write_all(&[b'e'; 1000]).unwrap();
+    drop((wo, we));
+    let report = within(Duration::from_secs(30), move || ip.wait());
+    let (o, e) = (ro.join().unwrap(), re.join().unwrap());
+    let (so, se) = (report.stdout.unwrap(), report.stderr.unwrap());
+    assert_eq!(report.output_bytes, 1500);
+    assert_eq!(report.discarded_bytes, 500);
+    assert_eq!(so.delivered_bytes + se.delivered_bytes, 1500);
+    assert!(report.output_truncated);
+    assert!(so.marker_written || se.marker_written);
+    let delivered = |v: &[u8], c: u8| v.iter().take_while(|b| **b == c).count() as u64;
+    assert_eq!(delivered(&o, b'o'), so.delivered_bytes);
+    assert_eq!(delivered(&e, b'e'), se.delivered_bytes);
+}
+
+#[test]
+fn past_the_bound_the_sandbox_never_blocks_even_if_nobody_reads() {
+    let budget = OutputBudget::new(Some(4096));
+    let (mut w, pair, client) = stream();
+    let ip = interpose(&budget, Some(pair), None).unwrap();
+    // Nobody reads `client`: only the first 4 KiB and the marker go there. The sandbox writes
+    // 64 MiB, 64 times its pipe's capacity; it finishes only if the copy keeps draining.
+    within(Duration::from_secs(60), move || {
+        let chunk = vec![b'z'; 1 << 20];
+        for _ in 0..64 {
+            w.write_all(&chunk).unwrap();
+        }
+    });
+    let report = within(Duration::from_secs(30), move || ip.wait());
+    assert_eq!(report.output_bytes, 4096);
+    assert_eq!(report.discarded_bytes, (64 << 20) - 4096);
+    drop(client);
+}
+
+#[test]
+fn a_client_that_went_away_does_not_stop_the_drain() {
+    let budget = OutputBudget::new(None);
+    let (mut w, pair, client) = stream();
+    drop(client);
+    let ip = interpose(&budget, Some(pair), None).unwrap();
+    within(Duration::from_secs(60), move || {
+        for _ in 0..16 {
+            w.write_all(&[b'q'; 1 << 20]).unwrap();
+        }
+    });
+    let report = within(Duration::from_secs(30), move || ip.wait());
+    let out = report.stdout.unwrap();
+    assert!(out.client_error.is_some(), "{out:?}");
+    assert_eq!(out.delivered_bytes + out.discarded_bytes, 16 << 20);
+    assert!(
+        !report.output_truncated,
+        "the client going away is not the bound"
+    );
+}
+
+#[test]
+fn the_copy_ends_only_when_every_writer_has_closed() {
+    let budget = OutputBudget::new(Some(10));
+    let (w, pair, client) = stream();
+    let second = w.try_clone().unwrap();
+    let reader = read_all(client);
+    let ip = interpose(&budget, Some(pair), None).unwrap();
+    drop(w);
+    // A writer is still open: the stream goes on. Written after the first writer closed, this
+    // must still arrive.
+    let mut second = second;
+    second.write_all(b"late").unwrap();
+    drop(second);
+    let report = within(Duration::from_secs(30), move || ip.wait());
+    assert_eq!(reader.join().unwrap(), b"late");
+    assert_eq!(report.output_bytes, 4);
+}
+
+#[test]
+fn a_client_gone_before_the_bound_is_not_reported_as_truncation() {
+    let budget = OutputBudget::new(Some(1 << 30));
+    let (mut w, pair, client) = stream();
+    drop(client);
+    let ip = interpose(&budget, Some(pair), None).unwrap();
+    within(Duration::from_secs(60), move || {
+        w.write_all(&[b'q'; 1 << 20]).unwrap()
+    });
+    let report = within(Duration::from_secs(30), move || ip.wait());
+    assert!(report.stdout.unwrap().client_error.is_some());
+    assert!(!report.output_truncated);
+    assert_eq!(budget.bytes_seen(), 1 << 20);
+}
