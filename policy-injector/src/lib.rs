@@ -6,6 +6,7 @@
 //! global: the same input gives byte-identical output.
 
 pub mod decision;
+pub mod egress;
 pub mod error;
 mod glob;
 pub mod harden;
@@ -15,12 +16,13 @@ pub mod quantity;
 mod rules;
 
 pub use decision::{Action, Decision, Rule};
+pub use egress::EgressPlan;
 pub use error::{HardenError, PolicyError, Rejection};
 pub use harden::{
     clamp_resources, harden, harden_owned, harden_process, ClampedResources, Context, Hardened,
     HardenedProcess, Lifetime, RunscFlags,
 };
-pub use policy::{Mode, NetworkMode, Policy, SecretEnvAction, DEFAULT_POLICY_TOML};
+pub use policy::{EgressPolicy, Mode, NetworkMode, Policy, SecretEnvAction, DEFAULT_POLICY_TOML};
 
 /// Annotation keys this crate reads and writes (all under `gvisor-hardened.dev/`).
 pub mod annotations {
@@ -31,4 +33,6 @@ pub mod annotations {
     pub const PIDS: &str = "gvisor-hardened.dev/pids";
     pub const MAX_RUNTIME: &str = "gvisor-hardened.dev/max-runtime";
     pub const NETWORK: &str = "gvisor-hardened.dev/network";
+    /// Narrows the egress allowlist: comma-separated entries, each covered by the policy's.
+    pub const EGRESS: &str = "gvisor-hardened.dev/egress";
 }

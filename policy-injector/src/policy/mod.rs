@@ -1,5 +1,6 @@
 //! The hardening policy: its model, the embedded default, strict TOML loading and validation.
 
+mod egress;
 mod locate;
 mod sections;
 mod validate;
@@ -8,6 +9,7 @@ pub use validate::ALLOWED_EXTRA_FLAGS;
 
 use serde::{Deserialize, Serialize};
 
+pub use egress::EgressPolicy;
 pub use sections::*;
 
 use crate::error::PolicyError;

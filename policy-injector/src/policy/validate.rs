@@ -140,7 +140,7 @@ impl Issue {
     }
 }
 
-fn invalid(key: impl Into<String>, reason: impl Into<String>) -> Issue {
+pub(super) fn invalid(key: impl Into<String>, reason: impl Into<String>) -> Issue {
     Issue {
         keys: vec![key.into()],
         reason: reason.into(),
@@ -148,7 +148,7 @@ fn invalid(key: impl Into<String>, reason: impl Into<String>) -> Issue {
     }
 }
 
-fn contradiction(keys: &[&str], reason: impl Into<String>) -> Issue {
+pub(super) fn contradiction(keys: &[&str], reason: impl Into<String>) -> Issue {
     Issue {
         keys: keys.iter().map(|k| k.to_string()).collect(),
         reason: reason.into(),
@@ -164,7 +164,7 @@ fn check_globs(key: &str, patterns: &[String]) -> Result<(), Issue> {
 }
 
 /// An absolute path already in normal form (no `.`, `..`, `//` or trailing `/`).
-fn check_abs_path(key: &str, path: &str) -> Result<(), Issue> {
+pub(super) fn check_abs_path(key: &str, path: &str) -> Result<(), Issue> {
     match normalize(path) {
         Some(segs) if join(&segs) == path => Ok(()),
         Some(segs) => Err(invalid(
@@ -208,6 +208,7 @@ pub(crate) fn validate(p: &Policy) -> Result<(), Issue> {
     lifetime(p)?;
     environment(p)?;
     runsc(p)?;
+    super::egress::validate(p)?;
     if !p.audit.path.starts_with('/') {
         return Err(invalid("audit.path", "must be an absolute path"));
     }

@@ -5,6 +5,7 @@
 pub(crate) mod annotations;
 mod capabilities;
 mod devices;
+mod egress;
 mod environment;
 mod hooks;
 mod lifetime;
@@ -30,6 +31,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::decision::{Action, Decision, Rule};
+use crate::egress::{AllowEntry, EgressPlan};
 use crate::error::{HardenError, Rejection};
 use crate::harden::{Context, Lifetime};
 use crate::json::{self, Object};
@@ -44,6 +46,8 @@ pub(crate) struct Tightening {
     pub pids: Option<u64>,
     pub max_runtime: Option<Duration>,
     pub network: Option<NetworkMode>,
+    /// A narrower egress allowlist (empty: none at all), already checked against the policy.
+    pub egress: Option<Vec<AllowEntry>>,
 }
 
 /// The state of one run: inputs, the record, and the runtime-side outcomes.
@@ -55,6 +59,7 @@ pub(crate) struct Pass<'a> {
     pub tightening: Tightening,
     pub network: NetworkMode,
     pub lifetime: Lifetime,
+    pub egress: Option<EgressPlan>,
 }
 
 impl<'a> Pass<'a> {
@@ -70,6 +75,7 @@ impl<'a> Pass<'a> {
                 max_runtime: policy.lifetime.max_runtime.0,
                 grace_period: policy.lifetime.grace_period.0,
             },
+            egress: None,
         }
     }
 
@@ -141,6 +147,7 @@ pub(crate) fn run_spec(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Har
     resources::apply(spec, pass)?;
     seccomp::apply(spec, pass)?;
     network::apply(pass);
+    egress::apply(spec, pass)?;
     lifetime::apply(pass);
     Ok(())
 }
@@ -156,5 +163,6 @@ pub(crate) fn run_process(
     privileges::apply(process, prefix, pass)?;
     user::apply(process, prefix, pass)?;
     rlimits::apply(process, prefix, pass)?;
-    environment::apply(process, prefix, pass)
+    environment::apply(process, prefix, pass)?;
+    egress::apply_process(process, prefix, pass)
 }
