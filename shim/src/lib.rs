@@ -8,6 +8,7 @@ pub mod audit;
 pub mod cgroup;
 pub mod cleanup;
 pub mod container;
+pub mod egress;
 pub mod error;
 pub mod events;
 pub mod flags;

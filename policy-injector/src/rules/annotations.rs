@@ -151,10 +151,12 @@ fn tighten_one(name: &str, value: &str, pass: &mut Pass<'_>) -> Result<(), Strin
             crate::egress::check_narrowing(&policy_list, &wanted)?;
             pass.tightening.egress = Some(wanted);
         }
-        other => return Err(format!(
+        other => {
+            return Err(format!(
             "unknown {}{other} annotation (known: memory, cpu, pids, max-runtime, network, egress)",
             keys::PREFIX
-        )),
+        ))
+        }
     }
     Ok(())
 }
