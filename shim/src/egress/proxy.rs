@@ -278,13 +278,16 @@ impl Proxy {
             };
         }
         let Some(entry) = first_match(&self.plan.allow, host, port) else {
-            let ports: Vec<String> = self
+            let mut ports: Vec<u16> = self
                 .plan
                 .allow
                 .iter()
                 .filter(|e| e.matches(host, e.port))
-                .map(|e| e.port.to_string())
+                .map(|e| e.port)
                 .collect();
+            ports.sort_unstable();
+            ports.dedup();
+            let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
             let why = if ports.is_empty() {
                 format!("host {host} is not in the allowlist of policy {policy}")
             } else {
