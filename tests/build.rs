@@ -80,26 +80,51 @@ fn build_forwarder(out_dir: &std::path::Path, binary: &std::path::Path) {
     }
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
     let flags = [
-        "--edition", "2021", "-C", "opt-level=3", "-C", "panic=abort", "-C", "strip=symbols",
-        "-C", "target-feature=+crt-static", "-C", "codegen-units=1",
+        "--edition",
+        "2021",
+        "-C",
+        "opt-level=3",
+        "-C",
+        "panic=abort",
+        "-C",
+        "strip=symbols",
+        "-C",
+        "target-feature=+crt-static",
+        "-C",
+        "codegen-units=1",
     ];
     let rlib = out_dir.join("libgvisor_hardened_forwarder.rlib");
     let steps: [Vec<std::ffi::OsString>; 2] = [
-        ["--crate-type", "rlib", "--crate-name", "gvisor_hardened_forwarder", "-o"]
-            .iter()
-            .map(Into::into)
-            .chain([rlib.clone().into_os_string(), src.join("lib.rs").into_os_string()])
-            .collect(),
-        ["--crate-type", "bin", "--crate-name", "gvisor_hardened_forwarder_bin", "--extern"]
-            .iter()
-            .map(Into::into)
-            .chain([
-                format!("gvisor_hardened_forwarder={}", rlib.display()).into(),
-                "-o".into(),
-                binary.as_os_str().to_owned(),
-                src.join("main.rs").into_os_string(),
-            ])
-            .collect(),
+        [
+            "--crate-type",
+            "rlib",
+            "--crate-name",
+            "gvisor_hardened_forwarder",
+            "-o",
+        ]
+        .iter()
+        .map(Into::into)
+        .chain([
+            rlib.clone().into_os_string(),
+            src.join("lib.rs").into_os_string(),
+        ])
+        .collect(),
+        [
+            "--crate-type",
+            "bin",
+            "--crate-name",
+            "gvisor_hardened_forwarder_bin",
+            "--extern",
+        ]
+        .iter()
+        .map(Into::into)
+        .chain([
+            format!("gvisor_hardened_forwarder={}", rlib.display()).into(),
+            "-o".into(),
+            binary.as_os_str().to_owned(),
+            src.join("main.rs").into_os_string(),
+        ])
+        .collect(),
     ];
     for args in steps {
         let output = Command::new(&rustc)

@@ -64,13 +64,26 @@ impl UpstreamNetns {
         let (a, b) = (format!("gvhe{hex}a"), format!("gvhe{hex}b"));
         run(
             "ip",
-            &["link", "add", &a, "type", "veth", "peer", "name", &b, "netns", &name],
+            &[
+                "link", "add", &a, "type", "veth", "peer", "name", &b, "netns", &name,
+            ],
         )?;
-        run("ip", &["addr", "add", &format!("{}/30", ns.host_addr()), "dev", &a])?;
+        run(
+            "ip",
+            &["addr", "add", &format!("{}/30", ns.host_addr()), "dev", &a],
+        )?;
         run("ip", &["link", "set", &a, "up"])?;
         run(
             "ip",
-            &["-n", &name, "addr", "add", &format!("{}/30", ns.inside_addr()), "dev", &b],
+            &[
+                "-n",
+                &name,
+                "addr",
+                "add",
+                &format!("{}/30", ns.inside_addr()),
+                "dev",
+                &b,
+            ],
         )?;
         run("ip", &["-n", &name, "link", "set", &b, "up"])?;
         run("ip", &["-n", &name, "link", "set", "lo", "up"])?;
@@ -105,7 +118,14 @@ impl UpstreamNetns {
         }
         let child = Command::new("nsenter")
             .arg(format!("--net={}", self.path().display()))
-            .args(["busybox", "httpd", "-f", "-p", &format!("{addr}:{port}"), "-h"])
+            .args([
+                "busybox",
+                "httpd",
+                "-f",
+                "-p",
+                &format!("{addr}:{port}"),
+                "-h",
+            ])
             .arg(&root)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -118,14 +138,20 @@ impl UpstreamNetns {
         self.servers.push(child);
         let url = format!("http://{addr}:{port}/{}", files[0].0);
         let path = self.path();
-        poll_until("the upstream httpd answers", Duration::from_secs(10), || {
-            Command::new("nsenter")
-                .arg(format!("--net={}", path.display()))
-                .args(["busybox", "wget", "-q", "-O", "/dev/null", &url])
-                .status()
-                .ok()
-                .filter(|s| s.success())
-        })?;
+        poll_until(
+            "the upstream httpd answers",
+            Duration::from_secs(10),
+            || {
+                Command::new("nsenter")
+                    .arg(format!("--net={}", path.display()))
+                    .args(["busybox", "wget", "-q", "-O", "/dev/null", &url])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .ok()
+                    .filter(|s| s.success())
+            },
+        )?;
         Ok(())
     }
 }
@@ -215,9 +241,36 @@ impl RunscSandbox {
         ];
         global.extend(extra_flags.iter().cloned());
         let sb = RunscSandbox { id, dir, global };
-        let bundle = sb.dir.join("bundle").display().to_string();
-        sb.runsc(&["create", "--bundle", &bundle, &sb.id.clone()])?;
+        sb.create_sandbox()?;
         Ok(sb)
+    }
+
+    /// `runsc create`: the sandbox and gofer it forks inherit its stdio, so output goes to a
+    /// file (reading a pipe to EOF would wait for the sandbox to end).
+    fn create_sandbox(&self) -> Result<()> {
+        let log = self.dir.join("create.log");
+        let file = fs::File::create(&log).map_err(|e| HarnessError::io("creating", &log, e))?;
+        let status = Command::new("runsc")
+            .args(&self.global)
+            .arg("create")
+            .arg("--bundle")
+            .arg(self.dir.join("bundle"))
+            .arg(&self.id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .status()
+            .map_err(|source| HarnessError::Spawn {
+                program: "runsc".into(),
+                source,
+            })?;
+        if !status.success() {
+            return Err(HarnessError::Shim {
+                what: format!("runsc create {}", self.id),
+                reason: fs::read_to_string(&log).unwrap_or_default(),
+            });
+        }
+        Ok(())
     }
 
     /// The directory for the forwarder's process JSON and pid file.
@@ -241,7 +294,10 @@ impl RunscSandbox {
         fs::write(&path, serde_json::to_vec(process).expect("json"))
             .map_err(|e| HarnessError::io("writing", &path, e))?;
         let mut cmd = Command::new("timeout");
-        cmd.arg("-s").arg("KILL").arg(timeout.as_secs().to_string()).arg("runsc");
+        cmd.arg("-s")
+            .arg("KILL")
+            .arg(timeout.as_secs().to_string())
+            .arg("runsc");
         cmd.args(&self.global)
             .arg("exec")
             .arg("--process")

@@ -8,7 +8,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use containerd_shim_gvisor_hardened::egress::audit::{EgressEvent, MemorySink, SandboxRef, Verdict};
+use containerd_shim_gvisor_hardened::egress::audit::{
+    EgressEvent, MemorySink, SandboxRef, Verdict,
+};
 use containerd_shim_gvisor_hardened::egress::guard::{node_addresses, Guard};
 use containerd_shim_gvisor_hardened::egress::net::{NetnsDialer, SystemResolver};
 use containerd_shim_gvisor_hardened::egress::spawn::RunscExec;
@@ -45,7 +47,9 @@ forwarder = "{fwd}"
 fn workload(policy: &Policy, script: &str) -> Value {
     let p = json!({"args": ["/bin/sh", "-c", script], "env": ["PATH=/bin"], "cwd": "/",
                    "user": {"uid": 65534, "gid": 65534}});
-    harden_process(&p, policy, &Context::default()).unwrap().process
+    harden_process(&p, policy, &Context::default())
+        .unwrap()
+        .process
 }
 
 fn sh(sb: &RunscSandbox, policy: &Policy, script: &str) -> (i32, String) {
@@ -64,7 +68,12 @@ struct Host {
 }
 
 impl Host {
-    fn supervise(&self, plan: &EgressPlan, sb: &RunscSandbox, netns: Option<std::path::PathBuf>) -> EgressSupervisor {
+    fn supervise(
+        &self,
+        plan: &EgressPlan,
+        sb: &RunscSandbox,
+        netns: Option<std::path::PathBuf>,
+    ) -> EgressSupervisor {
         let _enter = self.rt.enter();
         let proxy = Proxy::new(
             plan.clone(),
@@ -85,7 +94,11 @@ impl Host {
             state_dir: sb.state_dir(),
             process: plan.forwarder_process(),
         };
-        EgressSupervisor::start(Arc::new(proxy), Arc::new(spawner), SupervisorOptions::default())
+        EgressSupervisor::start(
+            Arc::new(proxy),
+            Arc::new(spawner),
+            SupervisorOptions::default(),
+        )
     }
 }
 
@@ -102,8 +115,12 @@ fn a_sandbox_reaches_allowlisted_hosts_through_the_forwarder_and_nothing_else() 
     let inside = ns.inside_addr();
     ns.serve(&inside, 8080, &[("hello.txt", UPSTREAM_BODY.as_bytes())])
         .unwrap();
-    ns.serve("127.0.0.1", 8081, &[("hello.txt", POD_NETNS_BODY.as_bytes())])
-        .unwrap();
+    ns.serve(
+        "127.0.0.1",
+        8081,
+        &[("hello.txt", POD_NETNS_BODY.as_bytes())],
+    )
+    .unwrap();
     let policy = policy(&ns);
     let h = harden(&busybox_spec(), &policy, &Context::default()).unwrap();
     let plan = h.egress.clone().expect("egress is on");
@@ -119,7 +136,11 @@ fn a_sandbox_reaches_allowlisted_hosts_through_the_forwarder_and_nothing_else() 
     let early_err = String::from_utf8_lossy(&early.stderr).to_string();
     assert!(!early.status.success());
     assert!(early_err.contains("not started"), "{early_err}");
-    eprintln!("MEASURE exec before start: rc={:?} {}", early.status.code(), early_err.trim());
+    eprintln!(
+        "MEASURE exec before start: rc={:?} {}",
+        early.status.code(),
+        early_err.trim()
+    );
 
     sb.start().unwrap();
     let host = Host {
@@ -134,10 +155,17 @@ fn a_sandbox_reaches_allowlisted_hosts_through_the_forwarder_and_nothing_else() 
     let sup = host.supervise(&plan, &sb, None);
     let listen = host.rt.block_on(sup.wait_ready(WAIT)).unwrap();
     assert_eq!(listen, "127.0.0.1:3128");
-    eprintln!("MEASURE forwarder ready (runsc exec + HELLO): {:?}", t0.elapsed());
+    eprintln!(
+        "MEASURE forwarder ready (runsc exec + HELLO): {:?}",
+        t0.elapsed()
+    );
 
     // Plain HTTP through the proxy variables the hardening injected.
-    let (rc, out) = sh(&sb, &policy, "wget -q -O- http://upstream.example.test:8080/hello.txt");
+    let (rc, out) = sh(
+        &sb,
+        &policy,
+        "wget -q -O- http://upstream.example.test:8080/hello.txt",
+    );
     assert_eq!((rc, out.trim()), (0, UPSTREAM_BODY), "{out}");
     // A CONNECT tunnel, spoken by hand.
     let (_, out) = sh(
@@ -145,7 +173,10 @@ fn a_sandbox_reaches_allowlisted_hosts_through_the_forwarder_and_nothing_else() 
         &policy,
         r"printf 'CONNECT upstream.example.test:8080 HTTP/1.1\r\n\r\nGET /hello.txt HTTP/1.0\r\n\r\n' | nc 127.0.0.1 3128",
     );
-    assert!(out.starts_with("HTTP/1.1 200 Connection established"), "{out}");
+    assert!(
+        out.starts_with("HTTP/1.1 200 Connection established"),
+        "{out}"
+    );
     assert!(out.contains(UPSTREAM_BODY), "{out}");
     // Refused, with words an agent can act on.
     let (_, out) = sh(
@@ -181,12 +212,16 @@ fn a_sandbox_reaches_allowlisted_hosts_through_the_forwarder_and_nothing_else() 
     sb.runsc(&["kill", "--pid", &pid, &sb.id, "KILL"]).unwrap();
     let down = host
         .rt
-        .block_on(sup.wait_for(WAIT, |s| !matches!(s, ForwarderState::Ready { attempt: 1, .. })))
+        .block_on(sup.wait_for(WAIT, |s| {
+            !matches!(s, ForwarderState::Ready { attempt: 1, .. })
+        }))
         .unwrap();
     let noticed = t1.elapsed();
     let ready = host
         .rt
-        .block_on(sup.wait_for(WAIT, |s| matches!(s, ForwarderState::Ready { attempt: 2, .. })))
+        .block_on(sup.wait_for(WAIT, |s| {
+            matches!(s, ForwarderState::Ready { attempt: 2, .. })
+        }))
         .unwrap();
     eprintln!(
         "MEASURE runsc kill --pid: host noticed in {noticed:?} ({down:?}); ready again after {:?} ({ready:?})",
@@ -203,14 +238,22 @@ fn a_sandbox_reaches_allowlisted_hosts_through_the_forwarder_and_nothing_else() 
         .collect();
     assert_eq!(died.len(), 1, "{died:?}");
     eprintln!("MEASURE death reason: {}", died[0]);
-    let (rc, out) = sh(&sb, &policy, "wget -q -O- http://upstream.example.test:8080/hello.txt");
+    let (rc, out) = sh(
+        &sb,
+        &policy,
+        "wget -q -O- http://upstream.example.test:8080/hello.txt",
+    );
     assert_eq!((rc, out.trim()), (0, UPSTREAM_BODY), "after restart: {out}");
     host.rt.block_on(sup.stop());
 
     // Dialing from a network namespace: the pod's loopback server is only there.
     let sup = host.supervise(&plan, &sb, Some(ns.path()));
     host.rt.block_on(sup.wait_ready(WAIT)).unwrap();
-    let (rc, out) = sh(&sb, &policy, "wget -q -O- http://podlocal.example.test:8081/hello.txt");
+    let (rc, out) = sh(
+        &sb,
+        &policy,
+        "wget -q -O- http://podlocal.example.test:8081/hello.txt",
+    );
     assert_eq!((rc, out.trim()), (0, POD_NETNS_BODY), "{out}");
     host.rt.block_on(sup.stop());
 
@@ -219,7 +262,10 @@ fn a_sandbox_reaches_allowlisted_hosts_through_the_forwarder_and_nothing_else() 
         .iter()
         .map(|c| (format!("{}:{}", c.host, c.port), c.verdict))
         .collect();
-    assert!(verdicts.contains(&("evil.test:443".into(), Verdict::Denied)), "{verdicts:?}");
+    assert!(
+        verdicts.contains(&("evil.test:443".into(), Verdict::Denied)),
+        "{verdicts:?}"
+    );
     let allowed = conns
         .iter()
         .filter(|c| c.verdict == Verdict::Allowed && c.host == "upstream.example.test")

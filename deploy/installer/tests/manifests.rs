@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gvisor_hardened_installer::handlers::{
-    is_dns_label, AGENT_HANDLER, DEFAULT_HANDLER, DEFAULT_POLICY_FILE, NODE_LABEL, NODE_LABEL_VALUE,
-    TOOL_HANDLER,
+    is_dns_label, AGENT_HANDLER, DEFAULT_HANDLER, DEFAULT_POLICY_FILE, NODE_LABEL,
+    NODE_LABEL_VALUE, TOOL_HANDLER,
 };
 use gvisor_hardened_installer::sources::{classes, Sources};
 use serde_json::Value as Json;

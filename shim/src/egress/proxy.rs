@@ -151,6 +151,7 @@ impl Proxy {
                 let body = http::response(stop.status, &stop.reason);
                 let _ = stream.send(&body).await;
                 stream.send_eof();
+                linger(&mut stream).await;
             } else {
                 stream.reset();
             }
@@ -521,6 +522,19 @@ impl Proxy {
             // The workload hanging up mid-way is an ordinary end of an allowed connection.
             Err(stop) if stop.rule == "workload" => Ok(()),
             other => other,
+        }
+    }
+}
+
+/// After an error response: let the workload read it and hang up, discarding what it still
+/// sends, before the stream goes. Dropping it at once would reset the connection, and a reset
+/// lets the forwarder discard the response it has not written yet.
+async fn linger(stream: &mut MuxStream) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match tokio::time::timeout_at(deadline, stream.recv()).await {
+            Ok(Inbound::Data(d)) => stream.consumed(d.len()),
+            Ok(Inbound::Eof | Inbound::Reset) | Err(_) => return,
         }
     }
 }

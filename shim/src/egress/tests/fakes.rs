@@ -263,12 +263,17 @@ impl Fwd {
         }
     }
 
-    /// Reads stream `id` to its EOF or CLOSE.
+    /// Reads stream `id` to its EOF or CLOSE; after an EOF the workload hangs up too, as an
+    /// HTTP client does once the server closed (the proxy lingers until then).
     pub async fn read_to_end(&mut self, id: u32) -> (Vec<u8>, End) {
         loop {
             let s = self.streams.entry(id).or_default();
             if let Some(end) = s.end {
-                return (std::mem::take(&mut s.data), end);
+                let data = std::mem::take(&mut s.data);
+                if end == End::Eof {
+                    self.eof(id).await;
+                }
+                return (data, end);
             }
             self.pump().await;
         }
