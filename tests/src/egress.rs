@@ -175,7 +175,8 @@ const APPLETS: &[&str] = &[
     "sh", "sleep", "cat", "echo", "printf", "nc", "wget", "kill", "id", "ls", "grep",
 ];
 
-/// A spec for a busybox sandbox whose init sleeps; the caller hardens it.
+/// A spec for a busybox sandbox (with the probe at /bin/sandbox-probe) whose init sleeps; the
+/// caller hardens it.
 pub fn busybox_spec() -> Value {
     json!({
         "ociVersion": "1.0.2",
@@ -222,6 +223,9 @@ impl RunscSandbox {
         let busybox = rootfs.join("bin/busybox");
         fs::copy("/usr/bin/busybox", &busybox)
             .map_err(|e| HarnessError::io("copying busybox to", &busybox, e))?;
+        let probe = rootfs.join("bin/sandbox-probe");
+        fs::copy(crate::probe::probe_path(), &probe)
+            .map_err(|e| HarnessError::io("copying the probe to", &probe, e))?;
         for a in APPLETS {
             let link = rootfs.join("bin").join(a);
             std::os::unix::fs::symlink("busybox", &link)

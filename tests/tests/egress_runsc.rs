@@ -121,8 +121,21 @@ fn a_sandbox_reaches_allowlisted_hosts_through_the_forwarder_and_nothing_else() 
         &[("hello.txt", POD_NETNS_BODY.as_bytes())],
     )
     .unwrap();
+    // A live host unix socket inside an allowed (read-only) bind mount, mode 0666 so only the
+    // runtime can keep the workload from it.
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock_path = sock_dir.path().join("live.sock");
+    let host_sock = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
+    host_sock.set_nonblocking(true).unwrap();
+    std::fs::set_permissions(&sock_path, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .unwrap();
+    let mut spec = busybox_spec();
+    spec["mounts"].as_array_mut().unwrap().push(json!({
+        "destination": "/hostsock", "type": "bind",
+        "source": sock_dir.path(), "options": ["rbind", "ro"]
+    }));
     let policy = policy(&ns);
-    let h = harden(&busybox_spec(), &policy, &Context::default()).unwrap();
+    let h = harden(&spec, &policy, &Context::default()).unwrap();
     let plan = h.egress.clone().expect("egress is on");
     let mut flags = Vec::new();
     if h.runsc.oci_seccomp {
@@ -192,6 +205,12 @@ fn a_sandbox_reaches_allowlisted_hosts_through_the_forwarder_and_nothing_else() 
     // No way around the proxy: the upstream's address is unreachable directly.
     let (rc, out) = sh(&sb, &policy, &format!("nc -w 2 {inside} 8080 </dev/null"));
     assert_ne!(rc, 0, "direct connection worked: {out}");
+
+    // Egress on opens no other way out: the host socket in the bind mount stays unreachable.
+    let (_, out) = sh(&sb, &policy, "sandbox-probe connect-unix /hostsock/live.sock");
+    assert!(!out.starts_with("ok"), "connected to a host unix socket: {out}");
+    assert!(host_sock.accept().is_err(), "the host socket accepted a connection");
+    eprintln!("MEASURE host unix socket in a ro bind: {}", out.trim());
 
     // The workload (uid 65534, empty capability sets) cannot kill the forwarder or take its port.
     let pid = forwarder_pid(&sb);
