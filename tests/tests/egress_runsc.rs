@@ -127,8 +127,11 @@ fn a_sandbox_reaches_allowlisted_hosts_through_the_forwarder_and_nothing_else() 
     let sock_path = sock_dir.path().join("live.sock");
     let host_sock = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
     host_sock.set_nonblocking(true).unwrap();
-    std::fs::set_permissions(&sock_path, std::os::unix::fs::PermissionsExt::from_mode(0o666))
-        .unwrap();
+    std::fs::set_permissions(
+        &sock_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o666),
+    )
+    .unwrap();
     let mut spec = busybox_spec();
     spec["mounts"].as_array_mut().unwrap().push(json!({
         "destination": "/hostsock", "type": "bind",
@@ -207,9 +210,19 @@ fn a_sandbox_reaches_allowlisted_hosts_through_the_forwarder_and_nothing_else() 
     assert_ne!(rc, 0, "direct connection worked: {out}");
 
     // Egress on opens no other way out: the host socket in the bind mount stays unreachable.
-    let (_, out) = sh(&sb, &policy, "sandbox-probe connect-unix /hostsock/live.sock");
-    assert!(!out.starts_with("ok"), "connected to a host unix socket: {out}");
-    assert!(host_sock.accept().is_err(), "the host socket accepted a connection");
+    let (_, out) = sh(
+        &sb,
+        &policy,
+        "sandbox-probe connect-unix /hostsock/live.sock",
+    );
+    assert!(
+        !out.starts_with("ok"),
+        "connected to a host unix socket: {out}"
+    );
+    assert!(
+        host_sock.accept().is_err(),
+        "the host socket accepted a connection"
+    );
     eprintln!("MEASURE host unix socket in a ro bind: {}", out.trim());
 
     // The workload (uid 65534, empty capability sets) cannot kill the forwarder or take its port.
