@@ -152,6 +152,12 @@ pub fn parse_head(head: &[u8]) -> Result<Request, HeadError> {
     else {
         return Err(bad(format!("malformed request line {request_line:?}")));
     };
+    if !request_line
+        .bytes()
+        .all(|b| b.is_ascii_graphic() || b == b' ')
+    {
+        return Err(bad("the request line is not printable ASCII"));
+    }
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
         return Err(bad(format!("bad method {method:?}")));
     }
@@ -180,7 +186,10 @@ pub fn parse_head(head: &[u8]) -> Result<Request, HeadError> {
     }
     let rest = if let Some(r) = target.strip_prefix("http://") {
         r
-    } else if target.len() >= 8 && target[..8].eq_ignore_ascii_case("https://") {
+    } else if target
+        .get(..8)
+        .is_some_and(|p| p.eq_ignore_ascii_case("https://"))
+    {
         return Err(bad(
             "an https:// URL must go through CONNECT (set HTTPS_PROXY, not HTTP_PROXY)",
         ));

@@ -68,8 +68,12 @@ fn odd_heads_are_refused_with_a_reason() {
         ("GET http://a.test/ HTTP/1.1\nX: a\r\n\r\n", 400, "bare CR or LF"),
         ("POST http://a.test/ HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400, "both Content-Length"),
         ("GET http://a.test/a b HTTP/1.1\r\n\r\n", 400, "malformed request line"),
-        ("GET http://a.test/\x7f HTTP/1.1\r\n\r\n", 400, "bad characters"),
+        ("GET http://a.test/\x7f HTTP/1.1\r\n\r\n", 400, "printable ASCII"),
+        ("GET http://a.test/a#b HTTP/1.1\r\n\r\n", 400, "bad characters"),
         ("GET http://a.test/ HTTP/1.1\r\n", 400, "blank line"),
+        // Found by the fuzzer: slicing the target at byte 8 split a character.
+        ("GET http:lE\u{48d}es#44:=c HTTP/1.1\r\nHost: b*/*\r\n\r\n", 400, "printable ASCII"),
+        ("GET http://\u{e9}.test/ HTTP/1.1\r\n\r\n", 400, "printable ASCII"),
     ];
     for (head, status, why) in cases {
         let e = parse(head).unwrap_err();
