@@ -45,7 +45,11 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
         plan.allow = narrow;
         plan.narrowed = true;
     }
-    if let Some(mounts) = json::opt_array(spec, "mounts", "")? {
+    let mount = plan.forwarder_mount();
+    if let Some(mounts) = json::opt_array_mut(spec, "mounts", "")? {
+        // Our own mount from an earlier pass is taken out and put back (hardening twice gives
+        // the same spec); anything else in the reserved directory is refused.
+        mounts.retain(|m| *m != mount);
         for (i, m) in mounts.iter().enumerate() {
             let dest = normalized_destination(m, i)?;
             if dest == RESERVED_DIR || dest.starts_with(&format!("{RESERVED_DIR}/")) {
@@ -60,7 +64,6 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
     if let Some(process) = json::opt_object_mut(spec, "process", "")? {
         inject_env(process, "process", &plan, pass)?;
     }
-    let mount = plan.forwarder_mount();
     if !matches!(spec.get("mounts"), Some(Value::Array(_))) {
         spec.insert("mounts".into(), Value::Array(Vec::new()));
     }
