@@ -54,9 +54,12 @@ pub struct ConnectionRecord {
 
 /// An egress event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The `event` names all start with `egress-`, apart from the lifecycle events in the same log.
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum EgressEvent {
+    #[serde(rename = "egress-connection")]
     Connection(ConnectionRecord),
+    #[serde(rename = "egress-lookup")]
     Lookup {
         host: String,
         /// `static` (the policy's hosts table) or `dns`.
@@ -65,18 +68,22 @@ pub enum EgressEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    #[serde(rename = "egress-byte-cap-crossed")]
     ByteCapCrossed {
         max_bytes: u64,
         used: u64,
     },
+    #[serde(rename = "egress-forwarder-ready")]
     ForwarderReady {
         listen: String,
         attempt: u32,
     },
+    #[serde(rename = "egress-forwarder-died")]
     ForwarderDied {
         reason: String,
         attempt: u32,
     },
+    #[serde(rename = "egress-proxy-stopped")]
     ProxyStopped,
 }
 
@@ -154,7 +161,7 @@ mod tests {
             }),
         };
         let v = serde_json::to_value(&rec).unwrap();
-        assert_eq!(v["event"], "connection");
+        assert_eq!(v["event"], "egress-connection");
         assert_eq!(v["sandbox_id"], "sb");
         assert_eq!(v["verdict"], "allowed");
         assert_eq!(v["resolved"], "192.0.2.1:443");
