@@ -368,3 +368,16 @@ fn network_mode_none_is_what_egress_runs_with() {
     let h = harden(&base_spec(), &on(), &Context::default()).unwrap();
     assert_eq!(h.runsc.network, NetworkMode::None);
 }
+
+#[test]
+fn a_workload_may_not_run_as_the_forwarders_uid() {
+    let mut spec = base_spec();
+    spec["process"]["user"] = json!({"uid": 65532, "gid": 1000});
+    let err = harden(&spec, &on(), &Context::default()).unwrap_err();
+    assert!(err.to_string().contains("forwarder's"), "{err}");
+    let exec = json!({"args": ["sh"], "user": {"uid": 65532, "gid": 65532}});
+    let err = harden_process(&exec, &on(), &Context::default()).unwrap_err();
+    assert!(err.to_string().contains("process.user.uid"), "{err}");
+    // Without egress the uid is nobody's in particular.
+    assert!(harden(&spec, &Policy::default(), &Context::default()).is_ok());
+}

@@ -124,6 +124,21 @@ fn inject_env(
     plan: &EgressPlan,
     pass: &mut Pass<'_>,
 ) -> Result<(), HardenError> {
+    // The user rule keeps a non-root uid from the spec; a workload running as the forwarder's
+    // uid could signal or ptrace it without any capability.
+    let uid = json::opt_object(process, "user", prefix)?
+        .and_then(|u| u.get("uid"))
+        .and_then(Value::as_u64);
+    if uid == Some(u64::from(plan.forwarder.uid)) {
+        pass.reject(
+            Rule::Egress,
+            format!("{prefix}.user.uid"),
+            format!(
+                "uid {} is the egress forwarder's; a workload running as it could stop the forwarder",
+                plan.forwarder.uid
+            ),
+        );
+    }
     let field = format!("{prefix}.env");
     if json::opt_array(process, "env", prefix)?.is_none() {
         process.insert("env".into(), Value::Array(Vec::new()));

@@ -69,20 +69,11 @@ pub enum EgressEvent {
         error: Option<String>,
     },
     #[serde(rename = "egress-byte-cap-crossed")]
-    ByteCapCrossed {
-        max_bytes: u64,
-        used: u64,
-    },
+    ByteCapCrossed { max_bytes: u64, used: u64 },
     #[serde(rename = "egress-forwarder-ready")]
-    ForwarderReady {
-        listen: String,
-        attempt: u32,
-    },
+    ForwarderReady { listen: String, attempt: u32 },
     #[serde(rename = "egress-forwarder-died")]
-    ForwarderDied {
-        reason: String,
-        attempt: u32,
-    },
+    ForwarderDied { reason: String, attempt: u32 },
     #[serde(rename = "egress-proxy-stopped")]
     ProxyStopped,
 }
