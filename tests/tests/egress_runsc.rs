@@ -231,6 +231,18 @@ fn a_sandbox_reaches_allowlisted_hosts_through_the_forwarder_and_nothing_else() 
     assert_ne!(rc, 0, "{out}");
     assert!(out.contains("not permitted"), "{out}");
     eprintln!("MEASURE workload kill -9 forwarder: rc={rc} {}", out.trim());
+    let (_, out) = sh(&sb, &policy, &format!("sandbox-probe ptrace-attach {pid}"));
+    assert!(
+        !out.starts_with("ok"),
+        "the workload attached to the forwarder: {out}"
+    );
+    let (rc, out) = sh(
+        &sb,
+        &policy,
+        "cat /bin/busybox > /.gvisor-hardened/forwarder",
+    );
+    assert_ne!(rc, 0, "the workload replaced the forwarder: {out}");
+    eprintln!("MEASURE workload ptrace/replace forwarder: {}", out.trim());
     let (rc, out) = sh(&sb, &policy, "nc -l -p 3128 -w 1 </dev/null");
     assert_ne!(rc, 0, "the workload bound the forwarder's port: {out}");
     assert!(
