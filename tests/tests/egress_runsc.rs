@@ -93,6 +93,8 @@ impl Host {
             container_id: sb.id.clone(),
             state_dir: sb.state_dir(),
             process: plan.forwarder_process(),
+            // This test process waits for its own children; the shim passes its reaper.
+            reaper: None,
         };
         EgressSupervisor::start(
             Arc::new(proxy),
