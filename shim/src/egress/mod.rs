@@ -71,4 +71,6 @@ pub fn start_for_sandbox(
 }
 
 #[cfg(test)]
+mod reaped_tests;
+#[cfg(test)]
 mod tests;
