@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the policy parser and harden(), on the stable toolchain.
 #
-#   hack/fuzz.sh [SECONDS] [TARGET...]     # default: 60 s for each of policy_parse, harden_spec
+#   hack/fuzz.sh [SECONDS] [TARGET...]     # default: 60 s for each of policy_parse, harden_spec,
+#                                          # egress_http_head, egress_client_hello
 #
 # The targets (fuzz/fuzz_targets/) link libFuzzer through the libfuzzer-sys crate; rustc's
 # SanitizerCoverage pass (-C passes=sancov-module, stable) provides the coverage feedback, so
@@ -17,7 +18,7 @@ command -v c++ >/dev/null 2>&1 || die "a C++ compiler is needed to build libFuzz
 SECONDS_EACH="${1:-60}"
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_parse harden_spec)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_parse harden_spec egress_http_head egress_client_hello)
 [[ "$SECONDS_EACH" =~ ^[0-9]+$ ]] || die "SECONDS must be a number, got $SECONDS_EACH"
 
 FUZZ_DIR="$REPO_ROOT/fuzz"
@@ -50,6 +51,15 @@ seed() {
       for f in "$REPO_ROOT"/policy-injector/tests/fixtures/*.json; do
         cp "$f" "$corpus/seed-$(basename "$f")"
       done
+      ;;
+    egress_http_head)
+      printf 'CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n' >"$corpus/seed-connect"
+      printf 'GET http://files.example.test:8080/a?b=c HTTP/1.1\r\nHost: files.example.test:8080\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n' >"$corpus/seed-get"
+      ;;
+    egress_client_hello)
+      # A TLS 1.2 record with a ClientHello naming api.example.test.
+      printf '\x16\x03\x01\x00\x48\x01\x00\x00\x44\x03\x03%s\x00\x00\x02\x13\x01\x01\x00\x00\x19\x00\x00\x00\x15\x00\x13\x00\x00\x10api.example.test' \
+        "$(head -c 32 /dev/zero | tr '\0' 'r')" >"$corpus/seed-hello"
       ;;
     *) die "unknown target $target" ;;
   esac

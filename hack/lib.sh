@@ -53,3 +53,21 @@ ensure_python_tools() {
       || python3 -m pip install -q --disable-pip-version-check --break-system-packages kubernetes-validate jsonschema
   fi
 }
+
+# The egress forwarder as a static binary at $1 (see hack/build-forwarder.sh). Two rustc
+# calls: the framing library, then the binary against it.
+build_forwarder() {
+  local out=$1 src="$REPO_ROOT/shim/forwarder/src" tmp
+  tmp="$(mktemp -d)"
+  mkdir -p "$(dirname "$out")"
+  local flags=(--edition 2021 -C opt-level=3 -C panic=abort -C strip=symbols
+               -C target-feature=+crt-static -C codegen-units=1)
+  "${RUSTC:-rustc}" "${flags[@]}" --crate-type rlib --crate-name gvisor_hardened_forwarder \
+    -o "$tmp/libgvisor_hardened_forwarder.rlib" "$src/lib.rs"
+  "${RUSTC:-rustc}" "${flags[@]}" --crate-type bin --crate-name gvisor_hardened_forwarder_bin \
+    --extern gvisor_hardened_forwarder="$tmp/libgvisor_hardened_forwarder.rlib" \
+    -o "$out.tmp" "$src/main.rs"
+  # Replace by rename: overwriting a running copy in place crashes it (measured under runsc).
+  mv -f "$out.tmp" "$out"
+  rm -rf "$tmp"
+}

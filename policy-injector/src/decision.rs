@@ -25,12 +25,13 @@ pub enum Rule {
     Resources,
     Seccomp,
     Network,
+    Egress,
     Lifetime,
 }
 
 impl Rule {
     /// Every rule in execution order.
-    pub const ALL: [Rule; 18] = [
+    pub const ALL: [Rule; 19] = [
         Rule::Annotations,
         Rule::Hooks,
         Rule::Selinux,
@@ -48,6 +49,7 @@ impl Rule {
         Rule::Resources,
         Rule::Seccomp,
         Rule::Network,
+        Rule::Egress,
         Rule::Lifetime,
     ];
 
@@ -71,6 +73,7 @@ impl Rule {
             Rule::Resources => "resources",
             Rule::Seccomp => "seccomp",
             Rule::Network => "network",
+            Rule::Egress => "egress",
             Rule::Lifetime => "lifetime",
         }
     }

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::decision::Decision;
+use crate::egress::EgressPlan;
 use crate::error::HardenError;
 use crate::json::Object;
 use crate::policy::{Mode, NetworkMode, Policy};
@@ -41,6 +42,9 @@ pub struct Hardened {
     /// In rule order, then in the order each rule met the fields.
     pub decisions: Vec<Decision>,
     pub mode: Mode,
+    /// What the shim must run for egress: `Some` when the allowlist is on for this sandbox
+    /// (enforce mode only: audit mode runs the spec as written, without the forwarder).
+    pub egress: Option<EgressPlan>,
 }
 
 /// The runsc flags the shim must pass, typed; the shim builds argv from them.
@@ -78,6 +82,8 @@ pub struct Lifetime {
 pub struct HardenedProcess {
     pub process: Value,
     pub decisions: Vec<Decision>,
+    /// The policy's egress plan when on (the exec got its proxy variables); enforce mode only.
+    pub egress: Option<EgressPlan>,
 }
 
 /// The result of `clamp_resources`.
@@ -121,12 +127,14 @@ pub fn harden_owned(spec: Value, policy: &Policy, ctx: &Context) -> Result<Harde
         Some(original) => original,
     };
     let runsc = runsc_flags(&spec, policy, pass.network);
+    let egress = pass.egress.filter(|_| policy.mode == Mode::Enforce);
     Ok(Hardened {
         spec,
         runsc,
         lifetime: pass.lifetime,
         decisions: pass.decisions,
         mode: policy.mode,
+        egress,
     })
 }
 
@@ -167,8 +175,12 @@ pub fn harden_process(
     let mut out = as_object(process, "process")?.clone();
     let mut pass = Pass::new(policy, ctx);
     rules::run_process(&mut out, "process", &mut pass)?;
-    finish(policy, pass, process, Value::Object(out))
-        .map(|(process, decisions)| HardenedProcess { process, decisions })
+    let egress = pass.egress.take().filter(|_| policy.mode == Mode::Enforce);
+    finish(policy, pass, process, Value::Object(out)).map(|(process, decisions)| HardenedProcess {
+        process,
+        decisions,
+        egress,
+    })
 }
 
 /// Clamps an Update's `LinuxResources` to the policy and to the container's

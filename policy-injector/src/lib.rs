@@ -7,6 +7,7 @@
 
 pub mod audit_chain;
 pub mod decision;
+pub mod egress;
 pub mod error;
 mod glob;
 pub mod harden;
@@ -16,13 +17,15 @@ pub mod quantity;
 mod rules;
 
 pub use decision::{Action, Decision, Rule};
+pub use egress::EgressPlan;
 pub use error::{HardenError, PolicyError, Rejection};
 pub use harden::{
     clamp_resources, harden, harden_owned, harden_process, ClampedResources, Context, Hardened,
     HardenedProcess, Lifetime, RunscFlags,
 };
 pub use policy::{
-    Mode, NetworkMode, Policy, SecretEnvAction, TokenVolumeAction, DEFAULT_POLICY_TOML,
+    EgressPolicy, Mode, NetworkMode, Policy, SecretEnvAction, TokenVolumeAction,
+    DEFAULT_POLICY_TOML,
 };
 
 /// Annotation keys this crate reads and writes (all under `gvisor-hardened.dev/`).
@@ -35,4 +38,6 @@ pub mod annotations {
     pub const MAX_RUNTIME: &str = "gvisor-hardened.dev/max-runtime";
     pub const IDLE_TIMEOUT: &str = "gvisor-hardened.dev/idle-timeout";
     pub const NETWORK: &str = "gvisor-hardened.dev/network";
+    /// Narrows the egress allowlist: comma-separated entries, each covered by the policy's.
+    pub const EGRESS: &str = "gvisor-hardened.dev/egress";
 }

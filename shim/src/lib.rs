@@ -10,6 +10,7 @@ pub mod audit;
 pub mod bundle;
 pub mod cgroup;
 pub mod container;
+pub mod egress;
 pub mod env;
 pub mod error;
 pub mod events;

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 /* ---- network ------------------------------------------------------------------------------- */
@@ -74,6 +75,26 @@ int cmd_connect(int argc, char **argv)
 	socklen_t len = sizeof soerr;
 	getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
 	report(soerr ? -1 : 0, soerr, "addr=%s:%ld", argv[0], port);
+	close(fd);
+	return 0;
+}
+
+int cmd_connect_unix(int argc, char **argv)
+{
+	(void)argc;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(argv[0]) >= sizeof sa.sun_path) {
+		fprintf(stderr, "sandbox-probe: socket path too long: %s\n", argv[0]);
+		exit(USAGE_EXIT);
+	}
+	strcpy(sa.sun_path, argv[0]);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		report(-1, errno, "step=socket");
+		return 0;
+	}
+	long rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+	report(rc, errno, "path=%s", argv[0]);
 	close(fd);
 	return 0;
 }

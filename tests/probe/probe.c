@@ -169,6 +169,7 @@ static const struct command commands[] = {
 	{ "listen", 2, 2, cmd_listen, "PORT SECS listen on 0.0.0.0:PORT, accept for SECS" },
 	{ "ifaces", 0, 0, cmd_ifaces, "network interfaces (getifaddrs)" },
 	{ "connect", 2, 3, cmd_connect, "IP PORT [TIMEOUT_MS=3000] TCP connect" },
+	{ "connect-unix", 1, 1, cmd_connect_unix, "PATH connect to a unix stream socket" },
 	{ "fork", 1, 2, cmd_fork, "N [HOLD_SECS=0] fork N sleeping children and hold them" },
 	{ "mem", 1, 2, cmd_mem, "MIB [HOLD_SECS=0] allocate and touch MIB MiB" },
 	{ "spin", 1, 2, cmd_spin, "SECS [PROCS=1] burn CPU, report consumed CPU time" },

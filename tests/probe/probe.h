@@ -63,6 +63,7 @@ int cmd_bind(int argc, char **argv);
 int cmd_listen(int argc, char **argv);
 int cmd_ifaces(int argc, char **argv);
 int cmd_connect(int argc, char **argv);
+int cmd_connect_unix(int argc, char **argv);
 int cmd_fork(int argc, char **argv);
 int cmd_mem(int argc, char **argv);
 int cmd_spin(int argc, char **argv);

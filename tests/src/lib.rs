@@ -29,6 +29,7 @@ pub mod containerd;
 pub mod cri;
 pub mod ctr;
 pub mod direct;
+pub mod egress;
 pub mod error;
 pub mod events;
 pub mod fault;

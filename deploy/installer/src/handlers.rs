@@ -18,6 +18,8 @@ pub const POD_ANNOTATIONS: &str = "gvisor-hardened.dev/*";
 pub const DEFAULT_HANDLER: &str = "gvisor-hardened";
 /// The stricter handler for short-lived tool calls.
 pub const TOOL_HANDLER: &str = "gvisor-hardened-tool";
+/// The handler for agent sandboxes with an egress allowlist (shipped empty).
+pub const AGENT_HANDLER: &str = "gvisor-hardened-agent";
 /// The node label set once the handlers are verified over CRI; RuntimeClasses select on it.
 pub const NODE_LABEL: &str = "gvisor-hardened.dev/installed";
 pub const NODE_LABEL_VALUE: &str = "true";

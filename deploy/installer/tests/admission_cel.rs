@@ -180,7 +180,11 @@ fn examples_pass_every_pod_policy() {
 fn runtime_class_must_be_one_of_ours() {
     let req = policy(REQUIRE, "gvisor-hardened-require-runtimeclass");
     let r = create();
-    for ok in ["gvisor-hardened", "gvisor-hardened-tool"] {
+    for ok in [
+        "gvisor-hardened",
+        "gvisor-hardened-tool",
+        "gvisor-hardened-agent",
+    ] {
         let p = pod(with(base_spec(), "/runtimeClassName", json!(ok)));
         assert_eq!(admit(&req, &p, &Json::Null, &r), Verdict::Allowed, "{ok}");
     }
@@ -385,7 +389,11 @@ fn our_runtime_classes_are_changed_only_by_admins_and_never_repointed() {
     let p = policy(PROTECT, "gvisor-hardened-protect-runtimeclasses");
     let admin = ["system:authenticated", "gvisor-hardened:admins"];
     let user = ["system:authenticated"];
-    for name in ["gvisor-hardened", "gvisor-hardened-tool"] {
+    for name in [
+        "gvisor-hardened",
+        "gvisor-hardened-tool",
+        "gvisor-hardened-agent",
+    ] {
         let rc = runtime_class(name);
         assert_eq!(
             admit(&p, &rc, &Json::Null, &request("CREATE", &admin)),

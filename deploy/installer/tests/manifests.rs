@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gvisor_hardened_installer::handlers::{
-    is_dns_label, DEFAULT_HANDLER, DEFAULT_POLICY_FILE, NODE_LABEL, NODE_LABEL_VALUE, TOOL_HANDLER,
+    is_dns_label, AGENT_HANDLER, DEFAULT_HANDLER, DEFAULT_POLICY_FILE, NODE_LABEL,
+    NODE_LABEL_VALUE, TOOL_HANDLER,
 };
 use gvisor_hardened_installer::sources::{classes, Sources};
 use serde_json::Value as Json;
@@ -49,6 +50,10 @@ fn runtime_class_handlers_are_the_installers_runtime_names() {
         (
             "runtimeclass/runtimeclass-gvisor-hardened-tool.yaml",
             TOOL_HANDLER,
+        ),
+        (
+            "runtimeclass/runtimeclass-gvisor-hardened-agent.yaml",
+            AGENT_HANDLER,
         ),
     ] {
         let rc = &yaml_docs(file)[0];
@@ -97,12 +102,23 @@ fn policies_configmap_yields_exactly_the_runtime_class_handlers() {
         .expect("policies ConfigMap rendered");
     let mut keys: Vec<&String> = cm["data"].as_object().unwrap().keys().collect();
     keys.sort();
-    assert_eq!(keys, vec!["gvisor-hardened-tool.toml", DEFAULT_POLICY_FILE]);
+    assert_eq!(
+        keys,
+        vec![
+            "gvisor-hardened-agent.toml",
+            "gvisor-hardened-tool.toml",
+            DEFAULT_POLICY_FILE
+        ]
+    );
 }
 
 #[test]
 fn shipped_policies_load_with_the_shims_own_parser() {
-    for name in [DEFAULT_POLICY_FILE, "gvisor-hardened-tool.toml"] {
+    for name in [
+        DEFAULT_POLICY_FILE,
+        "gvisor-hardened-tool.toml",
+        "gvisor-hardened-agent.toml",
+    ] {
         let path = repo()
             .join("deploy/kustomize/runtimeclasses/policies")
             .join(name);
@@ -126,6 +142,22 @@ fn tool_policy_is_the_strict_one() {
     assert_eq!(doc["lifetime"]["max_runtime"].as_str(), Some("10m"));
     assert_eq!(doc["lifetime"]["idle_timeout"].as_str(), Some("2m"));
     assert_eq!(doc["output"]["max_bytes"].as_str(), Some("16Mi"));
+}
+
+#[test]
+fn agent_policy_is_netless_until_a_cluster_lists_hosts() {
+    let text = std::fs::read_to_string(
+        repo().join("deploy/kustomize/runtimeclasses/policies/gvisor-hardened-agent.toml"),
+    )
+    .unwrap();
+    let policy = policy_injector::Policy::from_toml_str(&text).unwrap();
+    assert_eq!(policy.network.mode, policy_injector::NetworkMode::None);
+    assert!(policy.network.egress.allow.is_empty());
+    assert!(policy.network.egress.require_sni && !policy.network.egress.plain_http);
+    // The comments say where the model API and the package index go.
+    for hint in ["model API", "package index", "gvisor-hardened.dev/egress"] {
+        assert!(text.contains(hint), "{hint}");
+    }
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! The hardening policy: its model, the embedded default, strict TOML loading and validation.
 
+mod egress;
 mod evidence;
 mod locate;
 mod sections;
@@ -9,6 +10,7 @@ pub use validate::ALLOWED_EXTRA_FLAGS;
 
 use serde::{Deserialize, Serialize};
 
+pub use egress::EgressPolicy;
 pub use evidence::{ArtifactsPolicy, OutputPolicy, MIN_IDLE_TIMEOUT};
 pub use sections::*;
 

@@ -359,6 +359,8 @@ impl Default for SysctlsPolicy {
 #[serde(deny_unknown_fields, default)]
 pub struct NetworkPolicy {
     pub mode: NetworkMode,
+    /// The egress allowlist (`[network.egress]`); on when `mode` is none and `allow` is set.
+    pub egress: super::EgressPolicy,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -148,7 +148,7 @@ pub(super) fn invalid(key: impl Into<String>, reason: impl Into<String>) -> Issu
     }
 }
 
-fn contradiction(keys: &[&str], reason: impl Into<String>) -> Issue {
+pub(super) fn contradiction(keys: &[&str], reason: impl Into<String>) -> Issue {
     Issue {
         keys: keys.iter().map(|k| k.to_string()).collect(),
         reason: reason.into(),
@@ -164,7 +164,7 @@ fn check_globs(key: &str, patterns: &[String]) -> Result<(), Issue> {
 }
 
 /// An absolute path already in normal form (no `.`, `..`, `//` or trailing `/`).
-fn check_abs_path(key: &str, path: &str) -> Result<(), Issue> {
+pub(super) fn check_abs_path(key: &str, path: &str) -> Result<(), Issue> {
     match normalize(path) {
         Some(segs) if join(&segs) == path => Ok(()),
         Some(segs) => Err(invalid(
@@ -210,6 +210,7 @@ pub(crate) fn validate(p: &Policy) -> Result<(), Issue> {
     runsc(p)?;
     audit(p)?;
     super::evidence::validate(p)?;
+    super::egress::validate(p)?;
     if !["error", "warn", "info", "debug", "trace"].contains(&p.log.level.as_str()) {
         return Err(invalid(
             "log.level",

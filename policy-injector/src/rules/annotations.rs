@@ -155,9 +155,17 @@ fn tighten_one(name: &str, value: &str, pass: &mut Pass<'_>) -> Result<(), Strin
             }
             pass.tightening.network = Some(v);
         }
+        "egress" => {
+            let wanted = crate::egress::parse_annotation(value)?;
+            let policy_list = crate::egress::EgressPlan::from_policy(&policy.network.egress)?
+                .map(|p| p.allow)
+                .unwrap_or_default();
+            crate::egress::check_narrowing(&policy_list, &wanted)?;
+            pass.tightening.egress = Some(wanted);
+        }
         other => {
             return Err(format!(
-                "unknown {}{other} annotation (known: memory, cpu, pids, max-runtime, idle-timeout, network)",
+                "unknown {}{other} annotation (known: memory, cpu, pids, max-runtime, idle-timeout, network, egress)",
                 keys::PREFIX
             ))
         }

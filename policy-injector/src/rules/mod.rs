@@ -5,6 +5,7 @@
 pub(crate) mod annotations;
 mod capabilities;
 mod devices;
+mod egress;
 mod environment;
 mod hooks;
 mod lifetime;
@@ -30,6 +31,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::decision::{Action, Decision, Rule};
+use crate::egress::{AllowEntry, EgressPlan};
 use crate::error::{HardenError, Rejection};
 use crate::harden::{Context, Lifetime};
 use crate::json::{self, Object};
@@ -45,6 +47,8 @@ pub(crate) struct Tightening {
     pub max_runtime: Option<Duration>,
     pub idle_timeout: Option<Duration>,
     pub network: Option<NetworkMode>,
+    /// A narrower egress allowlist (empty: none at all), already checked against the policy.
+    pub egress: Option<Vec<AllowEntry>>,
 }
 
 /// The state of one run: inputs, the record, and the runtime-side outcomes.
@@ -56,6 +60,7 @@ pub(crate) struct Pass<'a> {
     pub tightening: Tightening,
     pub network: NetworkMode,
     pub lifetime: Lifetime,
+    pub egress: Option<EgressPlan>,
 }
 
 impl<'a> Pass<'a> {
@@ -72,6 +77,7 @@ impl<'a> Pass<'a> {
                 grace_period: policy.lifetime.grace_period.0,
                 idle_timeout: policy.lifetime.idle_timeout.map(|d| d.0),
             },
+            egress: None,
         }
     }
 
@@ -143,6 +149,7 @@ pub(crate) fn run_spec(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Har
     resources::apply(spec, pass)?;
     seccomp::apply(spec, pass)?;
     network::apply(pass);
+    egress::apply(spec, pass)?;
     lifetime::apply(pass);
     Ok(())
 }
@@ -158,5 +165,6 @@ pub(crate) fn run_process(
     privileges::apply(process, prefix, pass)?;
     user::apply(process, prefix, pass)?;
     rlimits::apply(process, prefix, pass)?;
-    environment::apply(process, prefix, pass)
+    environment::apply(process, prefix, pass)?;
+    egress::apply_process(process, prefix, pass)
 }

@@ -1,0 +1,182 @@
+//! The egress allowlist: what a sandbox may reach through the shim's proxy, as a plan the shim
+//! carries out (start the forwarder, run the proxy) and the pure pieces of the spec it implies
+//! (proxy variables, the forwarder's mount, the forwarder's OCI process).
+//!
+//! Egress is on when `[network] mode = "none"` and `[network.egress] allow` is not empty. The
+//! sandbox keeps `--network=none`; a forwarder started inside with `runsc exec` listens on
+//! `listen` and carries connections over its stdio to the proxy.
+
+mod entry;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+pub use entry::{
+    check_host_name, first_match, normalize_host, AllowEntry, Cidr, HostPattern, DEFAULT_PORT,
+};
+
+use crate::policy::EgressPolicy;
+
+/// Where the forwarder binary is bind-mounted (read-only) inside every sandbox with egress on.
+/// The directory is reserved: a spec mount at or under it is rejected.
+pub const FORWARDER_IN_SANDBOX: &str = "/.gvisor-hardened/forwarder";
+/// The reserved directory of [`FORWARDER_IN_SANDBOX`].
+pub const RESERVED_DIR: &str = "/.gvisor-hardened";
+/// The default host path of the forwarder binary; the installer and `hack/build-forwarder.sh`
+/// put it there.
+pub const DEFAULT_FORWARDER: &str = "/usr/local/lib/gvisor-hardened/gvisor-hardened-forwarder";
+/// The forwarder's default uid and gid: not the workload's (65534), so the workload cannot
+/// signal it.
+pub const DEFAULT_FORWARDER_ID: u32 = 65532;
+/// `NO_PROXY`: the sandbox's own loopback never goes through the proxy.
+pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
+/// Variables set to the proxy URL in every container and exec.
+pub const PROXY_VARS: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"];
+/// Variables set to [`NO_PROXY`].
+pub const NO_PROXY_VARS: [&str; 2] = ["NO_PROXY", "no_proxy"];
+
+/// The forwarder: which binary, and who it runs as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ForwarderPlan {
+    pub host_path: String,
+    pub in_sandbox_path: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// What the shim must do for a sandbox with egress on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EgressPlan {
+    /// The effective allowlist: the policy's, or the annotation's narrower one.
+    pub allow: Vec<AllowEntry>,
+    pub allow_cidrs: Vec<Cidr>,
+    /// Static names resolved without DNS (normalised name -> address).
+    pub hosts: BTreeMap<String, IpAddr>,
+    /// Bytes per sandbox, both directions together.
+    pub max_bytes: u64,
+    /// The forwarder's address inside the sandbox.
+    pub listen: SocketAddr,
+    pub plain_http: bool,
+    pub require_sni: bool,
+    /// True when a `gvisor-hardened.dev/egress` annotation narrowed the allowlist.
+    pub narrowed: bool,
+    pub forwarder: ForwarderPlan,
+}
+
+/// Parses a policy's allow list (already validated when the policy loaded).
+fn parse_all<T: std::str::FromStr<Err = String>>(items: &[String]) -> Result<Vec<T>, String> {
+    items.iter().map(|s| s.parse()).collect()
+}
+
+impl EgressPlan {
+    /// The plan of a validated policy section: `None` when its allowlist is empty (egress off).
+    pub fn from_policy(p: &EgressPolicy) -> Result<Option<EgressPlan>, String> {
+        if p.allow.is_empty() {
+            return Ok(None);
+        }
+        let mut hosts = BTreeMap::new();
+        for (name, addr) in &p.hosts {
+            let ip: IpAddr = addr
+                .parse()
+                .map_err(|_| format!("hosts.{name}: {addr:?} is not an IP address"))?;
+            hosts.insert(normalize_host(name), ip);
+        }
+        Ok(Some(EgressPlan {
+            allow: parse_all(&p.allow)?,
+            allow_cidrs: parse_all(&p.allow_cidrs)?,
+            hosts,
+            max_bytes: p.max_bytes.0,
+            listen: p
+                .listen
+                .parse()
+                .map_err(|_| format!("bad listen address {:?}", p.listen))?,
+            plain_http: p.plain_http,
+            require_sni: p.require_sni,
+            narrowed: false,
+            forwarder: ForwarderPlan {
+                host_path: p.forwarder.clone(),
+                in_sandbox_path: FORWARDER_IN_SANDBOX.to_string(),
+                uid: p.forwarder_uid,
+                gid: p.forwarder_gid,
+            },
+        }))
+    }
+
+    /// `http://<listen>`, the value of the proxy variables.
+    pub fn proxy_url(&self) -> String {
+        format!("http://{}", self.listen)
+    }
+
+    /// The variables every container and exec gets, in a fixed order.
+    pub fn proxy_env(&self) -> Vec<(&'static str, String)> {
+        proxy_env_for(self.listen)
+    }
+
+    /// The read-only bind mount of the forwarder binary for the spec's `mounts`.
+    pub fn forwarder_mount(&self) -> Value {
+        json!({
+            "destination": self.forwarder.in_sandbox_path,
+            "type": "bind",
+            "source": self.forwarder.host_path,
+            "options": ["bind", "ro", "nosuid", "nodev"]
+        })
+    }
+
+    /// The OCI process for `runsc exec --process`: its own uid and gid, **empty capability
+    /// sets** (measured: with runsc's default set the workload's shell could kill it),
+    /// no new privileges, cwd `/`, and nothing secret in args or env (the workload can read
+    /// its cmdline and environ).
+    pub fn forwarder_process(&self) -> Value {
+        json!({
+            "terminal": false,
+            "user": {"uid": self.forwarder.uid, "gid": self.forwarder.gid, "additionalGids": []},
+            "args": [self.forwarder.in_sandbox_path, "--listen", self.listen.to_string()],
+            "env": [],
+            "cwd": "/",
+            "capabilities": {
+                "bounding": [], "effective": [], "inheritable": [], "permitted": [], "ambient": []
+            },
+            "noNewPrivileges": true,
+            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 4096u64, "soft": 4096u64}]
+        })
+    }
+}
+
+/// The proxy variables for a listen address.
+pub fn proxy_env_for(listen: SocketAddr) -> Vec<(&'static str, String)> {
+    let url = format!("http://{listen}");
+    let mut out: Vec<(&'static str, String)> =
+        PROXY_VARS.iter().map(|n| (*n, url.clone())).collect();
+    out.extend(NO_PROXY_VARS.iter().map(|n| (*n, NO_PROXY.to_string())));
+    out
+}
+
+/// Parses a `gvisor-hardened.dev/egress` annotation: comma-separated entries, spaces around
+/// commas allowed. An empty value narrows to nothing (egress off for that sandbox).
+pub fn parse_annotation(value: &str) -> Result<Vec<AllowEntry>, String> {
+    if value.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    value.split(',').map(|s| s.trim().parse()).collect()
+}
+
+/// Checks that each narrowing entry is covered by the policy's list; names the first one
+/// that is not.
+pub fn check_narrowing(policy: &[AllowEntry], wanted: &[AllowEntry]) -> Result<(), String> {
+    for w in wanted {
+        if !policy.iter().any(|p| p.covers(w)) {
+            return Err(if policy.is_empty() {
+                format!("entry {w} is not allowed: the policy allows no egress")
+            } else {
+                format!("entry {w} is not covered by the policy's egress allowlist")
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,127 @@
+//! `[network.egress]`: the allowlist section and its checks.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+
+use super::validate::{check_abs_path, contradiction, invalid, Issue};
+use super::{NetworkMode, Policy};
+use crate::egress::{
+    check_host_name, normalize_host, AllowEntry, Cidr, DEFAULT_FORWARDER, DEFAULT_FORWARDER_ID,
+};
+use crate::quantity::ByteSize;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EgressPolicy {
+    /// `HOST` or `*.SUFFIX`, optional `:PORT` (443). Empty: egress off.
+    pub allow: Vec<String>,
+    /// Destination ranges allowed after resolution (private and loopback ranges are refused
+    /// unless listed here).
+    pub allow_cidrs: Vec<String>,
+    /// Names the proxy resolves without DNS.
+    pub hosts: BTreeMap<String, String>,
+    /// Per sandbox, both directions together.
+    pub max_bytes: ByteSize,
+    /// The forwarder's address inside the sandbox (a loopback address).
+    pub listen: String,
+    pub plain_http: bool,
+    pub require_sni: bool,
+    /// Host path of the static forwarder binary, bind-mounted read-only into the sandbox.
+    pub forwarder: String,
+    /// The forwarder's uid and gid inside the sandbox; never the workload's.
+    pub forwarder_uid: u32,
+    pub forwarder_gid: u32,
+}
+
+impl Default for EgressPolicy {
+    fn default() -> Self {
+        EgressPolicy {
+            allow: Vec::new(),
+            allow_cidrs: Vec::new(),
+            hosts: BTreeMap::new(),
+            max_bytes: ByteSize(1 << 30),
+            listen: "127.0.0.1:3128".to_string(),
+            plain_http: false,
+            require_sni: true,
+            forwarder: DEFAULT_FORWARDER.to_string(),
+            forwarder_uid: DEFAULT_FORWARDER_ID,
+            forwarder_gid: DEFAULT_FORWARDER_ID,
+        }
+    }
+}
+
+const KEY: &str = "network.egress";
+
+pub(super) fn validate(p: &Policy) -> Result<(), Issue> {
+    let e = &p.network.egress;
+    let key = |k: &str| format!("{KEY}.{k}");
+    let mut seen: Vec<AllowEntry> = Vec::new();
+    for (i, s) in e.allow.iter().enumerate() {
+        let entry: AllowEntry = s
+            .parse()
+            .map_err(|why: String| invalid(format!("{KEY}.allow[{i}]"), why))?;
+        if seen.contains(&entry) {
+            return Err(invalid(
+                format!("{KEY}.allow[{i}]"),
+                format!("{entry} is listed twice"),
+            ));
+        }
+        seen.push(entry);
+    }
+    for (i, s) in e.allow_cidrs.iter().enumerate() {
+        s.parse::<Cidr>()
+            .map_err(|why| invalid(format!("{KEY}.allow_cidrs[{i}]"), why))?;
+    }
+    for (name, addr) in &e.hosts {
+        let k = format!("{KEY}.hosts.{name}");
+        check_host_name(&normalize_host(name)).map_err(|why| invalid(&k, why))?;
+        addr.parse::<IpAddr>()
+            .map_err(|_| invalid(&k, format!("{addr:?} is not an IP address")))?;
+    }
+    if e.max_bytes.0 == 0 {
+        return Err(invalid(
+            key("max_bytes"),
+            "0 bytes would refuse every connection",
+        ));
+    }
+    let listen: SocketAddr = e.listen.parse().map_err(|_| {
+        invalid(
+            key("listen"),
+            format!(
+                "{:?} is not an address:port (e.g. \"127.0.0.1:3128\")",
+                e.listen
+            ),
+        )
+    })?;
+    if !listen.ip().is_loopback() || listen.port() == 0 {
+        return Err(invalid(
+            key("listen"),
+            format!("{listen} must be a loopback address with a port: the forwarder serves the sandbox only"),
+        ));
+    }
+    check_abs_path(&key("forwarder"), &e.forwarder)?;
+    if e.forwarder_uid == 0 || e.forwarder_gid == 0 {
+        return Err(invalid(
+            key("forwarder_uid"),
+            "0 would run the forwarder as root inside the sandbox",
+        ));
+    }
+    if e.forwarder_uid == p.user.uid {
+        return Err(contradiction(
+            &[&key("forwarder_uid"), "user.uid"],
+            "the forwarder must not share the workload's uid, or the workload could signal it",
+        ));
+    }
+    if !e.allow.is_empty() && p.network.mode != NetworkMode::None {
+        return Err(contradiction(
+            &[&key("allow"), "network.mode"],
+            format!(
+                "an egress allowlist needs mode \"none\" (with mode {:?} the sandbox already reaches the network directly)",
+                p.network.mode.as_str()
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! Egress: with an allowlist on, every process gets the proxy variables (overriding the spec's,
+//! so a workload cannot point its tools around the proxy or at a proxy of its own), the spec
+//! gets the forwarder's read-only bind mount, and the result carries the plan the shim runs.
+//! The `gvisor-hardened.dev/egress` annotation (read by the annotations rule) only narrows.
+
+use serde_json::Value;
+
+use super::scratch::normalized_destination;
+use super::Pass;
+use crate::decision::{Action, Rule};
+use crate::egress::{EgressPlan, NO_PROXY_VARS, PROXY_VARS, RESERVED_DIR};
+use crate::error::HardenError;
+use crate::json::{self, Object};
+
+/// The policy's plan, or a rejection when the policy was built in code and never validated.
+fn policy_plan(pass: &mut Pass<'_>) -> Option<EgressPlan> {
+    match EgressPlan::from_policy(&pass.policy.network.egress) {
+        Ok(plan) => plan,
+        Err(why) => {
+            pass.reject(Rule::Egress, "network.egress", why);
+            None
+        }
+    }
+}
+
+pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), HardenError> {
+    let Some(mut plan) = policy_plan(pass) else {
+        return Ok(());
+    };
+    if let Some(narrow) = pass.tightening.egress.take() {
+        if narrow.is_empty() {
+            pass.record(
+                Rule::Egress,
+                "egress",
+                Action::Removed,
+                None,
+                None,
+                format!(
+                    "annotation {} is empty: no egress for this sandbox",
+                    crate::annotations::EGRESS
+                ),
+            );
+            return Ok(());
+        }
+        plan.allow = narrow;
+        plan.narrowed = true;
+    }
+    let mount = plan.forwarder_mount();
+    if let Some(mounts) = json::opt_array_mut(spec, "mounts", "")? {
+        // Our own mount from an earlier pass is taken out and put back (hardening twice gives
+        // the same spec); anything else in the reserved directory is refused.
+        mounts.retain(|m| *m != mount);
+        for (i, m) in mounts.iter().enumerate() {
+            let dest = normalized_destination(m, i)?;
+            if dest == RESERVED_DIR || dest.starts_with(&format!("{RESERVED_DIR}/")) {
+                pass.reject(
+                    Rule::Egress,
+                    format!("mounts[{dest}]"),
+                    format!("{RESERVED_DIR} is reserved for the runtime's egress forwarder"),
+                );
+            }
+        }
+    }
+    if let Some(process) = json::opt_object_mut(spec, "process", "")? {
+        inject_env(process, "process", &plan, pass)?;
+    }
+    if !matches!(spec.get("mounts"), Some(Value::Array(_))) {
+        spec.insert("mounts".into(), Value::Array(Vec::new()));
+    }
+    if let Some(Value::Array(mounts)) = spec.get_mut("mounts") {
+        mounts.push(mount.clone());
+    }
+    pass.record(
+        Rule::Egress,
+        format!("mounts[{}]", plan.forwarder.in_sandbox_path),
+        Action::Added,
+        None,
+        Some(mount),
+        "the egress forwarder, read-only; started inside with runsc exec",
+    );
+    let allow: Vec<Value> = plan
+        .allow
+        .iter()
+        .map(|e| Value::String(e.to_string()))
+        .collect();
+    let why = if plan.narrowed {
+        format!(
+            "allowlist narrowed by annotation {}",
+            crate::annotations::EGRESS
+        )
+    } else {
+        "the policy's egress allowlist".to_string()
+    };
+    pass.record(
+        Rule::Egress,
+        "egress.allow",
+        Action::Set,
+        None,
+        Some(Value::Array(allow)),
+        why,
+    );
+    pass.egress = Some(plan);
+    Ok(())
+}
+
+/// For an Exec: the proxy variables of the policy's plan (an exec cannot narrow; the sandbox's
+/// proxy enforces whatever its Create decided).
+pub(crate) fn apply_process(
+    process: &mut Object,
+    prefix: &str,
+    pass: &mut Pass<'_>,
+) -> Result<(), HardenError> {
+    let Some(plan) = policy_plan(pass) else {
+        return Ok(());
+    };
+    inject_env(process, prefix, &plan, pass)?;
+    pass.egress = Some(plan);
+    Ok(())
+}
+
+fn inject_env(
+    process: &mut Object,
+    prefix: &str,
+    plan: &EgressPlan,
+    pass: &mut Pass<'_>,
+) -> Result<(), HardenError> {
+    // The user rule keeps a non-root uid from the spec; a workload running as the forwarder's
+    // uid could signal or ptrace it without any capability.
+    let uid = json::opt_object(process, "user", prefix)?
+        .and_then(|u| u.get("uid"))
+        .and_then(Value::as_u64);
+    if uid == Some(u64::from(plan.forwarder.uid)) {
+        pass.reject(
+            Rule::Egress,
+            format!("{prefix}.user.uid"),
+            format!(
+                "uid {} is the egress forwarder's; a workload running as it could stop the forwarder",
+                plan.forwarder.uid
+            ),
+        );
+    }
+    let field = format!("{prefix}.env");
+    if json::opt_array(process, "env", prefix)?.is_none() {
+        process.insert("env".into(), Value::Array(Vec::new()));
+    }
+    let Some(env) = json::opt_array_mut(process, "env", prefix)? else {
+        return Ok(());
+    };
+    let ours = |name: &str| PROXY_VARS.contains(&name) || NO_PROXY_VARS.contains(&name);
+    let mut overridden = Vec::new();
+    for (i, item) in env.iter().enumerate() {
+        let s = item
+            .as_str()
+            .ok_or_else(|| HardenError::malformed(format!("{field}[{i}]"), "expected a string"))?;
+        let name = s.split_once('=').map_or(s, |(n, _)| n);
+        if ours(name) {
+            overridden.push(name.to_string());
+        }
+    }
+    env.retain(|v| {
+        let s = v.as_str().unwrap_or_default();
+        !ours(s.split_once('=').map_or(s, |(n, _)| n))
+    });
+    for (name, value) in plan.proxy_env() {
+        env.push(Value::String(format!("{name}={value}")));
+        // The spec's value is not copied: a proxy URL can carry credentials.
+        let reason = if overridden.iter().any(|o| o == name) {
+            "overrides the spec's value: egress goes through the runtime's proxy only"
+        } else {
+            "egress goes through the runtime's proxy"
+        };
+        pass.record(
+            Rule::Egress,
+            format!("{field}[{name}]"),
+            Action::Set,
+            None,
+            Some(Value::String(value)),
+            reason,
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! Egress audit records: one per connection, one per name lookup, and the forwarder's and byte
+//! cap's events. They go to an [`EgressAuditSink`] the wiring connects to the audit log.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+/// Who the records are about; fixed for a proxy's life.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SandboxRef {
+    pub sandbox_id: String,
+    /// The container the forwarder runs in (the pod's sandbox container, or the container).
+    pub container_id: String,
+    /// The policy's name as agents see it in refusals (e.g. the RuntimeClass handler).
+    pub policy: String,
+}
+
+/// The outcome of one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    Allowed,
+    Denied,
+    /// Allowed, then cut (byte cap, SNI check, forwarder death).
+    Cut,
+    /// Allowed, but the upstream could not be reached.
+    Failed,
+}
+
+/// One connection through the proxy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnectionRecord {
+    /// The workload's address inside the sandbox, as the forwarder saw it.
+    pub peer: String,
+    /// `CONNECT` or the plain HTTP method; empty when the head never parsed.
+    pub method: String,
+    pub host: String,
+    pub port: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<SocketAddr>,
+    pub verdict: Verdict,
+    /// The allowlist entry or `allow_cidrs` range that decided, or the refusal's rule name.
+    pub rule: String,
+    /// The words the agent got back (for a refusal) or why the connection was cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sni: Option<String>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub duration_ms: u64,
+}
+
+/// An egress event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The `event` names all start with `egress-`, apart from the lifecycle events in the same log.
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum EgressEvent {
+    #[serde(rename = "egress-connection")]
+    Connection(ConnectionRecord),
+    #[serde(rename = "egress-lookup")]
+    Lookup {
+        host: String,
+        /// `static` (the policy's hosts table) or `dns`.
+        source: &'static str,
+        answers: Vec<IpAddr>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    #[serde(rename = "egress-byte-cap-crossed")]
+    ByteCapCrossed { max_bytes: u64, used: u64 },
+    #[serde(rename = "egress-forwarder-ready")]
+    ForwarderReady { listen: String, attempt: u32 },
+    #[serde(rename = "egress-forwarder-died")]
+    ForwarderDied { reason: String, attempt: u32 },
+    #[serde(rename = "egress-proxy-stopped")]
+    ProxyStopped,
+}
+
+/// One audit line: who, then what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EgressAudit {
+    #[serde(flatten)]
+    pub sandbox: SandboxRef,
+    #[serde(flatten)]
+    pub event: EgressEvent,
+}
+
+/// Where egress records go. The shim's implementation appends them to the audit log; it must
+/// not block for long (it is called on the proxy's tasks).
+pub trait EgressAuditSink: Send + Sync + 'static {
+    fn record(&self, rec: EgressAudit);
+}
+
+/// A sink that keeps records in memory, for tests and for callers that batch.
+#[derive(Debug, Default)]
+pub struct MemorySink(pub Mutex<Vec<EgressAudit>>);
+
+impl MemorySink {
+    pub fn events(&self) -> Vec<EgressEvent> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|r| r.event.clone())
+            .collect()
+    }
+
+    pub fn connections(&self) -> Vec<ConnectionRecord> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                EgressEvent::Connection(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl EgressAuditSink for MemorySink {
+    fn record(&self, rec: EgressAudit) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(rec);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_record_is_one_flat_json_object() {
+        let rec = EgressAudit {
+            sandbox: SandboxRef {
+                sandbox_id: "sb".into(),
+                container_id: "c".into(),
+                policy: "gvisor-hardened-agent".into(),
+            },
+            event: EgressEvent::Connection(ConnectionRecord {
+                peer: "127.0.0.1:40000".into(),
+                method: "CONNECT".into(),
+                host: "api.example.test".into(),
+                port: 443,
+                resolved: Some("192.0.2.1:443".parse().unwrap()),
+                verdict: Verdict::Allowed,
+                rule: "api.example.test:443".into(),
+                reason: None,
+                sni: Some("api.example.test".into()),
+                bytes_up: 10,
+                bytes_down: 20,
+                duration_ms: 5,
+            }),
+        };
+        let v = serde_json::to_value(&rec).unwrap();
+        assert_eq!(v["event"], "egress-connection");
+        assert_eq!(v["sandbox_id"], "sb");
+        assert_eq!(v["verdict"], "allowed");
+        assert_eq!(v["resolved"], "192.0.2.1:443");
+        assert!(v.get("reason").is_none());
+    }
+}

@@ -1,0 +1,321 @@
+//! A strict, bounded parser of a proxy request head, and the proxy's HTTP answers.
+//!
+//! Only what a forward proxy needs: `CONNECT host:port HTTP/1.x` and, when plain HTTP is on,
+//! absolute-URI requests (`GET http://host[:port]/path HTTP/1.x`). Anything odd (bare LF,
+//! folded or control-character headers, a Host header naming another host, both
+//! Content-Length and Transfer-Encoding) is refused rather than interpreted: the request is
+//! forwarded to a server whose parser may disagree with ours.
+//!
+//! std only: the fuzz targets compile this file on its own.
+
+use std::fmt;
+
+/// The most bytes a request head may take, terminator included.
+pub const MAX_HEAD: usize = 8 * 1024;
+/// The most header lines.
+const MAX_HEADERS: usize = 64;
+
+/// A parsed request head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// A tunnel to `host:port`. `host` is lower-case, without a trailing dot; an IPv6 literal
+    /// is written without brackets.
+    Connect { host: String, port: u16 },
+    /// An absolute-URI request, to be sent on in origin form.
+    Plain {
+        method: String,
+        host: String,
+        port: u16,
+        /// Path and query, starting with `/`.
+        path: String,
+        /// Header lines as received, minus hop-by-hop proxy headers.
+        headers: Vec<(String, String)>,
+    },
+}
+
+impl Request {
+    pub fn host(&self) -> &str {
+        match self {
+            Request::Connect { host, .. } | Request::Plain { host, .. } => host,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        match self {
+            Request::Connect { port, .. } | Request::Plain { port, .. } => *port,
+        }
+    }
+}
+
+/// Why a head was refused; `status` is the HTTP status to answer with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadError {
+    pub status: u16,
+    pub reason: String,
+}
+
+impl fmt::Display for HeadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.status, self.reason)
+    }
+}
+
+fn bad(reason: impl Into<String>) -> HeadError {
+    HeadError {
+        status: 400,
+        reason: reason.into(),
+    }
+}
+
+/// The length of the head (through the blank line) if `buf` holds a whole one.
+pub fn head_len(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Splits `host:port` (`[v6]:port` for IPv6). `default_port` applies when there is no port.
+pub fn split_authority(auth: &str, default_port: Option<u16>) -> Result<(String, u16), HeadError> {
+    let (host, port) = if let Some(rest) = auth.strip_prefix('[') {
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or_else(|| bad(format!("unclosed IPv6 literal in {auth:?}")))?;
+        if h.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(bad(format!("bad IPv6 literal [{h}]")));
+        }
+        let port = match after {
+            "" => None,
+            p => Some(
+                p.strip_prefix(':')
+                    .ok_or_else(|| bad(format!("junk after ] in {auth:?}")))?,
+            ),
+        };
+        (h.to_string(), port)
+    } else {
+        match auth.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (auth.to_string(), None),
+        }
+    };
+    let port = match (port, default_port) {
+        (Some(p), _) => match p.parse::<u16>() {
+            Ok(n) if n != 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => return Err(bad(format!("bad port {p:?}"))),
+        },
+        (None, Some(d)) => d,
+        (None, None) => return Err(bad(format!("{auth:?} has no port (write host:port)"))),
+    };
+    let host = host.strip_suffix('.').unwrap_or(&host).to_ascii_lowercase();
+    let ok = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b':');
+    if !ok {
+        return Err(bad(format!("bad host {host:?}")));
+    }
+    Ok((host, port))
+}
+
+/// Parses a whole head (as delimited by [`head_len`]).
+pub fn parse_head(head: &[u8]) -> Result<Request, HeadError> {
+    if head.len() > MAX_HEAD {
+        return Err(HeadError {
+            status: 431,
+            reason: format!("request head longer than {MAX_HEAD} bytes"),
+        });
+    }
+    let text = std::str::from_utf8(head).map_err(|_| bad("request head is not UTF-8"))?;
+    let body = text
+        .strip_suffix("\r\n\r\n")
+        .ok_or_else(|| bad("request head does not end with a blank line"))?;
+    if body.split("\r\n").any(|l| l.contains(['\r', '\n'])) {
+        return Err(bad("bare CR or LF in the request head"));
+    }
+    let mut lines = body.split("\r\n");
+    let request_line = lines.next().unwrap_or_default();
+    let mut headers = Vec::new();
+    for line in lines {
+        if headers.len() == MAX_HEADERS {
+            return Err(HeadError {
+                status: 431,
+                reason: format!("more than {MAX_HEADERS} header lines"),
+            });
+        }
+        headers.push(parse_header_line(line)?);
+    }
+    let mut parts = request_line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad(format!("malformed request line {request_line:?}")));
+    };
+    if !request_line
+        .bytes()
+        .all(|b| b.is_ascii_graphic() || b == b' ')
+    {
+        return Err(bad("the request line is not printable ASCII"));
+    }
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(bad(format!("bad method {method:?}")));
+    }
+    if version != "HTTP/1.1" && version != "HTTP/1.0" {
+        return Err(HeadError {
+            status: 505,
+            reason: format!("unsupported version {version:?} (HTTP/1.0 or 1.1)"),
+        });
+    }
+    let header = |name: &str| {
+        headers
+            .iter()
+            .filter(|(n, _): &&(String, String)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>()
+    };
+    if !header("content-length").is_empty() && !header("transfer-encoding").is_empty() {
+        return Err(bad("both Content-Length and Transfer-Encoding"));
+    }
+    if header("host").len() > 1 {
+        return Err(bad("more than one Host header"));
+    }
+    if method == "CONNECT" {
+        let (host, port) = split_authority(target, None)?;
+        return Ok(Request::Connect { host, port });
+    }
+    let rest = if let Some(r) = target.strip_prefix("http://") {
+        r
+    } else if target
+        .get(..8)
+        .is_some_and(|p| p.eq_ignore_ascii_case("https://"))
+    {
+        return Err(bad(
+            "an https:// URL must go through CONNECT (set HTTPS_PROXY, not HTTP_PROXY)",
+        ));
+    } else {
+        return Err(bad(format!(
+            "{target:?} is not an absolute http:// URL (a proxy needs the whole URL)"
+        )));
+    };
+    let (auth, path) = match rest.find(['/', '?']) {
+        Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_string()),
+        Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
+        None => (rest, "/".to_string()),
+    };
+    if auth.contains('@') {
+        return Err(bad("credentials in the URL are not forwarded"));
+    }
+    if path.bytes().any(|b| b <= b' ' || b == 0x7f || b == b'#') {
+        return Err(bad("bad characters in the URL path"));
+    }
+    let (host, port) = split_authority(auth, Some(80))?;
+    if let Some(h) = header("host").first() {
+        let (hh, hp) = split_authority(h, Some(80))?;
+        if hh != host || hp != port {
+            return Err(bad(format!(
+                "Host header {h:?} names another host than the URL ({host}:{port})"
+            )));
+        }
+    }
+    let headers = headers
+        .into_iter()
+        .filter(|(n, _)| {
+            let n = n.to_ascii_lowercase();
+            !(n.starts_with("proxy-") || n == "connection" || n == "keep-alive")
+        })
+        .collect();
+    Ok(Request::Plain {
+        method: method.to_string(),
+        host,
+        port,
+        path,
+        headers,
+    })
+}
+
+fn parse_header_line(line: &str) -> Result<(String, String), HeadError> {
+    if line.starts_with([' ', '\t']) {
+        return Err(bad("folded header lines are not accepted"));
+    }
+    let (name, value) = line
+        .split_once(':')
+        .ok_or_else(|| bad(format!("header line without a colon: {line:?}")))?;
+    if name.is_empty() || !name.bytes().all(is_tchar) {
+        return Err(bad(format!("bad header name {name:?}")));
+    }
+    let value = value.trim_matches([' ', '\t']);
+    if value.bytes().any(|b| (b < b' ' && b != b'\t') || b == 0x7f) {
+        return Err(bad(format!("control characters in header {name}")));
+    }
+    Ok((name.to_string(), value.to_string()))
+}
+
+/// The request as sent upstream: origin form, the proxy's hop-by-hop headers dropped, one
+/// request per connection (`Connection: close`), so a client cannot queue a second request
+/// for another host on a tunnel that was checked for this one.
+pub fn origin_form(req: &Request) -> Option<Vec<u8>> {
+    let Request::Plain {
+        method,
+        host,
+        port,
+        path,
+        headers,
+    } = req
+    else {
+        return None;
+    };
+    let mut out = format!("{method} {path} HTTP/1.1\r\n");
+    let has_host = headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host"));
+    if !has_host {
+        let h = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.clone()
+        };
+        if *port == 80 {
+            out.push_str(&format!("Host: {h}\r\n"));
+        } else {
+            out.push_str(&format!("Host: {h}:{port}\r\n"));
+        }
+    }
+    for (n, v) in headers {
+        out.push_str(&format!("{n}: {v}\r\n"));
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    Some(out.into_bytes())
+}
+
+fn status_text(status: u16) -> &'static str {
+    match status {
+        200 => "Connection established",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "Error",
+    }
+}
+
+/// A complete response that closes the connection, with `body` as text for the agent.
+pub fn response(status: u16, body: &str) -> Vec<u8> {
+    let body = format!("{}\n", body.trim_end());
+    format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\nX-Gvisor-Hardened-Egress: {}\r\n\r\n{body}",
+        status_text(status),
+        body.len(),
+        if status == 200 { "allowed" } else { "denied" },
+    )
+    .into_bytes()
+}
+
+/// The answer to an allowed CONNECT.
+pub const CONNECT_OK: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,281 @@
+//! The entry point the shim's lifecycle calls: one [`EgressSupervisor`] per sandbox (per pod)
+//! keeps a forwarder running inside and the proxy serving it.
+//!
+//! Order of one forwarder's life: spawn (`runsc exec`, through [`ForwarderSpawner`]) → wait for
+//! HELLO (it is listening; no sleeps) → serve streams → on death (stdout EOF, FATAL, protocol
+//! error or the exec process exiting) reset every open stream, audit the death, stop what is
+//! left of it, back off, start again. Between a death and the next HELLO nothing listens
+//! inside, so egress fails closed (connection refused). `stop` closes the forwarder's stdin,
+//! which makes it exit, and waits for it.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::audit::EgressEvent;
+use super::mux::{Session, SessionEnd};
+use super::proxy::Proxy;
+
+type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
+type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// A started forwarder: its stdio, a future that resolves (with a description) when its host
+/// process has exited, and a way to kill it (for the real one: `runsc kill --pid`, since
+/// killing the host `runsc exec` does not stop the process inside).
+pub struct ForwarderIo {
+    pub stdin: BoxWrite,
+    pub stdout: BoxRead,
+    pub exited: Pin<Box<dyn Future<Output = String> + Send>>,
+    pub kill: Box<dyn FnOnce() + Send>,
+}
+
+/// Starts a forwarder inside the sandbox.
+#[async_trait]
+pub trait ForwarderSpawner: Send + Sync + 'static {
+    async fn spawn(&self) -> io::Result<ForwarderIo>;
+}
+
+/// Timing of the supervision loop.
+#[derive(Debug, Clone, Copy)]
+pub struct SupervisorOptions {
+    /// How long a new forwarder may take to say HELLO.
+    pub hello_timeout: Duration,
+    /// The first delay before a restart; doubled per consecutive failure up to `max_backoff`.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+    /// A forwarder that served this long resets the backoff.
+    pub healthy_after: Duration,
+    /// How long `stop` waits for the forwarder to exit before killing it.
+    pub stop_grace: Duration,
+}
+
+impl Default for SupervisorOptions {
+    fn default() -> Self {
+        SupervisorOptions {
+            hello_timeout: Duration::from_secs(10),
+            backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            healthy_after: Duration::from_secs(10),
+            stop_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The forwarder's state, observable by the wiring (and tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForwarderState {
+    Starting { attempt: u32 },
+    Ready { attempt: u32, listen: String },
+    Down { attempt: u32, reason: String },
+    Stopped,
+}
+
+/// A running supervisor. Dropping it without [`EgressSupervisor::stop`] aborts the loop (the
+/// forwarder then sees its stdin close and exits).
+pub struct EgressSupervisor {
+    stop: watch::Sender<bool>,
+    state: watch::Receiver<ForwarderState>,
+    task: Option<JoinHandle<()>>,
+    proxy: Arc<Proxy>,
+}
+
+impl EgressSupervisor {
+    /// Starts supervising on the current tokio runtime.
+    pub fn start(
+        proxy: Arc<Proxy>,
+        spawner: Arc<dyn ForwarderSpawner>,
+        opts: SupervisorOptions,
+    ) -> EgressSupervisor {
+        let (stop, stop_rx) = watch::channel(false);
+        let (state_tx, state) = watch::channel(ForwarderState::Starting { attempt: 1 });
+        let task = tokio::spawn(supervise(proxy.clone(), spawner, opts, stop_rx, state_tx));
+        EgressSupervisor {
+            stop,
+            state,
+            task: Some(task),
+            proxy,
+        }
+    }
+
+    pub fn state(&self) -> ForwarderState {
+        self.state.borrow().clone()
+    }
+
+    pub fn proxy(&self) -> &Arc<Proxy> {
+        &self.proxy
+    }
+
+    /// Waits until a forwarder is listening (`Ok(listen)`), or the deadline passes.
+    pub async fn wait_ready(&self, deadline: Duration) -> Result<String, ForwarderState> {
+        self.wait_for(deadline, |s| matches!(s, ForwarderState::Ready { .. }))
+            .await
+            .map(|s| match s {
+                ForwarderState::Ready { listen, .. } => listen,
+                _ => unreachable!("filtered to Ready"),
+            })
+    }
+
+    /// Waits until the state satisfies `pred`; `Err` with the last state on timeout.
+    pub async fn wait_for(
+        &self,
+        deadline: Duration,
+        pred: impl Fn(&ForwarderState) -> bool,
+    ) -> Result<ForwarderState, ForwarderState> {
+        let mut rx = self.state.clone();
+        let found = tokio::time::timeout(deadline, rx.wait_for(|s| pred(s))).await;
+        match found {
+            Ok(Ok(s)) => Ok(s.clone()),
+            _ => Err(self.state()),
+        }
+    }
+
+    /// Stops the forwarder and the proxy; open connections are reset.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for EgressSupervisor {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+enum Outcome {
+    Stop,
+    Died(String),
+}
+
+async fn supervise(
+    proxy: Arc<Proxy>,
+    spawner: Arc<dyn ForwarderSpawner>,
+    opts: SupervisorOptions,
+    mut stop: watch::Receiver<bool>,
+    state: watch::Sender<ForwarderState>,
+) {
+    let mut attempt = 0u32;
+    let mut failures = 0u32;
+    loop {
+        attempt += 1;
+        let _ = state.send(ForwarderState::Starting { attempt });
+        let started = Instant::now();
+        let outcome = match spawner.spawn().await {
+            Err(e) => Outcome::Died(format!("cannot start the forwarder: {e}")),
+            Ok(io) => run_one(&proxy, io, attempt, &opts, &mut stop, &state).await,
+        };
+        let reason = match outcome {
+            Outcome::Stop => break,
+            Outcome::Died(reason) => reason,
+        };
+        proxy.emit(EgressEvent::ForwarderDied {
+            reason: reason.clone(),
+            attempt,
+        });
+        let _ = state.send(ForwarderState::Down { attempt, reason });
+        if started.elapsed() >= opts.healthy_after {
+            failures = 0;
+        }
+        let delay = opts
+            .backoff
+            .saturating_mul(1 << failures.min(16))
+            .min(opts.max_backoff);
+        failures += 1;
+        // Restart pacing, not synchronisation: a forwarder that dies at once (its port taken,
+        // say) must not be restarted in a tight loop.
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = stopped(&mut stop) => break,
+        }
+    }
+    proxy.emit(EgressEvent::ProxyStopped);
+    let _ = state.send(ForwarderState::Stopped);
+}
+
+async fn run_one(
+    proxy: &Arc<Proxy>,
+    io: ForwarderIo,
+    attempt: u32,
+    opts: &SupervisorOptions,
+    stop: &mut watch::Receiver<bool>,
+    state: &watch::Sender<ForwarderState>,
+) -> Outcome {
+    let ForwarderIo {
+        stdin,
+        stdout,
+        mut exited,
+        kill,
+    } = io;
+    let mut session = Session::new(stdout, stdin);
+    let hello = tokio::select! {
+        h = tokio::time::timeout(opts.hello_timeout, session.hello()) => match h {
+            Ok(Ok(listen)) => Ok(listen),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no HELLO within {:?}", opts.hello_timeout)),
+        },
+        why = &mut exited => Err(format!("exited before HELLO: {why}")),
+        _ = stopped(stop) => {
+            drop(session);
+            finish(exited, kill, opts.stop_grace).await;
+            return Outcome::Stop;
+        }
+    };
+    let listen = match hello {
+        Ok(l) => l,
+        Err(reason) => {
+            drop(session);
+            kill();
+            return Outcome::Died(reason);
+        }
+    };
+    proxy.emit(EgressEvent::ForwarderReady {
+        listen: listen.clone(),
+        attempt,
+    });
+    let _ = state.send(ForwarderState::Ready { attempt, listen });
+    let serving = proxy.clone();
+    let end = tokio::select! {
+        end = session.run(|s| { tokio::spawn(serving.clone().serve(s)); }) => Some(end),
+        why = &mut exited => Some(SessionEnd::Fatal(format!("its process exited: {why}"))),
+        _ = stopped(stop) => None,
+    };
+    session.reset_all();
+    drop(session);
+    match end {
+        None => {
+            finish(exited, kill, opts.stop_grace).await;
+            Outcome::Stop
+        }
+        Some(end) => {
+            kill();
+            Outcome::Died(end.to_string())
+        }
+    }
+}
+
+/// Resolves once a stop was requested (the guard of `wait_for` must not live across awaits).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+}
+
+/// After stdin closed: give the forwarder a moment to exit on its own, then kill it.
+async fn finish(
+    exited: Pin<Box<dyn Future<Output = String> + Send>>,
+    kill: Box<dyn FnOnce() + Send>,
+    grace: Duration,
+) {
+    if tokio::time::timeout(grace, exited).await.is_err() {
+        kill();
+    }
+}

@@ -1,0 +1,409 @@
+//! The supervisor, mux and proxy together, against an in-process fake forwarder (the framing
+//! codec over in-memory pipes), a fake resolver and a dialer that lands on real loopback
+//! upstreams. The real forwarder under real runsc is tested in `tests/tests/egress_runsc.rs`.
+
+mod fakes;
+
+use std::time::Duration;
+
+use gvisor_hardened_forwarder::{Frame, INITIAL_WINDOW};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::audit::{EgressEvent, Verdict};
+use super::supervisor::ForwarderState;
+use fakes::*;
+
+#[tokio::test]
+async fn an_allowed_tunnel_carries_bytes_both_ways_and_is_audited() {
+    let up = Upstream::echo_upper().await;
+    let mut w = World::new(&policy(&[]), &up).await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(1, b"CONNECT api.example.test:443 HTTP/1.1\r\n\r\n")
+        .await;
+    let head = f.read_until(1, b"\r\n\r\n").await;
+    assert_eq!(head, b"HTTP/1.1 200 Connection established\r\n\r\n");
+    f.data(1, &client_hello("api.example.test")).await;
+    f.data(1, b"hello").await;
+    f.eof(1).await;
+    let (body, end) = f.read_to_end(1).await;
+    assert_eq!(end, End::Eof);
+    assert!(body.ends_with(b"HELLO"), "{body:?}");
+    let rec = w.connection_record().await;
+    assert_eq!(rec.verdict, Verdict::Allowed);
+    assert_eq!(rec.rule, "api.example.test:443");
+    assert_eq!(rec.sni.as_deref(), Some("api.example.test"));
+    assert_eq!(rec.resolved, Some("203.0.113.10:443".parse().unwrap()));
+    assert_eq!(rec.bytes_down, body.len() as u64);
+    assert_eq!(w.dialed(), ["203.0.113.10:443".parse().unwrap()]);
+    assert!(w.events().iter().any(|e| matches!(e,
+        EgressEvent::Lookup { host, source: "dns", .. } if host == "api.example.test")));
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn refusals_say_why_and_never_dial() {
+    let up = Upstream::echo_upper().await;
+    let cases: &[(&str, u16, &str, &str)] = &[
+        (
+            "CONNECT evil.test:443",
+            403,
+            "not-allowed",
+            "host evil.test is not in the allowlist of policy gvisor-hardened-agent",
+        ),
+        (
+            "CONNECT api.example.test:80",
+            403,
+            "not-allowed",
+            "allowed on port 443 only, not 80",
+        ),
+        (
+            "CONNECT 203.0.113.10:443",
+            403,
+            "ip-literal",
+            "is an IP address",
+        ),
+        (
+            "CONNECT loop.example.test:443",
+            403,
+            "loopback",
+            "resolves to 127.0.0.1, a loopback address",
+        ),
+        (
+            "CONNECT meta.example.test:443",
+            403,
+            "link-local",
+            "resolves to 169.254.169.254, a link-local address",
+        ),
+        (
+            "CONNECT lan.example.test:443",
+            403,
+            "private",
+            "resolves to 10.1.2.3, a private address",
+        ),
+        (
+            "GET http://api.example.test/ HTTP/1.1\r\nX: y",
+            403,
+            "plain-http",
+            "plain HTTP is off",
+        ),
+        (
+            "CONNECT api.example.test",
+            400,
+            "bad-request",
+            "has no port",
+        ),
+    ];
+    for (line, status, rule, words) in cases {
+        let mut w = World::new(&policy(&[]), &up).await;
+        let mut f = w.forwarder().await;
+        f.open(1).await;
+        let head = if line.contains("HTTP/1.1") {
+            format!("{line}\r\n\r\n")
+        } else {
+            format!("{line} HTTP/1.1\r\n\r\n")
+        };
+        f.data(1, head.as_bytes()).await;
+        let (resp, _) = f.read_to_end(1).await;
+        let resp = String::from_utf8(resp).unwrap();
+        assert!(
+            resp.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{line}: {resp}"
+        );
+        assert!(resp.contains(words), "{line}: {resp}");
+        let rec = w.connection_record().await;
+        assert_eq!(rec.verdict, Verdict::Denied, "{line}");
+        assert_eq!(rec.rule, *rule, "{line}");
+        assert!(w.dialed().is_empty(), "{line} dialed");
+        w.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn an_ip_literal_inside_allow_cidrs_is_allowed() {
+    let up = Upstream::echo_upper().await;
+    let mut w = World::new(&policy(&["allow_cidrs = [\"10.213.0.0/16\"]"]), &up).await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(1, b"CONNECT 10.213.7.2:443 HTTP/1.1\r\n\r\n").await;
+    assert!(f
+        .read_until(1, b"\r\n\r\n")
+        .await
+        .starts_with(b"HTTP/1.1 200"));
+    f.data(1, b"x").await;
+    f.eof(1).await;
+    let (body, _) = f.read_to_end(1).await;
+    assert_eq!(body, b"X");
+    assert_eq!(
+        w.connection_record().await.rule,
+        "allow_cidrs 10.213.0.0/16"
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_static_hosts_entry_is_used_without_dns_and_still_guarded() {
+    let up = Upstream::echo_upper().await;
+    let p = policy(&[
+        "hosts = { \"api.example.test\" = \"10.213.7.2\" }",
+        "allow_cidrs = [\"10.213.7.0/24\"]",
+    ]);
+    let mut w = World::new(&p, &up).await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(1, b"CONNECT api.example.test:443 HTTP/1.1\r\n\r\n")
+        .await;
+    assert!(f
+        .read_until(1, b"\r\n\r\n")
+        .await
+        .starts_with(b"HTTP/1.1 200"));
+    f.reset(1).await;
+    let rec = w.connection_record().await;
+    assert_eq!(rec.resolved, Some("10.213.7.2:443".parse().unwrap()));
+    assert!(w.events().iter().any(|e| matches!(
+        e,
+        EgressEvent::Lookup {
+            source: "static",
+            ..
+        }
+    )));
+    assert!(w.resolved_names().is_empty(), "DNS was asked");
+    w.stop().await;
+    // Without allow_cidrs the same static entry is a private address: refused.
+    let mut w = World::new(
+        &policy(&["hosts = { \"api.example.test\" = \"10.213.7.2\" }"]),
+        &up,
+    )
+    .await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(1, b"CONNECT api.example.test:443 HTTP/1.1\r\n\r\n")
+        .await;
+    let (resp, _) = f.read_to_end(1).await;
+    assert!(resp.starts_with(b"HTTP/1.1 403"));
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn sni_missing_or_different_cuts_the_tunnel_before_upstream() {
+    let up = Upstream::echo_upper().await;
+    for (hello, rule) in [
+        (client_hello("other.example.test"), "sni-mismatch"),
+        (client_hello(""), "sni-missing"),
+        (b"SSH-2.0-OpenSSH\r\n".to_vec(), "sni-missing"),
+    ] {
+        let mut w = World::new(&policy(&[]), &up).await;
+        let mut f = w.forwarder().await;
+        f.open(1).await;
+        f.data(1, b"CONNECT api.example.test:443 HTTP/1.1\r\n\r\n")
+            .await;
+        assert!(f
+            .read_until(1, b"\r\n\r\n")
+            .await
+            .starts_with(b"HTTP/1.1 200"));
+        f.data(1, &hello).await;
+        let (_, end) = f.read_to_end(1).await;
+        assert_eq!(end, End::Close, "{rule}");
+        let rec = w.connection_record().await;
+        assert_eq!((rec.verdict, rec.rule.as_str()), (Verdict::Denied, rule));
+        assert!(w.dialed().is_empty(), "{rule}: dialed");
+        w.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn plain_http_goes_out_in_origin_form_when_enabled() {
+    let up = Upstream::recorder().await;
+    let mut w = World::new(
+        &policy(&["plain_http = true", "allow = [\"api.example.test:80\"]"]),
+        &up,
+    )
+    .await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(1, b"GET http://api.example.test/v1?q=1 HTTP/1.1\r\nHost: api.example.test\r\nProxy-Connection: keep-alive\r\n\r\n").await;
+    let (resp, _) = f.read_to_end(1).await;
+    assert!(
+        resp.starts_with(b"HTTP/1.1 200 OK"),
+        "{}",
+        String::from_utf8_lossy(&resp)
+    );
+    f.eof(1).await;
+    assert_eq!(
+        up.received().await,
+        b"GET /v1?q=1 HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(w.connection_record().await.method, "GET");
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn crossing_the_byte_cap_cuts_and_refuses_afterwards() {
+    let up = Upstream::flood(64 * 1024).await;
+    let mut w = World::new(
+        &policy(&["max_bytes = \"16Ki\"", "require_sni = false"]),
+        &up,
+    )
+    .await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(1, b"CONNECT api.example.test:443 HTTP/1.1\r\n\r\n")
+        .await;
+    f.read_until(1, b"\r\n\r\n").await;
+    let (body, end) = f.read_to_end(1).await;
+    assert_eq!(end, End::Close);
+    assert!(body.len() <= 16 * 1024, "{} bytes got through", body.len());
+    let rec = w.connection_record().await;
+    assert_eq!(rec.verdict, Verdict::Cut);
+    assert!(w.events().iter().any(|e| matches!(
+        e,
+        EgressEvent::ByteCapCrossed {
+            max_bytes: 16384,
+            ..
+        }
+    )));
+    f.open(3).await;
+    f.data(3, b"CONNECT api.example.test:443 HTTP/1.1\r\n\r\n")
+        .await;
+    let (resp, _) = f.read_to_end(3).await;
+    assert!(String::from_utf8_lossy(&resp).contains("byte cap of 16384 bytes"));
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_slow_consumer_stalls_only_its_own_stream() {
+    let up = Upstream::flood(4 * INITIAL_WINDOW as usize).await;
+    let mut w = World::new(&policy(&["require_sni = false"]), &up).await;
+    let mut f = w.forwarder().await;
+    // Stream 1 floods and is never credited.
+    f.open(1).await;
+    f.data(1, b"CONNECT api.example.test:443 HTTP/1.1\r\n\r\n")
+        .await;
+    f.auto_credit = false;
+    f.read_until(1, b"\r\n\r\n").await;
+    // The host used its whole window on stream 1 (the 200 line took 39 bytes of it).
+    let window = INITIAL_WINDOW as usize;
+    f.wait_pending(1, window - 39).await;
+    // Stream 3 still gets a whole exchange while stream 1 is stuck.
+    f.open(3).await;
+    f.data(3, b"CONNECT api.example.test:80 HTTP/1.1\r\n\r\n")
+        .await;
+    let (resp, _) = f.read_to_end(3).await;
+    assert!(resp.starts_with(b"HTTP/1.1 403"));
+    // Nothing more came on stream 1 (the fake also asserts no frame ever overruns a window).
+    let stuck = f.pending(1);
+    assert_eq!(stuck, window - 39);
+    f.auto_credit = true;
+    f.grant(1, INITIAL_WINDOW).await;
+    let (rest, end) = f.read_to_end(1).await;
+    assert_eq!(end, End::Eof);
+    assert_eq!(rest.len(), 4 * window, "the stuck bytes and the rest");
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_forwarder_that_dies_is_audited_and_restarted() {
+    let up = Upstream::hold().await;
+    let mut w = World::new(&policy(&["require_sni = false"]), &up).await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(1, b"CONNECT api.example.test:443 HTTP/1.1\r\n\r\n")
+        .await;
+    f.read_until(1, b"\r\n\r\n").await;
+    f.die("killed by the test").await;
+    let down = w
+        .sup()
+        .wait_for(Duration::from_secs(10), |s| {
+            matches!(s, ForwarderState::Down { .. })
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(down, ForwarderState::Down { attempt: 1, .. }),
+        "{down:?}"
+    );
+    // The open connection was reset: its upstream sees the end.
+    up.wait_closed().await;
+    let mut f2 = w.forwarder().await;
+    assert_eq!(
+        w.sup().wait_ready(Duration::from_secs(10)).await.unwrap(),
+        "127.0.0.1:3128"
+    );
+    f2.open(1).await;
+    f2.data(1, b"CONNECT evil.test:443 HTTP/1.1\r\n\r\n").await;
+    let (resp, _) = f2.read_to_end(1).await;
+    assert!(resp.starts_with(b"HTTP/1.1 403"));
+    let events = w.events();
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, EgressEvent::ForwarderDied { attempt: 1, .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, EgressEvent::ForwarderReady { attempt: 2, .. })));
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_forwarder_that_cannot_listen_is_a_death_with_its_reason() {
+    let up = Upstream::hold().await;
+    let mut w = World::new(&policy(&[]), &up).await;
+    let mut f = w.forwarder_raw().await;
+    f.send(Frame::Fatal {
+        message: "cannot listen on 127.0.0.1:3128: Address in use".into(),
+    })
+    .await;
+    let down = w
+        .sup()
+        .wait_for(Duration::from_secs(10), |s| {
+            matches!(s, ForwarderState::Down { .. })
+        })
+        .await
+        .unwrap();
+    let ForwarderState::Down { reason, .. } = down else {
+        unreachable!()
+    };
+    assert!(reason.contains("Address in use"), "{reason}");
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn data_beyond_the_window_ends_the_session() {
+    let up = Upstream::hold().await;
+    let mut w = World::new(&policy(&[]), &up).await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(1, b"CONNECT slow.example.test:443 HTTP/1.1\r\n\r\n")
+        .await;
+    for _ in 0..(INITIAL_WINDOW as usize / 65536) + 1 {
+        f.send(Frame::Data {
+            stream: 1,
+            data: vec![b'x'; 65536],
+        })
+        .await;
+    }
+    let down = w
+        .sup()
+        .wait_for(Duration::from_secs(10), |s| {
+            matches!(s, ForwarderState::Down { .. })
+        })
+        .await
+        .unwrap();
+    assert!(format!("{down:?}").contains("window"), "{down:?}");
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn stop_closes_the_forwarders_stdin() {
+    let up = Upstream::hold().await;
+    let mut w = World::new(&policy(&[]), &up).await;
+    let mut f = w.forwarder().await;
+    let events = w.stop_keep_events().await;
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), f.r.read_to_end(&mut rest))
+        .await
+        .expect("stdin closed")
+        .unwrap();
+    assert_eq!(n, 0);
+    assert_eq!(events.last(), Some(&EgressEvent::ProxyStopped));
+    let _ = f.w.shutdown().await;
+}

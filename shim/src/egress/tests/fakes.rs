@@ -1,0 +1,498 @@
+//! Fakes for the egress tests: a forwarder speaking the real codec over in-memory pipes, a
+//! resolver with a fixed table, a dialer that lands on loopback upstreams, and upstreams.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gvisor_hardened_forwarder::{decode, Frame, VERSION};
+use policy_injector::{EgressPlan, Policy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::egress::audit::{ConnectionRecord, EgressEvent, MemorySink, SandboxRef};
+use crate::egress::guard::Guard;
+use crate::egress::net::{Dialer, Resolver};
+use crate::egress::proxy::Proxy;
+use crate::egress::supervisor::{
+    EgressSupervisor, ForwarderIo, ForwarderSpawner, SupervisorOptions,
+};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A policy with egress on for `api.example.test:443`, plus `extra` lines in the section.
+pub fn policy(extra: &[&str]) -> EgressPlan {
+    let mut section = String::from("[network.egress]\n");
+    if !extra.iter().any(|l| l.starts_with("allow =")) {
+        section.push_str("allow = [\"api.example.test\", \"*.example.test\"]\n");
+    }
+    for l in extra {
+        section.push_str(l);
+        section.push('\n');
+    }
+    let p = Policy::from_toml_str(&section).unwrap_or_else(|e| panic!("{section}: {e}"));
+    EgressPlan::from_policy(&p.network.egress).unwrap().unwrap()
+}
+
+/// A minimal TLS ClientHello; an empty name leaves the SNI extension out.
+pub fn client_hello(name: &str) -> Vec<u8> {
+    let mut body = vec![3, 3];
+    body.extend_from_slice(&[1; 32]);
+    body.push(0);
+    body.extend_from_slice(&[0, 2, 0x13, 0x01, 1, 0]);
+    let mut ext = Vec::new();
+    if !name.is_empty() {
+        let n = name.len() as u16;
+        ext.extend_from_slice(&[0, 0]);
+        ext.extend_from_slice(&(n + 5).to_be_bytes());
+        ext.extend_from_slice(&(n + 3).to_be_bytes());
+        ext.push(0);
+        ext.extend_from_slice(&n.to_be_bytes());
+        ext.extend_from_slice(name.as_bytes());
+    }
+    body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+    body.extend_from_slice(&ext);
+    let mut msg = vec![1, 0];
+    msg.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    msg.extend_from_slice(&body);
+    let mut rec = vec![22, 3, 1];
+    rec.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&msg);
+    rec
+}
+
+#[derive(Default)]
+struct FakeResolver {
+    asked: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Resolver for FakeResolver {
+    async fn resolve(&self, host: &str) -> io::Result<Vec<IpAddr>> {
+        self.asked.lock().unwrap().push(host.to_string());
+        if host == "slow.example.test" {
+            // A lookup that never answers: the proxy is busy and reads nothing meanwhile.
+            std::future::pending::<()>().await;
+        }
+        let ip = match host {
+            "api.example.test" => "203.0.113.10",
+            "loop.example.test" => "127.0.0.1",
+            "meta.example.test" => "169.254.169.254",
+            "lan.example.test" => "10.1.2.3",
+            _ => return Err(io::Error::new(io::ErrorKind::NotFound, "no such host")),
+        };
+        Ok(vec![ip.parse().unwrap()])
+    }
+}
+
+/// Records the checked address and connects to the test's upstream instead.
+struct FakeDialer {
+    upstream: SocketAddr,
+    dialed: Mutex<Vec<SocketAddr>>,
+}
+
+#[async_trait]
+impl Dialer for FakeDialer {
+    async fn dial(&self, addr: SocketAddr) -> io::Result<TcpStream> {
+        self.dialed.lock().unwrap().push(addr);
+        TcpStream::connect(self.upstream).await
+    }
+}
+
+/// The forwarder's end of one fake forwarder process.
+struct FakeEnd {
+    r: ReadHalf<DuplexStream>,
+    w: WriteHalf<DuplexStream>,
+    exit: oneshot::Sender<String>,
+}
+
+struct FakeSpawner {
+    tx: mpsc::UnboundedSender<FakeEnd>,
+}
+
+#[async_trait]
+impl ForwarderSpawner for FakeSpawner {
+    async fn spawn(&self) -> io::Result<ForwarderIo> {
+        let (host, fake) = tokio::io::duplex(64 * 1024);
+        let (host_r, host_w) = tokio::io::split(host);
+        let (fake_r, fake_w) = tokio::io::split(fake);
+        let (exit, exited) = oneshot::channel::<String>();
+        self.tx
+            .send(FakeEnd {
+                r: fake_r,
+                w: fake_w,
+                exit,
+            })
+            .map_err(|_| io::Error::other("test gone"))?;
+        Ok(ForwarderIo {
+            stdin: Box::new(host_w),
+            stdout: Box::new(host_r),
+            exited: Box::pin(async move { exited.await.unwrap_or_else(|_| "dropped".into()) }),
+            kill: Box::new(|| {}),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Eof,
+    Close,
+}
+
+#[derive(Default)]
+struct StreamBuf {
+    data: Vec<u8>,
+    end: Option<End>,
+    uncredited: u32,
+}
+
+/// A fake forwarder: the test plays the workload's connections as frames.
+pub struct Fwd {
+    pub r: ReadHalf<DuplexStream>,
+    pub w: WriteHalf<DuplexStream>,
+    exit: Option<oneshot::Sender<String>>,
+    inbox: Vec<u8>,
+    streams: HashMap<u32, StreamBuf>,
+    /// Credit every DATA at once, as a forwarder whose sockets keep up does.
+    pub auto_credit: bool,
+}
+
+impl Fwd {
+    pub async fn send(&mut self, f: Frame) {
+        self.w.write_all(&f.to_bytes()).await.unwrap();
+    }
+
+    pub async fn open(&mut self, id: u32) {
+        self.send(Frame::Open {
+            stream: id,
+            peer: format!("127.0.0.1:{}", 40000 + id),
+        })
+        .await;
+    }
+
+    pub async fn data(&mut self, id: u32, d: &[u8]) {
+        self.send(Frame::Data {
+            stream: id,
+            data: d.to_vec(),
+        })
+        .await;
+    }
+
+    pub async fn eof(&mut self, id: u32) {
+        self.send(Frame::Eof { stream: id }).await;
+    }
+
+    pub async fn reset(&mut self, id: u32) {
+        self.send(Frame::Close { stream: id }).await;
+    }
+
+    /// Credits everything received and not yet credited on `id`.
+    pub async fn grant(&mut self, id: u32, max: u32) {
+        let s = self.streams.entry(id).or_default();
+        let bytes = s.uncredited.min(max);
+        s.uncredited -= bytes;
+        self.send(Frame::Credit { stream: id, bytes }).await;
+    }
+
+    /// Bytes received on `id` and not yet taken by a read_* call.
+    pub fn pending(&self, id: u32) -> usize {
+        self.streams.get(&id).map_or(0, |s| s.data.len())
+    }
+
+    async fn pump(&mut self) {
+        loop {
+            if let Some((f, used)) = decode(&self.inbox).unwrap() {
+                self.inbox.drain(..used);
+                let credit = match f {
+                    Frame::Data { stream, data } => {
+                        let s = self.streams.entry(stream).or_default();
+                        s.data.extend_from_slice(&data);
+                        s.uncredited += data.len() as u32;
+                        assert!(
+                            s.uncredited <= gvisor_hardened_forwarder::INITIAL_WINDOW,
+                            "the host sent beyond the window on stream {stream}"
+                        );
+                        self.auto_credit.then_some(stream)
+                    }
+                    Frame::Eof { stream } => {
+                        self.streams.entry(stream).or_default().end = Some(End::Eof);
+                        None
+                    }
+                    Frame::Close { stream } => {
+                        self.streams.entry(stream).or_default().end = Some(End::Close);
+                        None
+                    }
+                    _ => None,
+                };
+                if let Some(id) = credit {
+                    self.grant(id, u32::MAX).await;
+                }
+                return;
+            }
+            let mut buf = vec![0u8; 64 * 1024];
+            let n = tokio::time::timeout(WAIT, self.r.read(&mut buf))
+                .await
+                .expect("a frame from the host in time")
+                .unwrap();
+            assert!(n > 0, "the host closed the forwarder's stdin");
+            self.inbox.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    /// Reads stream `id` through the first `pat`.
+    pub async fn read_until(&mut self, id: u32, pat: &[u8]) -> Vec<u8> {
+        loop {
+            let s = self.streams.entry(id).or_default();
+            if let Some(i) = s.data.windows(pat.len()).position(|w| w == pat) {
+                return s.data.drain(..i + pat.len()).collect();
+            }
+            assert!(s.end.is_none(), "stream {id} ended before {pat:?}");
+            self.pump().await;
+        }
+    }
+
+    /// Waits until at least `n` bytes of stream `id` are pending.
+    pub async fn wait_pending(&mut self, id: u32, n: usize) {
+        while self.pending(id) < n {
+            self.pump().await;
+        }
+    }
+
+    /// Reads stream `id` to its EOF or CLOSE; after an EOF the workload hangs up too, as an
+    /// HTTP client does once the server closed (the proxy lingers until then).
+    pub async fn read_to_end(&mut self, id: u32) -> (Vec<u8>, End) {
+        loop {
+            let s = self.streams.entry(id).or_default();
+            if let Some(end) = s.end {
+                let data = std::mem::take(&mut s.data);
+                if end == End::Eof {
+                    self.eof(id).await;
+                }
+                return (data, end);
+            }
+            self.pump().await;
+        }
+    }
+
+    /// The forwarder process dies: its host process exits and its stdout closes.
+    pub async fn die(&mut self, why: &str) {
+        let _ = self.exit.take().unwrap().send(why.to_string());
+        let _ = self.w.shutdown().await;
+    }
+}
+
+/// Upstream servers on loopback.
+pub struct Upstream {
+    addr: SocketAddr,
+    received: Arc<Mutex<Vec<u8>>>,
+    closed: Arc<AtomicBool>,
+}
+
+impl Upstream {
+    async fn serve<F, Fut>(f: F) -> Upstream
+    where
+        F: Fn(TcpStream, Arc<Mutex<Vec<u8>>>, Arc<AtomicBool>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let closed = Arc::new(AtomicBool::new(false));
+        let (rc, cc) = (received.clone(), closed.clone());
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                tokio::spawn(f(s, rc.clone(), cc.clone()));
+            }
+        });
+        Upstream {
+            addr,
+            received,
+            closed,
+        }
+    }
+
+    /// Reads to EOF, answers with the bytes upper-cased.
+    pub async fn echo_upper() -> Upstream {
+        Self::serve(|mut s, _, _| async move {
+            let mut all = Vec::new();
+            let _ = s.read_to_end(&mut all).await;
+            let _ = s.write_all(&all.to_ascii_uppercase()).await;
+        })
+        .await
+    }
+
+    /// Records a request head and answers 200.
+    pub async fn recorder() -> Upstream {
+        Self::serve(|mut s, rec, _| async move {
+            let mut all = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !all.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => all.extend_from_slice(&buf[..n]),
+                }
+            }
+            *rec.lock().unwrap() = all;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await;
+        })
+        .await
+    }
+
+    /// Sends `n` bytes at once and closes.
+    pub async fn flood(n: usize) -> Upstream {
+        Self::serve(move |mut s, _, _| async move {
+            let _ = s.write_all(&vec![b'z'; n]).await;
+        })
+        .await
+    }
+
+    /// Holds each connection until the other side ends it.
+    pub async fn hold() -> Upstream {
+        Self::serve(|mut s, _, closed| async move {
+            let mut buf = [0u8; 4096];
+            while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+            closed.store(true, Ordering::Release);
+        })
+        .await
+    }
+
+    pub async fn received(&self) -> Vec<u8> {
+        self.received.lock().unwrap().clone()
+    }
+
+    pub async fn wait_closed(&self) {
+        poll(|| self.closed.load(Ordering::Acquire).then_some(())).await;
+    }
+}
+
+/// Polls `f` until it answers, with a deadline.
+pub async fn poll<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met in time"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The proxy and supervisor under test, with their fakes.
+pub struct World {
+    sup: Option<EgressSupervisor>,
+    ends: mpsc::UnboundedReceiver<FakeEnd>,
+    sink: Arc<MemorySink>,
+    resolver: Arc<FakeResolver>,
+    dialer: Arc<FakeDialer>,
+    seen: usize,
+}
+
+impl World {
+    pub async fn new(plan: &EgressPlan, up: &Upstream) -> World {
+        let (tx, ends) = mpsc::unbounded_channel();
+        let sink = Arc::new(MemorySink::default());
+        let resolver = Arc::new(FakeResolver::default());
+        let dialer = Arc::new(FakeDialer {
+            upstream: up.addr,
+            dialed: Mutex::new(Vec::new()),
+        });
+        let proxy = Proxy::new(
+            plan.clone(),
+            Guard::new(plan.allow_cidrs.clone(), Vec::new()),
+            SandboxRef {
+                sandbox_id: "sb".into(),
+                container_id: "sb".into(),
+                policy: "gvisor-hardened-agent".into(),
+            },
+            resolver.clone(),
+            dialer.clone(),
+            sink.clone(),
+        );
+        let opts = SupervisorOptions {
+            backoff: Duration::from_millis(10),
+            // The fake never exits by itself when its stdin closes: do not wait for it.
+            stop_grace: Duration::from_millis(20),
+            ..SupervisorOptions::default()
+        };
+        let sup = EgressSupervisor::start(Arc::new(proxy), Arc::new(FakeSpawner { tx }), opts);
+        World {
+            sup: Some(sup),
+            ends,
+            sink,
+            resolver,
+            dialer,
+            seen: 0,
+        }
+    }
+
+    pub fn sup(&self) -> &EgressSupervisor {
+        self.sup.as_ref().unwrap()
+    }
+
+    /// The next forwarder the supervisor starts, before its HELLO.
+    pub async fn forwarder_raw(&mut self) -> Fwd {
+        let end = tokio::time::timeout(WAIT, self.ends.recv())
+            .await
+            .expect("the supervisor starts a forwarder")
+            .unwrap();
+        Fwd {
+            r: end.r,
+            w: end.w,
+            exit: Some(end.exit),
+            inbox: Vec::new(),
+            streams: HashMap::new(),
+            auto_credit: true,
+        }
+    }
+
+    /// The next forwarder, after it said HELLO and the supervisor saw it.
+    pub async fn forwarder(&mut self) -> Fwd {
+        let mut f = self.forwarder_raw().await;
+        f.send(Frame::Hello {
+            version: VERSION,
+            listen: "127.0.0.1:3128".into(),
+        })
+        .await;
+        self.sup().wait_ready(WAIT).await.unwrap();
+        f
+    }
+
+    pub fn events(&self) -> Vec<EgressEvent> {
+        self.sink.events()
+    }
+
+    /// The next connection record, in order.
+    pub async fn connection_record(&mut self) -> ConnectionRecord {
+        let seen = self.seen;
+        let rec = poll(|| self.sink.connections().get(seen).cloned()).await;
+        self.seen += 1;
+        rec
+    }
+
+    pub fn dialed(&self) -> Vec<SocketAddr> {
+        self.dialer.dialed.lock().unwrap().clone()
+    }
+
+    pub fn resolved_names(&self) -> Vec<String> {
+        self.resolver.asked.lock().unwrap().clone()
+    }
+
+    pub async fn stop(mut self) {
+        self.sup.take().unwrap().stop().await;
+    }
+
+    pub async fn stop_keep_events(mut self) -> Vec<EgressEvent> {
+        self.sup.take().unwrap().stop().await;
+        self.events()
+    }
+}

@@ -1,0 +1,327 @@
+//! Pieces for the egress tests that run runsc directly (no containerd): a network namespace
+//! the test owns with upstream HTTP servers in it, a busybox bundle, and a runsc sandbox that
+//! is deleted on drop. Traffic only goes to 127.0.0.0/8 and to this namespace's veth pair.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::error::{HarnessError, Result};
+use crate::ids::random_hex;
+use crate::poll::poll_until;
+
+/// The static forwarder built by `build.rs`.
+pub fn forwarder_binary() -> &'static Path {
+    Path::new(env!("GVH_FORWARDER_PATH"))
+}
+
+fn run(program: &str, args: &[&str]) -> Result<Output> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|source| HarnessError::Spawn {
+            program: program.into(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(HarnessError::Shim {
+            what: format!("{program} {}", args.join(" ")),
+            reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// A network namespace with a veth pair to the host (`10.214.N.1` host side, `10.214.N.2`
+/// inside, a /30 of its own) and HTTP servers (busybox httpd) inside it.
+pub struct UpstreamNetns {
+    pub name: String,
+    pub n: u8,
+    servers: Vec<Child>,
+    dir: PathBuf,
+}
+
+impl UpstreamNetns {
+    pub fn create() -> Result<UpstreamNetns> {
+        let hex = random_hex(4);
+        let name = format!("gvh-eg-{hex}");
+        // 4 random bytes pick the /30; two concurrent tests colliding would fail loudly on
+        // the address, not cross-talk.
+        let n = (u32::from_str_radix(&hex, 16).unwrap_or(0) % 250 + 2) as u8;
+        let dir = std::env::temp_dir().join(&name);
+        fs::create_dir_all(&dir).map_err(|e| HarnessError::io("creating", &dir, e))?;
+        run("ip", &["netns", "add", &name])?;
+        let ns = UpstreamNetns {
+            name: name.clone(),
+            n,
+            servers: Vec::new(),
+            dir,
+        };
+        let (a, b) = (format!("gvhe{hex}a"), format!("gvhe{hex}b"));
+        run(
+            "ip",
+            &[
+                "link", "add", &a, "type", "veth", "peer", "name", &b, "netns", &name,
+            ],
+        )?;
+        run(
+            "ip",
+            &["addr", "add", &format!("{}/30", ns.host_addr()), "dev", &a],
+        )?;
+        run("ip", &["link", "set", &a, "up"])?;
+        run(
+            "ip",
+            &[
+                "-n",
+                &name,
+                "addr",
+                "add",
+                &format!("{}/30", ns.inside_addr()),
+                "dev",
+                &b,
+            ],
+        )?;
+        run("ip", &["-n", &name, "link", "set", &b, "up"])?;
+        run("ip", &["-n", &name, "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.name)
+    }
+
+    pub fn host_addr(&self) -> String {
+        format!("10.214.{}.1", self.n)
+    }
+
+    pub fn inside_addr(&self) -> String {
+        format!("10.214.{}.2", self.n)
+    }
+
+    /// The /30 of the veth pair.
+    pub fn cidr(&self) -> String {
+        format!("10.214.{}.0/30", self.n)
+    }
+
+    /// Starts `busybox httpd` inside on `addr:port` serving `files` (name, content); returns
+    /// once it answers.
+    pub fn serve(&mut self, addr: &str, port: u16, files: &[(&str, &[u8])]) -> Result<()> {
+        let root = self.dir.join(format!("www-{port}"));
+        fs::create_dir_all(&root).map_err(|e| HarnessError::io("creating", &root, e))?;
+        for (name, content) in files {
+            let p = root.join(name);
+            fs::write(&p, content).map_err(|e| HarnessError::io("writing", &p, e))?;
+        }
+        let child = Command::new("nsenter")
+            .arg(format!("--net={}", self.path().display()))
+            .args([
+                "busybox",
+                "httpd",
+                "-f",
+                "-p",
+                &format!("{addr}:{port}"),
+                "-h",
+            ])
+            .arg(&root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| HarnessError::Spawn {
+                program: "nsenter".into(),
+                source,
+            })?;
+        self.servers.push(child);
+        let url = format!("http://{addr}:{port}/{}", files[0].0);
+        let path = self.path();
+        poll_until(
+            "the upstream httpd answers",
+            Duration::from_secs(10),
+            || {
+                Command::new("nsenter")
+                    .arg(format!("--net={}", path.display()))
+                    .args(["busybox", "wget", "-q", "-O", "/dev/null", &url])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .ok()
+                    .filter(|s| s.success())
+            },
+        )?;
+        Ok(())
+    }
+}
+
+impl Drop for UpstreamNetns {
+    fn drop(&mut self) {
+        for c in &mut self.servers {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // Deleting the namespace removes both veth ends.
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Busybox applets in the sandbox's rootfs.
+const APPLETS: &[&str] = &[
+    "sh", "sleep", "cat", "echo", "printf", "nc", "wget", "kill", "id", "ls", "grep",
+];
+
+/// A spec for a busybox sandbox (with the probe at /bin/sandbox-probe) whose init sleeps; the
+/// caller hardens it.
+pub fn busybox_spec() -> Value {
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 65534, "gid": 65534},
+            "args": ["/bin/sleep", "600"],
+            "env": ["PATH=/bin"],
+            "cwd": "/"
+        },
+        "root": {"path": "rootfs", "readonly": true},
+        "hostname": "egress",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}
+        ],
+        "linux": {
+            "namespaces": [
+                {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
+                {"type": "network"}
+            ]
+        }
+    })
+}
+
+/// A sandbox run with runsc directly; deleted (`--force`) on drop.
+pub struct RunscSandbox {
+    pub id: String,
+    pub dir: PathBuf,
+    pub global: Vec<String>,
+}
+
+impl RunscSandbox {
+    /// Writes the bundle (busybox rootfs + `spec`) and runs `runsc create`.
+    pub fn create(prefix: &str, spec: &Value, extra_flags: &[String]) -> Result<RunscSandbox> {
+        let id = format!("{prefix}-{}", random_hex(4));
+        let dir = std::env::temp_dir().join(format!("gvh-{id}"));
+        let rootfs = dir.join("bundle/rootfs");
+        for d in ["bin", "tmp", "etc"] {
+            let p = rootfs.join(d);
+            fs::create_dir_all(&p).map_err(|e| HarnessError::io("creating", &p, e))?;
+        }
+        let busybox = rootfs.join("bin/busybox");
+        fs::copy("/usr/bin/busybox", &busybox)
+            .map_err(|e| HarnessError::io("copying busybox to", &busybox, e))?;
+        let probe = rootfs.join("bin/sandbox-probe");
+        fs::copy(crate::probe::probe_path(), &probe)
+            .map_err(|e| HarnessError::io("copying the probe to", &probe, e))?;
+        for a in APPLETS {
+            let link = rootfs.join("bin").join(a);
+            std::os::unix::fs::symlink("busybox", &link)
+                .map_err(|e| HarnessError::io("linking", &link, e))?;
+        }
+        let state = dir.join("state");
+        fs::create_dir_all(&state).map_err(|e| HarnessError::io("creating", &state, e))?;
+        fs::set_permissions(&state, fs::Permissions::from_mode(0o700))
+            .map_err(|e| HarnessError::io("chmod", &state, e))?;
+        let config = dir.join("bundle/config.json");
+        fs::write(&config, serde_json::to_vec_pretty(spec).expect("json"))
+            .map_err(|e| HarnessError::io("writing", &config, e))?;
+        let mut global = vec![
+            "--root".to_string(),
+            dir.join("runsc-root").display().to_string(),
+            "--network=none".to_string(),
+        ];
+        global.extend(extra_flags.iter().cloned());
+        let sb = RunscSandbox { id, dir, global };
+        sb.create_sandbox()?;
+        Ok(sb)
+    }
+
+    /// `runsc create`: the sandbox and gofer it forks inherit its stdio, so output goes to a
+    /// file (reading a pipe to EOF would wait for the sandbox to end).
+    fn create_sandbox(&self) -> Result<()> {
+        let log = self.dir.join("create.log");
+        let file = fs::File::create(&log).map_err(|e| HarnessError::io("creating", &log, e))?;
+        let status = Command::new("runsc")
+            .args(&self.global)
+            .arg("create")
+            .arg("--bundle")
+            .arg(self.dir.join("bundle"))
+            .arg(&self.id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .status()
+            .map_err(|source| HarnessError::Spawn {
+                program: "runsc".into(),
+                source,
+            })?;
+        if !status.success() {
+            return Err(HarnessError::Shim {
+                what: format!("runsc create {}", self.id),
+                reason: fs::read_to_string(&log).unwrap_or_default(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The directory for the forwarder's process JSON and pid file.
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    pub fn runsc(&self, args: &[&str]) -> Result<Output> {
+        let mut all: Vec<&str> = self.global.iter().map(String::as_str).collect();
+        all.extend_from_slice(args);
+        run("runsc", &all)
+    }
+
+    pub fn start(&self) -> Result<()> {
+        self.runsc(&["start", &self.id]).map(|_| ())
+    }
+
+    /// `runsc exec --process` with `process` (any exit status), bounded by `timeout`.
+    pub fn exec(&self, process: &Value, timeout: Duration) -> Result<Output> {
+        let path = self.dir.join(format!("exec-{}.json", random_hex(4)));
+        fs::write(&path, serde_json::to_vec(process).expect("json"))
+            .map_err(|e| HarnessError::io("writing", &path, e))?;
+        let mut cmd = Command::new("timeout");
+        cmd.arg("-s")
+            .arg("KILL")
+            .arg(timeout.as_secs().to_string())
+            .arg("runsc");
+        cmd.args(&self.global)
+            .arg("exec")
+            .arg("--process")
+            .arg(&path)
+            .arg(&self.id);
+        cmd.stdin(Stdio::null());
+        let out = cmd.output().map_err(|source| HarnessError::Spawn {
+            program: "runsc".into(),
+            source,
+        })?;
+        let _ = fs::remove_file(&path);
+        Ok(out)
+    }
+}
+
+impl Drop for RunscSandbox {
+    fn drop(&mut self) {
+        let mut args: Vec<&str> = self.global.iter().map(String::as_str).collect();
+        args.extend_from_slice(&["delete", "--force", &self.id]);
+        let _ = Command::new("runsc").args(&args).output();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
