@@ -13,14 +13,18 @@ mod json;
 pub mod policy;
 pub mod quantity;
 mod rules;
+pub mod tree_glob;
 
 pub use decision::{Action, Decision, Rule};
 pub use error::{HardenError, PolicyError, Rejection};
 pub use harden::{
-    clamp_resources, harden, harden_owned, harden_process, ClampedResources, Context, Hardened,
-    HardenedProcess, Lifetime, RunscFlags,
+    clamp_resources, harden, harden_owned, harden_process, ClampedResources, Context, Engine,
+    EngineContext, EntryKind, Hardened, HardenedProcess, HostTree, Lifetime, RunscFlags, TreeEntry,
+    TreeList,
 };
-pub use policy::{Mode, NetworkMode, Policy, SecretEnvAction, DEFAULT_POLICY_TOML};
+pub use policy::{
+    preset, Mode, NetworkMode, Policy, SecretEnvAction, DEFAULT_POLICY_TOML, PRESETS,
+};
 
 /// Annotation keys this crate reads and writes (all under `gvisor-hardened.dev/`).
 pub mod annotations {

@@ -120,6 +120,11 @@ pub struct MountsPolicy {
     pub allowed_types: Vec<String>,
     pub remove_service_account_token: bool,
     pub credential_destinations: Vec<String>,
+    /// Paths inside writable binds (relative globs: `.git/hooks`, `**/.envrc`) that stay
+    /// read-only: each existing match gets a read-only bind of itself on top.
+    pub protect: Vec<String>,
+    /// Files inside binds (relative globs: `**/.env`) replaced by an empty read-only file.
+    pub mask: Vec<String>,
 }
 
 impl Default for MountsPolicy {
@@ -176,6 +181,8 @@ impl Default for MountsPolicy {
                 "/run/secrets/kubernetes.io/serviceaccount",
                 "/var/run/secrets/eks.amazonaws.com/serviceaccount",
             ]),
+            protect: Vec::new(),
+            mask: Vec::new(),
         }
     }
 }
