@@ -156,15 +156,16 @@ impl RunscFactory {
     }
 }
 
-#[async_trait::async_trait]
-impl RuntimeFactory for RunscFactory {
-    async fn runtime(
+impl RunscFactory {
+    /// The typed runsc client for one container, configured as its policy demands (or refused):
+    /// for front ends that drive runsc themselves (runsc-hardened's guard and subcommands).
+    pub async fn client(
         &self,
         policy: &Policy,
         flags: &RunscFlags,
         namespace: &str,
         bundle: &Path,
-    ) -> Result<Arc<dyn SandboxRuntime>, RunscConfigError> {
+    ) -> Result<Runsc, RunscConfigError> {
         let features = self.features(&policy.runsc.path).await?;
         let wanted = wanted_flags(policy, flags, namespace, bundle)?;
         let client = Runsc::new(&policy.runsc.path, &wanted, features, self.reaper.clone())
@@ -175,6 +176,20 @@ impl RuntimeFactory for RunscFactory {
         for a in client.adjustments() {
             log::info!("runsc --{}: left out: {}", a.flag, a.reason);
         }
+        Ok(client)
+    }
+}
+
+#[async_trait::async_trait]
+impl RuntimeFactory for RunscFactory {
+    async fn runtime(
+        &self,
+        policy: &Policy,
+        flags: &RunscFlags,
+        namespace: &str,
+        bundle: &Path,
+    ) -> Result<Arc<dyn SandboxRuntime>, RunscConfigError> {
+        let client = self.client(policy, flags, namespace, bundle).await?;
         Ok(Arc::new(RunscRuntime {
             client,
             reaper: self.reaper.clone(),
