@@ -57,7 +57,7 @@ pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Resu
     // that cannot be read, so a failure here only leaves the engine unknown.
     let engine = bundle::read_spec(&bundle)
         .ok()
-        .and_then(|(_, spec)| engine::detect(&spec, args.id));
+        .and_then(|(_, spec)| engine::detect(&spec, args.id, &bundle));
     let namespace = engine::namespace(engine);
     let policy_path = global.policy.as_ref().map(|p| p.display().to_string());
     let mut inputs = Inputs::read(&Request {
@@ -84,6 +84,7 @@ pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Resu
     let record = Record {
         id: args.id.to_string(),
         bundle: bundle.clone(),
+        engine,
         namespace: namespace.to_string(),
         policy_toml: prepared.policy.policy.to_toml_string(),
         audit_path: prepared.audit.path().to_path_buf(),

@@ -29,8 +29,9 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
     let guard = state
         .guard_pid()
         .filter(|p| alive(*p) && is_guard_of(*p, state.path()));
-    let sandbox_running = state.sandbox_pid().is_some_and(alive);
-    if !force && (guard.is_some() || sandbox_running) {
+    // The engine's view decides what "running" means: the guard is the pid it waits on. A
+    // sandbox that outlived its guard (killed) belongs to a stopped container and goes now.
+    if !force && guard.is_some() {
         return Err(OciError::NotStopped(id.to_string()));
     }
     let mut problems: Vec<String> = Vec::new();

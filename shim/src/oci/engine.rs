@@ -29,8 +29,10 @@ pub fn namespace(engine: Option<Engine>) -> &'static str {
     }
 }
 
-/// Which engine wrote `spec`, from what each always writes.
-pub fn detect(spec: &Value, id: &str) -> Option<Engine> {
+/// Which engine wrote `spec`, from what each always writes: Podman its manager annotation;
+/// Docker its setkey hook (not always: no hook without a network to plumb), its default
+/// cgroup, or a bundle in containerd's `moby` namespace, which is Docker's.
+pub fn detect(spec: &Value, id: &str, bundle: &Path) -> Option<Engine> {
     let annotation = spec
         .pointer("/annotations")
         .and_then(|a| a.get(PODMAN_MANAGER))
@@ -52,7 +54,8 @@ pub fn detect(spec: &Value, id: &str) -> Option<Engine> {
         .unwrap_or_default();
     let docker_cgroup =
         cgroups == format!("/docker/{id}") || cgroups == format!("system.slice:docker:{id}");
-    (setkey || docker_cgroup).then_some(Engine::Docker)
+    let moby_bundle = bundle.ends_with(Path::new("io.containerd.runtime.v2.task/moby").join(id));
+    (setkey || docker_cgroup || moby_bundle).then_some(Engine::Docker)
 }
 
 /// The engine context for `spec`: what of the engine's own paths checks out on this host.
@@ -165,17 +168,18 @@ mod tests {
 
     #[test]
     fn engines_are_told_apart_by_what_they_always_write() {
+        let b = Path::new("/b/c");
         let podman = json!({"annotations": {"io.container.manager": "libpod"}});
-        assert_eq!(detect(&podman, "c"), Some(Engine::Podman));
+        assert_eq!(detect(&podman, "c", b), Some(Engine::Podman));
         let docker_hook = json!({"hooks": {"prestart": [{"path": "/proc/1/exe", "args": ["libnetwork-setkey", "c"]}]}});
-        assert_eq!(detect(&docker_hook, "c"), Some(Engine::Docker));
+        assert_eq!(detect(&docker_hook, "c", b), Some(Engine::Docker));
         let docker_cgroup = json!({"linux": {"cgroupsPath": "/docker/c"}});
-        assert_eq!(detect(&docker_cgroup, "c"), Some(Engine::Docker));
-        assert_eq!(
-            detect(&json!({"linux": {"cgroupsPath": "/docker/other"}}), "c"),
-            None
-        );
-        assert_eq!(detect(&json!({}), "c"), None);
+        assert_eq!(detect(&docker_cgroup, "c", b), Some(Engine::Docker));
+        let moby = Path::new("/run/docker/containerd/daemon/io.containerd.runtime.v2.task/moby/c");
+        assert_eq!(detect(&json!({}), "c", moby), Some(Engine::Docker));
+        let other = json!({"linux": {"cgroupsPath": "/docker/other"}});
+        assert_eq!(detect(&other, "c", b), None);
+        assert_eq!(detect(&json!({}), "c", b), None);
     }
 
     #[test]

@@ -35,6 +35,8 @@ const EXIT: &str = "exit.json";
 pub struct Record {
     pub id: String,
     pub bundle: PathBuf,
+    /// The engine that made the spec, when known.
+    pub engine: Option<policy_injector::Engine>,
     /// `docker`, `podman` or `oci`: the audit namespace and the runsc root's last segment.
     pub namespace: String,
     /// The policy that hardened the container, as TOML (reloaded by every later call).
