@@ -211,7 +211,7 @@ impl Dockerd {
             }
         }
         let parent = self.cgroup_parent();
-        remove_everything(self.dir.path(), Some(&parent), &mut forced);
+        remove_everything(self.dir.path(), Some(&parent), &[], &mut forced);
         forced
     }
 }

@@ -129,11 +129,11 @@ impl EngineDir {
         self.dir.join("policy.toml")
     }
 
-    /// Writes a policy file `name`: the test settings (audit log, runsc root) followed by
-    /// `extra` (TOML; it must not repeat `[audit]` or `[runsc]`, or must set them itself).
+    /// Writes a policy file `name`: `extra` (TOML) followed by the test settings (audit log
+    /// and runsc root in the directory) for the tables `extra` does not set itself.
     pub fn write_policy(&self, name: &str, extra: &str) -> Result<PathBuf> {
         let path = self.dir.join(name);
-        let mut text = String::new();
+        let mut text = format!("{extra}\n");
         if !extra.contains("[audit]") {
             text.push_str(&format!(
                 "[audit]\npath = {:?}\n",
@@ -146,7 +146,6 @@ impl EngineDir {
                 self.runsc_root().display().to_string()
             ));
         }
-        text.push_str(extra);
         fs::write(&path, text).map_err(|e| HarnessError::io("writing", &path, e))?;
         Ok(path)
     }
@@ -248,8 +247,14 @@ impl std::fmt::Display for Forced {
 }
 
 /// Kills what still runs from `dir`, unmounts what is mounted under it, removes the cgroup
-/// tree `cgroup_parent` (the engine's, named after the directory) and the directory.
-pub(crate) fn remove_everything(dir: &Path, cgroup_parent: Option<&str>, forced: &mut Forced) {
+/// tree `cgroup_parent` (the engine's, named after the directory; `expected` names children
+/// the engine itself keeps there, such as Podman's `conmon`) and the directory.
+pub(crate) fn remove_everything(
+    dir: &Path,
+    cgroup_parent: Option<&str>,
+    expected: &[&str],
+    forced: &mut Forced,
+) {
     let needle = dir.to_string_lossy().into_owned();
     let survivors = inspect::processes_mentioning(&needle);
     for p in &survivors {
@@ -275,6 +280,14 @@ pub(crate) fn remove_everything(dir: &Path, cgroup_parent: Option<&str>, forced:
     forced.mounts.extend(mounts);
     if let Some(parent) = cgroup_parent {
         for top in inspect::cgroup_dirs(parent) {
+            for name in expected {
+                let mut ignored = Forced::default();
+                let child = top.join(name);
+                if child.is_dir() {
+                    remove_cgroup_tree(&child, true, &mut ignored);
+                }
+                forced.errors.extend(ignored.errors);
+            }
             remove_cgroup_tree(&top, true, forced);
         }
     }

@@ -77,8 +77,8 @@ impl Podman {
     }
 
     /// `podman run` (or `create`, `start`...) arguments that pick runsc-hardened with `policy`:
-    /// `--runtime gvisor-hardened --runtime-flag policy=FILE`, the cgroup parent of this
-    /// instance, loopback only.
+    /// `--runtime gvisor-hardened --runtime-flag policy=FILE` and the cgroup parent of this
+    /// instance (add `--network none` for loopback only).
     pub fn hardened_args(&self, policy: &Path) -> Vec<String> {
         vec![
             "--runtime".into(),
@@ -87,8 +87,6 @@ impl Podman {
             format!("policy={}", policy.display()),
             "--cgroup-parent".into(),
             format!("/{}", self.cgroup_parent()),
-            "--network".into(),
-            "none".into(),
         ]
     }
 
@@ -164,7 +162,8 @@ impl Podman {
             .timeout(Duration::from_secs(30))
             .output();
         let parent = self.cgroup_parent();
-        remove_everything(self.dir.path(), Some(&parent), &mut forced);
+        // conmon moves itself into `<parent>/conmon` and nothing removes it: Podman's, not ours.
+        remove_everything(self.dir.path(), Some(&parent), &["conmon"], &mut forced);
         forced
     }
 }

@@ -364,3 +364,114 @@ fn a_killed_guard_is_cleaned_up_by_dockers_delete() {
     );
     assert_clean_docker_shutdown(d);
 }
+
+/// The coding-agent preset with the project roots pointed at the test directories.
+fn agent_policy() -> String {
+    let preset = include_str!("../../policy-injector/src/policy/presets/coding-agent.toml");
+    let mut doc: toml_edit::DocumentMut = preset.parse().unwrap();
+    let mut roots = toml_edit::Array::new();
+    roots.push("/tmp/gvh-dk-*/project/**");
+    doc["mounts"]["writable_sources"] = toml_edit::value(roots);
+    doc.to_string()
+}
+
+#[test]
+fn agent_sandbox_runs_the_preset_with_git_hooks_read_only_and_env_files_masked() {
+    let d = setup(DockerOptions {
+        extra_policies: vec![("agent".into(), agent_policy())],
+    });
+    let project = d.dir().path().join("project");
+    for dir in [".git/hooks", "sub"] {
+        std::fs::create_dir_all(project.join(dir)).unwrap();
+    }
+    for (file, text) in [
+        (".git/config", "[core]\n"),
+        (".git/hooks/pre-commit.sample", "#!/bin/sh\n"),
+        (".env", "API_KEY=s3cr3t\n"),
+        ("sub/.env.local", "TOKEN=s3cr3t\n"),
+        ("README", "hello\n"),
+    ] {
+        std::fs::write(project.join(file), text).unwrap();
+    }
+    let status = std::process::Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(&project)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let script = "id -u; echo edited > README && echo wrote-readme; \
+                  sandbox-probe write .git/hooks/pre-commit; sandbox-probe write .git/config; \
+                  sandbox-probe write .env; wc -c < .env; wc -c < sub/.env.local; \
+                  sandbox-probe statfs /home/agent/.cache";
+    let out = std::process::Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../hack/agent-sandbox.sh"
+    ));
+    let mut cmd = out;
+    cmd.env(
+        "DOCKER_HOST",
+        format!("unix://{}", d.dir().path().join("docker.sock").display()),
+    )
+    .env("DOCKER_CONFIG", d.dir().path().join("cli"))
+    .env("GVH_RUNTIME", "agent")
+    .arg(TEST_IMAGE_REF)
+    .arg(&project)
+    .args(["sh", "-c", script]);
+    let out = gvisor_hardened_tests::process::output_with_deadline(
+        &mut cmd,
+        None,
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    assert!(out.success(), "{out}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "1000", "the project owner's uid: {out}");
+    assert_eq!(lines[1], "wrote-readme", "the project is writable: {out}");
+    for (i, what) in [(2, "a git hook"), (3, "git config")] {
+        let line = ProbeLine::parse(lines[i]).unwrap();
+        assert_eq!(
+            line.errno(),
+            Some("EROFS"),
+            "{what} must stay read-only: {out}"
+        );
+    }
+    // The mask is a read-only bind of an empty root-owned 0444 file: refused either way.
+    let env = ProbeLine::parse(lines[4]).unwrap();
+    assert!(matches!(env.errno(), Some("EROFS" | "EACCES")), "{out}");
+    assert_eq!(
+        (lines[5].trim(), lines[6].trim()),
+        ("0", "0"),
+        "masked files read empty: {out}"
+    );
+    assert_eq!(
+        ProbeLine::parse(lines[7]).unwrap().field("fstype"),
+        Some("tmpfs"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.join("README")).unwrap(),
+        "edited\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.join(".env")).unwrap(),
+        "API_KEY=s3cr3t\n"
+    );
+    assert!(!project.join(".git/hooks/pre-commit").exists());
+    let create = d
+        .dir()
+        .audit_lines()
+        .into_iter()
+        .find(|l| l["event"] == "create")
+        .unwrap();
+    let decisions = create["decisions"].to_string();
+    assert!(
+        decisions.contains("masked") && decisions.contains("sub/.env.local"),
+        "{create}"
+    );
+    assert!(
+        decisions.contains("protected") && decisions.contains(".git/hooks"),
+        "{create}"
+    );
+    d.assert_container_gone(create["container_id"].as_str().unwrap());
+    assert_clean_docker_shutdown(d);
+}
