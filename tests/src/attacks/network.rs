@@ -84,21 +84,21 @@ fn host_ipv4() -> Result<Ipv4Addr, Failed> {
 }
 
 /// A host listener, and whether anything connected to it.
-struct Listener(TcpListener);
+pub(crate) struct Listener(TcpListener);
 
 impl Listener {
-    fn bind(addr: &str) -> Result<Listener, Failed> {
+    pub(crate) fn bind(addr: &str) -> Result<Listener, Failed> {
         let l = TcpListener::bind(addr).map_err(|e| Failed(format!("bind {addr}: {e}")))?;
         l.set_nonblocking(true)
             .map_err(|e| Failed(format!("nonblocking: {e}")))?;
         Ok(Listener(l))
     }
 
-    fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.0.local_addr().map(|a| a.port()).unwrap_or(0)
     }
 
-    fn untouched(&self) -> bool {
+    pub(crate) fn untouched(&self) -> bool {
         matches!(self.0.accept(), Err(e) if e.kind() == ErrorKind::WouldBlock)
     }
 }
