@@ -6,7 +6,9 @@
 #
 # Measures start-to-exit latency of `ctr run --rm IMAGE ID true` (runtimes interleaved), shim
 # and per-sandbox memory and start latency at 1/10/30 concurrent sandboxes, churn at
-# concurrency 1 and 4, and the policy criterion benches. Prints the tables and writes
+# concurrency 1 and 4, `docker run` and `podman run` through runsc-hardened against plain
+# runsc on the same engine (interleaved) with the guard's memory, and the policy criterion
+# benches. Prints the tables and writes
 # target/bench/{results.json,summary.md,latency.svg}. --publish copies them to hack/bench/ (what
 # the README shows). DRIVER OPTIONS go to tests/examples/bench (e.g. --runs 40, --levels 1,10,
 # --only latency); see the top of tests/examples/bench/main.rs.
@@ -29,12 +31,13 @@ done
 
 require_root
 ensure_packages
+ensure_engines
 ensure_rust
 cd "$REPO_ROOT"
 target=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 
-log "building the shim and the bench driver (release)"
-cargo build --release -q -p containerd-shim-gvisor-hardened
+log "building the shim, runsc-hardened and the bench driver (release)"
+cargo build --release -q -p containerd-shim-gvisor-hardened --bins
 cargo build --release -q -p gvisor-hardened-tests --example bench
 
 if [ "$criterion" = 1 ]; then

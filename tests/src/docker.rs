@@ -54,7 +54,8 @@ impl Dockerd {
         }
         runtimes.insert(
             BASELINE.into(),
-            serde_json::json!({"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}),
+            // The global flags runsc-hardened passes under the default policy.
+            serde_json::json!({"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp"]}),
         );
         let config = serde_json::json!({
             "data-root": d.join("data"),

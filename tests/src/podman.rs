@@ -90,17 +90,18 @@ impl Podman {
         ]
     }
 
-    /// The same for plain runsc (the baseline), with the flags runsc-hardened gives it.
+    /// The same for plain runsc (the baseline), with the global flags runsc-hardened passes
+    /// under the default policy.
     pub fn baseline_args(&self) -> Vec<String> {
         vec![
             "--runtime".into(),
             BASELINE.into(),
             "--runtime-flag".into(),
             "network=none".into(),
+            "--runtime-flag".into(),
+            "oci-seccomp".into(),
             "--cgroup-parent".into(),
             format!("/{}", self.cgroup_parent()),
-            "--network".into(),
-            "none".into(),
         ]
     }
 
