@@ -3,7 +3,7 @@
 //! cgroup manager), exec/-t/stop/start/stats/update, rejections with the rule's name in
 //! Podman's error, and a cleanup that works although conmon passes no runtime flags to it.
 
-use gvisor_hardened_tests::engine::read_cidfile;
+use gvisor_hardened_tests::engine::{self, read_cidfile};
 use gvisor_hardened_tests::podman::{assert_clean_podman_shutdown, Podman};
 use gvisor_hardened_tests::*;
 
@@ -147,6 +147,37 @@ fn podman_exec_tty_stop_start_stats_and_update_work_hardened() {
         pids > 10,
         "the sandbox's host tasks, not conmon's cgroup: {stats}"
     );
+
+    // runc's state and ps, as runsc-hardened answers them for this container.
+    let call = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(engine::runsc_hardened_binary().unwrap());
+        cmd.args(args);
+        process::output_with_deadline(&mut cmd, None, std::time::Duration::from_secs(30))
+            .unwrap()
+            .checked()
+            .unwrap()
+    };
+    let state: serde_json::Value = serde_json::from_str(&call(&["state", &id]).stdout).unwrap();
+    let pid = p
+        .podman()
+        .args(["inspect", "-f", "{{.State.Pid}}", &name])
+        .checked()
+        .unwrap();
+    assert_eq!(state["status"], "running", "{state}");
+    assert_eq!(
+        state["pid"].to_string(),
+        pid.stdout_trimmed(),
+        "the guard: {state}"
+    );
+    let ps: Vec<i32> =
+        serde_json::from_str(&call(&["ps", "--format", "json", &id]).stdout).unwrap();
+    assert!(
+        ps.iter()
+            .any(|p| std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"runsc-sandbox"))),
+        "host pids of the sandbox: {ps:?}"
+    );
+    assert!(p.dir().audit_events(&id).iter().any(|e| e == "exec"));
 
     p.podman()
         .args(["update", "--memory", "96m", &name])

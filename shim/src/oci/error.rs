@@ -29,13 +29,16 @@ pub enum OciError {
     PreserveFds(u32),
     #[error("invalid container id {0:?}")]
     BadId(String),
+    /// runc's words ("does not exist"), which containerd's runc shim matches.
     #[error("container {0} does not exist")]
     NotFound(String),
     #[error("container {0} already exists")]
     AlreadyExists(String),
     #[error("cannot delete container {0} that is not stopped: use --force")]
     NotStopped(String),
-    #[error("container {0} is not running")]
+    /// runc's words: containerd's runc shim matches "container not running" to report an
+    /// already finished process rather than a failure.
+    #[error("container not running: {0}")]
     NotRunning(String),
     /// The hardening pipeline (`prepare`): a rejection reads "rejected by policy: RULE: ...".
     #[error(transparent)]
