@@ -78,9 +78,10 @@ pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Resu
         ));
     }
     let reaper = Reaper::install_without_subreaper()?;
-    let prepared = inputs
-        .harden(Vec::new(), &RunscFactory::new(reaper.clone()))
-        .await?;
+    let factory = RunscFactory::new(reaper.clone());
+    let prepared = inputs.harden(Vec::new(), &factory).await?;
+    // Known already: configuring the runtime above asked for them.
+    let features = factory.features(&prepared.policy.policy.runsc.path).await?;
     let record = Record {
         id: args.id.to_string(),
         bundle: bundle.clone(),
@@ -90,6 +91,7 @@ pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Resu
         audit_path: prepared.audit.path().to_path_buf(),
         subject: prepared.subject.clone(),
         runsc: prepared.runsc.clone(),
+        features,
         lifetime: prepared.lifetime,
         cgroups_path: prepared.cgroups_path.clone(),
         annotations: crate::bundle::annotations(&prepared.spec),

@@ -37,7 +37,7 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
     let mut problems: Vec<String> = Vec::new();
     let reaper = Reaper::install()?;
     let policy = record.policy()?;
-    match runsc_for(&record, &policy, &reaper).await {
+    match runsc_for(&record, &policy, &reaper) {
         Ok(runsc) => {
             if let Err(e) = runsc.delete(id, true).await {
                 if !e.is_gone() {

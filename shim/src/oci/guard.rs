@@ -45,7 +45,7 @@ use crate::host::Host;
 use crate::process::exit::{Exit, ExitCause};
 use crate::reaper::{ExitStatus, Reaper};
 use crate::runsc::client::{read_pid_file, ProcessIo, Runsc};
-use crate::runtime::runsc::RunscFactory;
+use crate::runtime::runsc::client_with;
 
 /// What the guard tells `create` on its ready pipe: one line.
 pub const READY: &str = "ok";
@@ -93,6 +93,8 @@ struct Guard {
     probe: Option<ExitProbe>,
     /// Our own cgroup directories, to go back to at start.
     home: Vec<PathBuf>,
+    /// The fifo `start` writes to.
+    notify: Option<tokio::io::BufReader<tokio::net::unix::pipe::Receiver>>,
 }
 
 impl Guard {
@@ -169,6 +171,8 @@ impl Guard {
                 (None, Vec::new())
             }
         };
+        // Open before answering: `start` may come the moment `create` returns.
+        let notify = open_notify(&state.notify_fifo());
         report(ready, &format!("{READY} {sandbox_pid}"));
         Ok(Guard {
             audit: AuditLog::new(&record.audit_path),
@@ -179,6 +183,7 @@ impl Guard {
             exit,
             probe,
             home,
+            notify,
         })
     }
 
@@ -191,7 +196,7 @@ impl Guard {
             Signal(i32),
             Deadline,
         }
-        let mut notify = open_notify(&self.state.notify_fifo());
+        let mut notify = self.notify.take();
         let mut line = String::new();
         let mut deadline: Option<tokio::time::Instant> = None;
         let mut expired = false;
@@ -333,15 +338,20 @@ async fn load(state_dir: &Path, reaper: &Reaper) -> Result<(StateDir, Record, Ru
     let state = StateDir::at(state_dir)?;
     let record = state.record()?;
     let policy = record.policy()?;
-    let runsc = runsc_for(&record, &policy, reaper).await?;
+    let runsc = runsc_for(&record, &policy, reaper)?;
     Ok((state, record, runsc))
 }
 
 /// The runsc client of a container, as its policy configured it at create.
-pub async fn runsc_for(record: &Record, policy: &Policy, reaper: &Reaper) -> Result<Runsc> {
-    Ok(RunscFactory::new(reaper.clone())
-        .client(policy, &record.runsc, &record.namespace, &record.bundle)
-        .await?)
+pub fn runsc_for(record: &Record, policy: &Policy, reaper: &Reaper) -> Result<Runsc> {
+    Ok(client_with(
+        policy,
+        &record.runsc,
+        &record.namespace,
+        &record.bundle,
+        record.features.clone(),
+        reaper.clone(),
+    )?)
 }
 
 /// Our stdio (the container's, from the engine) as runsc's.

@@ -158,7 +158,7 @@ impl Opened {
         let state = StateDir::new(g.root.as_deref(), id)?;
         let record = state.record()?;
         let policy = record.policy()?;
-        let runsc = guard::runsc_for(&record, &policy, &reaper).await?;
+        let runsc = guard::runsc_for(&record, &policy, &reaper)?;
         Ok(Opened {
             state,
             record,

@@ -19,7 +19,7 @@ pub async fn run(g: &Global, id: &str) -> Result<()> {
     let status = match guard {
         Some(_) if state.exit().is_none() => {
             let reaper = Reaper::install()?;
-            let runsc = runsc_for(&record, &record.policy()?, &reaper).await?;
+            let runsc = runsc_for(&record, &record.policy()?, &reaper)?;
             match runsc.state(id).await.map(|s| s.status) {
                 Ok(Status::Creating) | Ok(Status::Created) => "created",
                 Ok(Status::Running) => "running",

@@ -44,6 +44,8 @@ pub struct Record {
     pub audit_path: PathBuf,
     pub subject: Subject,
     pub runsc: RunscFlags,
+    /// What the runsc binary supports, as found at create: later calls reuse it.
+    pub features: crate::runsc::features::Features,
     pub lifetime: Lifetime,
     pub cgroups_path: String,
     /// The hardened spec's annotations (`update` clamps to their tightening).
