@@ -281,7 +281,7 @@ fn podman_refusals_name_the_rule_or_the_missing_cgroup() {
 }
 
 #[test]
-fn podmans_pids_limit_is_a_guest_process_budget() {
+fn podmans_pids_limit_is_a_guest_process_budget_and_the_lifetime_limit_holds() {
     let p = setup();
     let (out, id) = run(
         &p,
@@ -294,6 +294,40 @@ fn podmans_pids_limit_is_a_guest_process_budget() {
         create.to_string().contains("\"after\":512"),
         "32 + 12 * 40 host tasks: {create}"
     );
+    p.assert_container_gone(&id);
+
+    // The guard arms the lifetime when Podman's `start` tells it (conmon started it).
+    let short = p
+        .dir()
+        .write_policy(
+            "short.toml",
+            "[lifetime]\nmax_runtime = \"2s\"\ngrace_period = \"1s\"\n",
+        )
+        .unwrap();
+    let cid = p.dir().path().join("cid-short");
+    let out = p
+        .podman()
+        .args(["run", "--rm", "--cidfile"])
+        .arg(&cid)
+        .args(p.hardened_args(&short))
+        .args([
+            "--network",
+            "none",
+            TEST_IMAGE_REF,
+            "sh",
+            "-c",
+            "trap '' TERM; sleep 600",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.code(),
+        137,
+        "SIGTERM ignored, SIGKILL after the grace period: {out}"
+    );
+    let id = read_cidfile(&cid).unwrap();
+    let exit = p.dir().audit_record(&id, "exit").unwrap();
+    assert_eq!(exit["timed_out"], true, "{exit}");
     p.assert_container_gone(&id);
     assert_clean_podman_shutdown(p);
 }
