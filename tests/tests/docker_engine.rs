@@ -370,7 +370,10 @@ fn agent_policy() -> String {
     let preset = include_str!("../../policy-injector/src/policy/presets/coding-agent.toml");
     let mut doc: toml_edit::DocumentMut = preset.parse().unwrap();
     let mut roots = toml_edit::Array::new();
-    roots.push("/tmp/gvh-dk-*/project/**");
+    roots.push(format!(
+        "{}/gvh-dk-*/project/**",
+        std::env::temp_dir().display()
+    ));
     doc["mounts"]["writable_sources"] = toml_edit::value(roots);
     doc.to_string()
 }
