@@ -406,11 +406,10 @@ fn agent_sandbox_runs_the_preset_with_git_hooks_read_only_and_env_files_masked()
                   sandbox-probe write .git/hooks/pre-commit; sandbox-probe write .git/config; \
                   sandbox-probe write .env; wc -c < .env; wc -c < sub/.env.local; \
                   sandbox-probe statfs /home/agent/.cache";
-    let out = std::process::Command::new(concat!(
+    let mut cmd = std::process::Command::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../hack/agent-sandbox.sh"
     ));
-    let mut cmd = out;
     cmd.env(
         "DOCKER_HOST",
         format!("unix://{}", d.dir().path().join("docker.sock").display()),
