@@ -6,11 +6,12 @@
 #
 # Measures start-to-exit latency of `ctr run --rm IMAGE ID true` (runtimes interleaved), shim
 # and per-sandbox memory and start latency at 1/10/30 concurrent sandboxes, churn at
-# concurrency 1 and 4, the policy criterion benches, and the output interposer's criterion bench
-# (1 GiB through pipes with and without it; the end-to-end figure, a container writing 1 GiB to
-# stdout with and without [output] max_bytes, needs the interposer wired into stdio.rs first).
+# concurrency 1 and 4, `docker run` and `podman run` through runsc-hardened against plain
+# runsc on the same engine (interleaved) with the guard's memory, the policy criterion benches,
+# and the output interposer's criterion bench (1 GiB through pipes with and without it).
 # Prints the tables and writes target/bench/{results.json,summary.md,latency.svg} and
-# target/bench-output-limit.md. --publish copies them to hack/bench/ (what the README shows). DRIVER OPTIONS go to tests/examples/bench (e.g. --runs 40, --levels 1,10,
+# target/bench-output-limit.md. --publish copies them to hack/bench/ (what the README shows).
+# DRIVER OPTIONS go to tests/examples/bench (e.g. --runs 40, --levels 1,10,
 # --only latency); see the top of tests/examples/bench/main.rs.
 #
 # The driver times each `ctr run` itself rather than through hyperfine: the runs must be
@@ -45,12 +46,13 @@ output_limit_summary() {
 
 require_root
 ensure_packages
+ensure_engines
 ensure_rust
 cd "$REPO_ROOT"
 target=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 
-log "building the shim and the bench driver (release)"
-cargo build --release -q -p containerd-shim-gvisor-hardened
+log "building the shim, runsc-hardened and the bench driver (release)"
+cargo build --release -q -p containerd-shim-gvisor-hardened --bins
 cargo build --release -q -p gvisor-hardened-tests --example bench
 
 if [ "$criterion" = 1 ]; then

@@ -33,6 +33,24 @@ ensure_packages() {
   # instances and never touch it, so leave it as the package left it.
 }
 
+# Docker and Podman for runsc-hardened's end-to-end tests, the agent sandbox and the benches.
+# The tests start private instances (tests/src/docker.rs, podman.rs) and never use a system
+# daemon; Debian's packages start none where there is no systemd. Recommends are left out:
+# the tests run loopback-only containers and need no bridge, netavark or slirp4netns.
+ENGINE_PACKAGES=(docker.io podman)
+
+ensure_engines() {
+  local missing=()
+  for p in "${ENGINE_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
 # A Rust toolchain: the machine's if present, else rustup (needs network to static.rust-lang.org).
 ensure_rust() {
   if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The red-team table: runs the attack catalogue (tests/tests/attacks.rs: hostile workloads in
-# hardened sandboxes through a private containerd, the shim and runsc) and prints one row per
+# hardened sandboxes through a private containerd, the shim and runsc, and a representative
+# subset through a private Docker daemon and runsc-hardened) and prints one row per
 # attack (category, attack, expected, observed, result) and per category's whole-host check,
 # then "N passed, N failed". Exits non-zero if anything failed. Run as root.
 #
@@ -21,8 +22,8 @@ else
   require_root
   ensure_rust
   cd "$REPO_ROOT"
-  log "build the shim"
-  cargo build -q -p containerd-shim-gvisor-hardened
+  log "build the shim and runsc-hardened"
+  cargo build -q -p containerd-shim-gvisor-hardened --bins
   results="$(mktemp /tmp/gvh-redteam.XXXXXX)"
   runlog="$(mktemp /tmp/gvh-redteam-log.XXXXXX)"
   trap 'rm -f "$results" "$runlog"' EXIT
@@ -37,6 +38,7 @@ awk -F'\t' -v status="$run_status" '
   BEGIN {
     order["filesystem"] = 1; order["privileges"] = 2; order["resources"] = 3
     order["network"] = 4; order["secrets"] = 5; order["spec-smuggling"] = 6
+    order["docker-engine"] = 7
   }
   $1 == "GVH-REDTEAM" {
     # A "|" inside a cell would end it in Markdown.

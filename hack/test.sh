@@ -6,6 +6,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 require_root
 ensure_packages
+ensure_engines
 ensure_rust
 # Before the tests: the audit-record schema test validates with Python's jsonschema.
 ensure_python_tools

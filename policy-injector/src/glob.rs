@@ -137,7 +137,7 @@ impl<'a> PathGlob<'a> {
     }
 }
 
-fn match_segs(pat: &[&str], path: &[&str]) -> bool {
+pub(crate) fn match_segs(pat: &[&str], path: &[&str]) -> bool {
     match pat.split_first() {
         None => path.is_empty(),
         // The common `**/name` shape: without another `**`, the rest can only match the tail.

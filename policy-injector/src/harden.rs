@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::decision::Decision;
@@ -30,6 +30,67 @@ pub struct Context {
     /// whatever their destination. The mounts rule removes or rejects them
     /// (`mounts.token_volumes`).
     pub token_sources: BTreeSet<String>,
+    /// The container engine behind the spec, when a runtime front end (runsc-hardened) knows
+    /// it, with the engine's own per-container files it checked on the host.
+    pub engine: Option<EngineContext>,
+    /// What the caller found on the host below the bind sources for `[mounts] protect` and
+    /// `mask`. Empty when the policy has neither.
+    pub host_tree: HostTree,
+}
+
+/// The engines whose specs runsc-hardened adapts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    Docker,
+    Podman,
+}
+
+/// What the front end established about the engine's own files for this container. An engine
+/// keeps them in its state directory (`/var/lib/docker`, which the default policy denies), so
+/// without this the host-path rules would refuse every container the engine makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineContext {
+    pub engine: Engine,
+    /// `root.path` as written, when the caller checked it is this container's root filesystem
+    /// in the engine's storage (a mounted overlay of its image layers).
+    pub rootfs: Option<String>,
+    /// Bind sources as written that the caller checked are the engine's own files for this
+    /// container (Docker's `hosts`, `hostname`, `resolv.conf`). They are bound read-only.
+    pub files: BTreeSet<String>,
+}
+
+/// The host entries below bind sources that `[mounts] protect` or `mask` patterns name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostTree {
+    /// Bind source as written in the spec -> the entries found below it.
+    pub found: BTreeMap<String, Vec<TreeEntry>>,
+    /// An empty regular file the caller made, bound read-only over masked files.
+    pub empty_file: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeEntry {
+    /// Relative to the bind source, `/`-separated, without `.` or `..`.
+    pub path: String,
+    pub kind: EntryKind,
+    pub list: TreeList,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    /// Sockets, fifos, devices.
+    Other,
+}
+
+/// Which list named the entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeList {
+    Protect,
+    Mask,
 }
 
 /// The result of `harden`.
@@ -47,8 +108,9 @@ pub struct Hardened {
     pub egress: Option<EgressPlan>,
 }
 
-/// The runsc flags the shim must pass, typed; the shim builds argv from them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The runsc flags the shim must pass, typed; the shim builds argv from them. Deserialize: a
+/// front end that runs one runsc command per process keeps them beside the container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunscFlags {
     /// `--network`, after annotation tightening.
     pub network: NetworkMode,
@@ -68,7 +130,7 @@ pub struct RunscFlags {
 }
 
 /// How long the container may run, for the shim to enforce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lifetime {
     pub max_runtime: Duration,
     pub grace_period: Duration,

@@ -15,17 +15,19 @@ mod json;
 pub mod policy;
 pub mod quantity;
 mod rules;
+pub mod tree_glob;
 
 pub use decision::{Action, Decision, Rule};
 pub use egress::EgressPlan;
 pub use error::{HardenError, PolicyError, Rejection};
 pub use harden::{
-    clamp_resources, harden, harden_owned, harden_process, ClampedResources, Context, Hardened,
-    HardenedProcess, Lifetime, RunscFlags,
+    clamp_resources, harden, harden_owned, harden_process, ClampedResources, Context, Engine,
+    EngineContext, EntryKind, Hardened, HardenedProcess, HostTree, Lifetime, RunscFlags, TreeEntry,
+    TreeList,
 };
 pub use policy::{
-    EgressPolicy, Mode, NetworkMode, Policy, SecretEnvAction, TokenVolumeAction,
-    DEFAULT_POLICY_TOML,
+    preset, EgressPolicy, Mode, NetworkMode, Policy, SecretEnvAction, TokenVolumeAction,
+    DEFAULT_POLICY_TOML, PRESETS,
 };
 
 /// Annotation keys this crate reads and writes (all under `gvisor-hardened.dev/`).

@@ -292,6 +292,26 @@ fn default_policy_prints_the_embedded_text_which_loads_to_the_default() {
 }
 
 #[test]
+fn default_policy_prints_a_preset_that_check_policy_accepts() {
+    let o = run(&["default-policy", "--preset", "coding-agent"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(text, policy_injector::preset("coding-agent").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.toml");
+    std::fs::write(&path, &text).unwrap();
+    let check = run(&["check-policy", path.to_str().unwrap()]);
+    assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
+    let unknown = run(&["default-policy", "--preset", "nope"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(
+        stderr(&unknown).contains("coding-agent"),
+        "{}",
+        stderr(&unknown)
+    );
+}
+
+#[test]
 fn check_policy_reports_the_first_problem() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.toml");

@@ -151,7 +151,7 @@ impl BundleState {
 /// Removes the files the shim added that containerd does not expect to find (everything but the
 /// configs, which stay for whoever inspects the bundle until containerd removes it).
 pub fn remove_shim_files(bundle: &Path) {
-    for name in [INIT_PID_FILE, BUNDLE_STATE] {
+    for name in [INIT_PID_FILE, BUNDLE_STATE, crate::host_tree::EMPTY_FILE] {
         let _ = std::fs::remove_file(bundle.join(name));
     }
 }

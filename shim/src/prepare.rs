@@ -12,12 +12,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use policy_injector::{harden_owned, Context, Lifetime, Mode, RunscFlags};
+use policy_injector::{harden_owned, Context, EngineContext, Lifetime, Mode, RunscFlags};
 use serde_json::Value;
 
 use crate::audit::{AuditEvent, AuditLog, AuditRecord, PodRef, PolicyRef, Subject, Trail};
 use crate::bundle::{self, BundleState, BUNDLE_STATE, CONFIG, ORIGINAL_CONFIG};
 use crate::error::{Result, ShimError};
+use crate::host_tree;
 use crate::policy_source::{self, sha256_hex, LoadedPolicy};
 use crate::runtime::{RuntimeFactory, SandboxRuntime};
 
@@ -47,6 +48,9 @@ pub struct Inputs {
     /// This container's records; its final record is signed over all of them when the policy
     /// has `[audit] signing_key`.
     pub audit: Trail,
+    /// The container engine behind the spec and its own files, as a front end that knows the
+    /// engine checked them (runsc-hardened); `None` for containerd's clients.
+    pub engine: Option<EngineContext>,
     original: Vec<u8>,
     spec: Value,
 }
@@ -190,9 +194,15 @@ impl Inputs {
             audit,
             annotations,
             policy,
+            engine: None,
             original,
             spec,
         })
+    }
+
+    /// The spec as read, for a front end that inspects it before hardening (engine detection).
+    pub fn spec(&self) -> &Value {
+        &self.spec
     }
 
     /// Hardens the spec (the pod's namespace paths given, if it joins one), writes it, configures
@@ -202,6 +212,16 @@ impl Inputs {
         pod_namespace_paths: Vec<String>,
         runtimes: &dyn RuntimeFactory,
     ) -> Result<Prepared> {
+        let host_tree = match host_tree::scan(&self.spec, &self.policy.policy, &self.bundle) {
+            Ok(tree) => tree,
+            Err(e) => {
+                let e = ShimError::InvalidArgument(e.to_string());
+                let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
+                rec.error = Some(e.to_string());
+                self.audit.append(&rec)?;
+                return Err(e);
+            }
+        };
         let ctx = Context {
             container_id: self.id.clone(),
             namespace: self.namespace.clone(),
@@ -211,6 +231,8 @@ impl Inputs {
                 &self.spec,
                 &self.policy.policy.mounts,
             ),
+            engine: self.engine.clone(),
+            host_tree,
         };
         let hardened = match harden_owned(self.spec, &self.policy.policy, &ctx) {
             Ok(h) => h,

@@ -239,6 +239,17 @@ impl Reaper {
         if rc != 0 {
             return Err(ReaperError::Subreaper(io::Error::last_os_error()));
         }
+        Self::start_loop()
+    }
+
+    /// The reaping loop for a process that must not be a subreaper: one whose children leave
+    /// processes behind for its caller's subreaper to wait on (`runsc exec --detach` in
+    /// runsc-hardened, whose exec process the engine waits for). Orphans then skip this process.
+    pub fn install_without_subreaper() -> Result<Reaper, ReaperError> {
+        Self::start_loop()
+    }
+
+    fn start_loop() -> Result<Reaper, ReaperError> {
         let mut sigchld = signal(SignalKind::child()).map_err(ReaperError::Signal)?;
         let reaper = Reaper {
             inner: Arc::new(Mutex::new(Registry::default())),

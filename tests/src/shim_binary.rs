@@ -15,7 +15,13 @@ pub const SHIM_BINARY_ENV: &str = "GVH_SHIM_BINARY";
 /// `deps/` directory test executables run from, or of `examples/`). A missing binary is an
 /// error naming the fix.
 pub fn shim_binary() -> Result<PathBuf> {
-    let path = match std::env::var_os(SHIM_BINARY_ENV) {
+    product_binary(SHIM_BINARY_NAME, SHIM_BINARY_ENV)
+}
+
+/// A binary of the product: `$<env>` if set, else `name` in cargo's profile directory next to
+/// the test executable. A missing binary is an error naming the fix.
+pub fn product_binary(name: &str, env: &str) -> Result<PathBuf> {
+    let path = match std::env::var_os(env) {
         Some(p) => PathBuf::from(p),
         None => {
             let exe = std::env::current_exe()
@@ -27,14 +33,14 @@ pub fn shim_binary() -> Result<PathBuf> {
                 .or_else(|| exe.parent())
                 .map(PathBuf::from)
                 .unwrap_or_default();
-            profile_dir.join(SHIM_BINARY_NAME)
+            profile_dir.join(name)
         }
     };
     if path.is_file() {
         Ok(path)
     } else {
         Err(HarnessError::io(
-            "shim binary not built (run `cargo build -p containerd-shim-gvisor-hardened` or set GVH_SHIM_BINARY)",
+            "binary not built (run `cargo build -p containerd-shim-gvisor-hardened`, or set the override variable)",
             path,
             std::io::Error::from(std::io::ErrorKind::NotFound),
         ))

@@ -48,3 +48,8 @@ fn the_catalogue_has_at_least_30_attacks_with_unique_names() {
     names.dedup();
     assert_eq!(names.len(), all.len(), "duplicate attack names");
 }
+
+#[test]
+fn hostile_workloads_through_docker_are_held() {
+    assert_all_held(&gvisor_hardened_tests::attacks::docker::run_through_docker());
+}

@@ -56,8 +56,12 @@ pub enum Command {
         #[arg(value_name = "CONFIG_JSON")]
         config: PathBuf,
     },
-    /// Print the embedded default policy as commented TOML.
-    DefaultPolicy,
+    /// Print the embedded default policy as commented TOML, or a shipped preset.
+    DefaultPolicy {
+        /// A preset instead of the default: coding-agent.
+        #[arg(long, value_name = "NAME")]
+        preset: Option<String>,
+    },
     /// Load a policy file strictly and report the first problem (exit 1) or "ok" (exit 0).
     CheckPolicy {
         /// Policy file (TOML).

@@ -85,8 +85,16 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 Ok(())
             }
         },
-        Command::DefaultPolicy => {
+        Command::DefaultPolicy { preset: None } => {
             print!("{DEFAULT_POLICY_TOML}");
+            Ok(())
+        }
+        Command::DefaultPolicy { preset: Some(name) } => {
+            let text = policy_injector::preset(&name).ok_or_else(|| {
+                let known: Vec<&str> = policy_injector::PRESETS.iter().map(|(n, _)| *n).collect();
+                anyhow!("no preset {name:?} (presets: {})", known.join(", "))
+            })?;
+            print!("{text}");
             Ok(())
         }
         Command::CheckPolicy { file } => {

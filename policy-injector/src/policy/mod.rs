@@ -19,6 +19,15 @@ use crate::error::PolicyError;
 /// The default policy as commented TOML. `Policy::default()` is exactly what this text loads to.
 pub const DEFAULT_POLICY_TOML: &str = include_str!("default-policy.toml");
 
+/// Shipped presets, name and commented TOML: policies for one kind of workload, printed by
+/// `policy-injector default-policy --preset NAME` for an operator to adapt.
+pub const PRESETS: &[(&str, &str)] = &[("coding-agent", include_str!("presets/coding-agent.toml"))];
+
+/// The text of a shipped preset.
+pub fn preset(name: &str) -> Option<&'static str> {
+    PRESETS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
 /// `enforce` rewrites and rejects; `audit` only records what enforce would do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

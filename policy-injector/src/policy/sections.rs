@@ -126,6 +126,11 @@ pub struct MountsPolicy {
     pub token_volumes: TokenVolumeAction,
     /// The kubelet's root directory: the caller looks for token volumes below it.
     pub kubelet_root: String,
+    /// Paths inside writable binds (relative globs: `.git/hooks`, `**/.envrc`) that stay
+    /// read-only: each existing match gets a read-only bind of itself on top.
+    pub protect: Vec<String>,
+    /// Files inside binds (relative globs: `**/.env`) replaced by an empty read-only file.
+    pub mask: Vec<String>,
 }
 
 impl Default for MountsPolicy {
@@ -184,6 +189,8 @@ impl Default for MountsPolicy {
             ]),
             token_volumes: TokenVolumeAction::Remove,
             kubelet_root: "/var/lib/kubelet".to_string(),
+            protect: Vec::new(),
+            mask: Vec::new(),
         }
     }
 }

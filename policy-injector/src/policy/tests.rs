@@ -257,6 +257,15 @@ fn audit_rotation_and_signing_key_are_read_strictly() {
 }
 
 #[test]
+fn every_shipped_preset_loads_strictly() {
+    for (name, text) in crate::PRESETS {
+        if let Err(e) = Policy::from_toml_str(text) {
+            panic!("preset {name}: {e}");
+        }
+    }
+}
+
+#[test]
 fn evidence_settings_parse_and_round_trip() {
     let p = Policy::from_toml_str(
         "[lifetime]\nidle_timeout = \"2m\"\n\n[audit.artifacts]\nmax_files = 10\nmax_hashed_bytes = \"1Mi\"\nmax_walk_time = \"1s\"\n\n[output]\nmax_bytes = \"16Mi\"\n",
@@ -355,5 +364,57 @@ fn nr_inodes_in_scratch_options_is_refused_because_runsc_ignores_it() {
         assert!(text.contains("scratch.tmpfs[0].options"), "{text}");
         assert!(text.contains("runsc ignores it"), "{text}");
         assert!(text.contains("line 4"), "{text}");
+    }
+}
+
+#[test]
+fn the_coding_agent_preset_is_the_recipe_plus_protected_and_masked_paths() {
+    let p = Policy::from_toml_str(crate::preset("coding-agent").unwrap()).unwrap();
+    assert_eq!(p.resources.memory.0, 16 << 30);
+    assert_eq!(p.resources.cpu.0, 8000);
+    assert!(p.resources.processes >= 256);
+    assert_eq!((p.user.uid, p.user.gid), (1000, 1000));
+    let scratch: Vec<&str> = p.scratch.tmpfs.iter().map(|t| t.path.as_str()).collect();
+    for path in [
+        "/tmp",
+        "/home/agent/.cache",
+        "/home/agent/.config",
+        "/home/agent/.local/state",
+    ] {
+        assert!(scratch.contains(&path), "{path} missing from {scratch:?}");
+    }
+    let noexec = |path: &str| {
+        p.scratch
+            .tmpfs
+            .iter()
+            .find(|t| t.path == path)
+            .unwrap()
+            .options
+            .contains(&"noexec".to_string())
+    };
+    assert!(
+        !noexec("/tmp") && !noexec("/home/agent/go"),
+        "builds run from /tmp and the build cache"
+    );
+    assert!(noexec("/home/agent/.cache") && noexec("/home/agent/.config"));
+    assert!(p.mounts.protect.contains(&".git/hooks".to_string()));
+    assert!(p.mounts.protect.contains(&".git/config".to_string()));
+    assert!(p.mounts.mask.contains(&"**/.env".to_string()));
+    // Secrets in a home directory stay out even though project roots under /home are open.
+    assert!(p
+        .mounts
+        .denied_sources
+        .contains(&"/home/*/.ssh/**".to_string()));
+}
+
+#[test]
+fn protect_and_mask_patterns_are_checked() {
+    for (src, key) in [
+        ("[mounts]\nprotect = [\"/abs/path\"]\n", "mounts.protect[0]"),
+        ("[mounts]\nmask = [\"a/../b\"]\n", "mounts.mask[0]"),
+        ("[mounts]\nmask = [\".env\", \".env\"]\n", "mounts.mask"),
+    ] {
+        let e = err(src);
+        assert!(e.to_string().contains(key), "{src}: {e}");
     }
 }

@@ -335,6 +335,12 @@ fn mounts(p: &Policy) -> Result<(), Issue> {
     let m = &p.mounts;
     check_globs("mounts.writable_sources", &m.writable_sources)?;
     check_globs("mounts.denied_sources", &m.denied_sources)?;
+    for (key, list) in [("mounts.protect", &m.protect), ("mounts.mask", &m.mask)] {
+        for (i, p) in list.iter().enumerate() {
+            crate::tree_glob::TreeGlob::new(p).map_err(|e| invalid(format!("{key}[{i}]"), e))?;
+        }
+        check_unique(key, list)?;
+    }
     for (i, t) in m.allowed_types.iter().enumerate() {
         if t.is_empty() || t.contains(char::is_whitespace) {
             return Err(invalid(

@@ -196,6 +196,7 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
     };
     let mut keep = vec![true; mounts.len()];
     let mut seen: Vec<String> = Vec::with_capacity(mounts.len());
+    let mut binds: Vec<protect::Bind> = Vec::new();
     for (i, m) in mounts.iter_mut().enumerate() {
         let obj = m
             .as_object_mut()
@@ -265,7 +266,7 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
                 "destination in normal form",
             );
         }
-        seen.push(norm);
+        seen.push(norm.clone());
         let before_opts = match obj.get("options") {
             None => Vec::new(),
             Some(v) => json::str_list(v, &format!("mounts[{i}].options"))?,
@@ -283,10 +284,27 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
         }
         let mut opts: Vec<&str> = before_opts.clone();
         let mut why: Vec<&str> = Vec::new();
+        if kind == "tmpfs" && opts.contains(&"tmpcopyup") {
+            // runc copies the image's files into the new tmpfs; runsc ignores the option, so
+            // the tmpfs starts empty either way: the spec should say so.
+            opts.retain(|o| *o != "tmpcopyup");
+            why.push("runc's tmpcopyup is not supported by runsc: the tmpfs starts empty");
+        }
         if is_bind {
             let source = mount_str(obj, "source", i)?;
-            let Some(writable) = check_bind_source(source, &label, &lists, pass) else {
-                continue;
+            let engine_file = source.is_some_and(|s| {
+                pass.ctx
+                    .engine
+                    .as_ref()
+                    .is_some_and(|e| e.files.contains(s))
+            });
+            let writable = if engine_file {
+                false
+            } else {
+                match check_bind_source(source, &label, &lists, pass) {
+                    Some(w) => w,
+                    None => continue,
+                }
             };
             let readonly = opts.contains(&"ro") && !opts.contains(&"rw");
             if !writable && !readonly {
@@ -294,8 +312,17 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
                 if !opts.contains(&"ro") {
                     opts.push("ro");
                 }
-                why.push("binds are read-only unless the source is in mounts.writable_sources");
+                why.push(if engine_file {
+                    "the engine's own file for this container, in its state directory: bound read-only"
+                } else {
+                    "binds are read-only unless the source is in mounts.writable_sources"
+                });
             }
+            binds.push(protect::Bind {
+                dest: norm,
+                source: source.unwrap_or_default().to_string(),
+                writable: writable && !readonly,
+            });
         }
         // nosuid,nodev everywhere: gVisor ignores them today, but they cost nothing and keep a
         // setuid binary or device node from meaning anything if that ever changes.
@@ -326,8 +353,11 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
     }
     let mut it = keep.into_iter();
     mounts.retain(|_| it.next().unwrap_or(true));
+    protect::add(mounts, &binds, &seen, pass);
     Ok(())
 }
+
+mod protect;
 
 #[cfg(test)]
 mod tests;

@@ -64,6 +64,24 @@ fn check_path(path: &str, pass: &mut Pass<'_>) {
         return;
     };
     let policy = pass.policy;
+    // The engine's own storage (Docker's /var/lib/docker, which the deny list names) holds the
+    // image it assembled for this container; the front end checked that this is that path.
+    if let Some(engine) = pass.ctx.engine.as_ref() {
+        if engine.rootfs.as_deref() == Some(path) {
+            pass.record(
+                Rule::Root,
+                "root.path",
+                Action::Reported,
+                Some(Value::String(path.to_string())),
+                None,
+                format!(
+                    "{:?}'s root filesystem for this container, in the engine's storage",
+                    engine.engine
+                ),
+            );
+            return;
+        }
+    }
     if let Some(pattern) = denied_host_path(policy, &segs) {
         pass.reject(
             Rule::Root,
@@ -96,8 +114,32 @@ fn check_path(path: &str, pass: &mut Pass<'_>) {
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
+    use crate::harden::{Context, Engine, EngineContext};
     use crate::policy::Policy;
     use serde_json::json;
+
+    fn engine_root(path: &str) -> Context {
+        Context {
+            engine: Some(EngineContext {
+                engine: Engine::Docker,
+                rootfs: Some(path.into()),
+                files: Default::default(),
+            }),
+            ..Context::default()
+        }
+    }
+
+    #[test]
+    fn the_engines_checked_rootfs_passes_despite_the_deny_list() {
+        let root = "/var/lib/docker/overlay2/0123/merged";
+        let mut spec = base_spec();
+        spec["root"] = json!({"path": root});
+        assert!(rejections(&spec)[0].reason.contains("denied"));
+        harden_with(&spec, &Policy::default(), &engine_root(root)).unwrap();
+        // Only the path the front end checked, not any other.
+        let other = engine_root("/var/lib/docker/overlay2/9999/merged");
+        assert_eq!(rejections_with(&spec, &Policy::default(), &other).len(), 1);
+    }
 
     #[test]
     fn writable_root_becomes_readonly() {

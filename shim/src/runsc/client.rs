@@ -36,7 +36,6 @@ pub struct ProcessIo {
     pub stderr: Option<OwnedFd>,
 }
 
-#[cfg(test)]
 /// `runsc state` output.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct State {
@@ -48,7 +47,6 @@ pub struct State {
     pub bundle: String,
 }
 
-#[cfg(test)]
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
@@ -209,7 +207,6 @@ impl Runsc {
         }
     }
 
-    #[cfg(test)]
     pub async fn state(&self, id: &str) -> Result<State, RunscError> {
         let sub = Subcommand::State { id: id.into() };
         let out = self.run(sub, None).await?;

@@ -132,7 +132,7 @@ impl RunscFactory {
 
     /// What `binary` supports: from this shim's memory, else from the node's cache, else by
     /// asking runsc (`runsc flags`, `runsc help`).
-    async fn features(&self, binary: &str) -> Result<Features, RunscConfigError> {
+    pub async fn features(&self, binary: &str) -> Result<Features, RunscConfigError> {
         let mut cache = self.features.lock().await;
         if let Some(f) = cache.get(binary) {
             return Ok(f.clone());
@@ -156,6 +156,52 @@ impl RunscFactory {
     }
 }
 
+impl RunscFactory {
+    /// The typed runsc client for one container, configured as its policy demands (or refused):
+    /// for front ends that drive runsc themselves (runsc-hardened).
+    pub async fn client(
+        &self,
+        policy: &Policy,
+        flags: &RunscFlags,
+        namespace: &str,
+        bundle: &Path,
+    ) -> Result<Runsc, RunscConfigError> {
+        let features = self.features(&policy.runsc.path).await?;
+        client_with(
+            policy,
+            flags,
+            namespace,
+            bundle,
+            features,
+            self.reaper.clone(),
+        )
+    }
+}
+
+/// [`RunscFactory::client`] with what runsc supports already known: runsc-hardened records the
+/// features at create, so its later calls (one process each) neither ask runsc nor read the
+/// node's cache again.
+pub fn client_with(
+    policy: &Policy,
+    flags: &RunscFlags,
+    namespace: &str,
+    bundle: &Path,
+    features: Features,
+    reaper: Reaper,
+) -> Result<Runsc, RunscConfigError> {
+    let wanted = wanted_flags(policy, flags, namespace, bundle)?;
+    let client = Runsc::new(&policy.runsc.path, &wanted, features, reaper).map_err(|source| {
+        RunscConfigError::Runsc {
+            binary: policy.runsc.path.clone(),
+            source,
+        }
+    })?;
+    for a in client.adjustments() {
+        log::info!("runsc --{}: left out: {}", a.flag, a.reason);
+    }
+    Ok(client)
+}
+
 #[async_trait::async_trait]
 impl RuntimeFactory for RunscFactory {
     async fn runtime(
@@ -165,16 +211,7 @@ impl RuntimeFactory for RunscFactory {
         namespace: &str,
         bundle: &Path,
     ) -> Result<Arc<dyn SandboxRuntime>, RunscConfigError> {
-        let features = self.features(&policy.runsc.path).await?;
-        let wanted = wanted_flags(policy, flags, namespace, bundle)?;
-        let client = Runsc::new(&policy.runsc.path, &wanted, features, self.reaper.clone())
-            .map_err(|source| RunscConfigError::Runsc {
-                binary: policy.runsc.path.clone(),
-                source,
-            })?;
-        for a in client.adjustments() {
-            log::info!("runsc --{}: left out: {}", a.flag, a.reason);
-        }
+        let client = self.client(policy, flags, namespace, bundle).await?;
         Ok(Arc::new(RunscRuntime {
             client,
             reaper: self.reaper.clone(),

@@ -11,7 +11,9 @@
 //!   --churn-runs N       sandboxes per churn batch (20)
 //!   --churn-rounds N     batches per runtime and concurrency (2)
 //!   --criterion DIR      criterion's output (target/criterion) to include the policy figures
-//!   --only LIST          any of latency,scaling,churn,pods (all by default)
+//!   --only LIST          any of latency,scaling,churn,pods,engines (all by default)
+//!   --engine-runs N      timed runs per runtime and engine, Docker and Podman (20)
+//!   --guards N           running containers whose guard memory is measured (5)
 //!   --pod-rounds N       pods per handler (10)
 //!   --shim PATH          the shim binary (default: $GVH_SHIM_BINARY or next to this binary)
 //!   --log-level LEVEL    containerd's (info; debug also starts the shims with -debug, for
@@ -26,6 +28,7 @@
 
 mod churn;
 mod contenders;
+mod engines;
 mod latency;
 mod machine;
 mod pods;
@@ -54,6 +57,8 @@ struct Args {
     churn_runs: usize,
     churn_rounds: usize,
     pod_rounds: usize,
+    engine_runs: usize,
+    guards: usize,
     criterion: Option<PathBuf>,
     only: Vec<String>,
     shim: Option<PathBuf>,
@@ -83,12 +88,15 @@ fn parse_args() -> BenchResult<Args> {
         churn_runs: 20,
         churn_rounds: 2,
         pod_rounds: 10,
+        engine_runs: 20,
+        guards: 5,
         criterion: None,
         only: vec![
             "latency".into(),
             "scaling".into(),
             "churn".into(),
             "pods".into(),
+            "engines".into(),
         ],
         shim: None,
         log_level: "info".into(),
@@ -107,6 +115,8 @@ fn parse_args() -> BenchResult<Args> {
             "--churn-runs" => a.churn_runs = value()?.parse()?,
             "--churn-rounds" => a.churn_rounds = value()?.parse()?,
             "--pod-rounds" => a.pod_rounds = value()?.parse()?,
+            "--engine-runs" => a.engine_runs = value()?.parse()?,
+            "--guards" => a.guards = value()?.parse()?,
             "--criterion" => a.criterion = Some(value()?.into()),
             "--only" => a.only = value()?.split(',').map(str::to_string).collect(),
             "--shim" => a.shim = Some(value()?.into()),
@@ -206,6 +216,19 @@ fn main() -> BenchResult<()> {
     } else {
         None
     };
+    let engines = if want("engines") {
+        eprintln!(
+            "bench: Docker and Podman, {} runs each (+{} warm-up)",
+            args.engine_runs, args.warmup
+        );
+        Some(engines::measure(
+            args.engine_runs,
+            args.warmup,
+            args.guards,
+        )?)
+    } else {
+        None
+    };
     let load_end = loadavg();
     let Bench {
         c,
@@ -241,6 +264,9 @@ fn main() -> BenchResult<()> {
         Some(p) => markdown.push_str(&format!("\n{}", p.markdown())),
         None => markdown.push_str("\n**Pods**: not measured in this run (`--only pods`).\n"),
     }
+    if let Some(e) = &engines {
+        markdown.push_str(&format!("\n{}", e.markdown()));
+    }
     println!("\n{markdown}");
 
     std::fs::create_dir_all(&args.out)?;
@@ -268,6 +294,7 @@ fn main() -> BenchResult<()> {
             "id": x.id, "elapsed_ms": stats::round3(x.elapsed_ms), "stderr": x.stderr,
         })).collect::<Vec<_>>()))).collect::<serde_json::Map<_, _>>(),
         "pods": pods.as_ref().map(|p| p.to_json()),
+        "engines": engines.as_ref().map(|e| e.to_json()),
         "containerd_shutdown_clean": teardown.is_clean(),
     });
     let json_path = args.out.join("results.json");

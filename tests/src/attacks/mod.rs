@@ -7,6 +7,7 @@
 //! [`AttackResult::line`]) on stdout and, when `GVH_REDTEAM_OUT` names a file, appends it there.
 //! `GVH_ATTACKS=name,name` runs only the attacks whose name contains one of the words.
 
+pub mod docker;
 pub mod filesystem;
 pub mod host;
 pub mod lab;
@@ -63,6 +64,8 @@ pub enum Category {
     Network,
     Secrets,
     Smuggling,
+    /// A representative subset through `docker run --runtime gvisor-hardened`.
+    Docker,
 }
 
 impl Category {
@@ -74,6 +77,7 @@ impl Category {
             Category::Network => "network",
             Category::Secrets => "secrets",
             Category::Smuggling => "spec-smuggling",
+            Category::Docker => "docker-engine",
         }
     }
 }
@@ -126,7 +130,7 @@ impl AttackResult {
         )
     }
 
-    fn emit(&self) {
+    pub(crate) fn emit(&self) {
         let line = self.line();
         println!("{line}");
         if let Some(path) = std::env::var_os("GVH_REDTEAM_OUT") {
@@ -142,7 +146,7 @@ impl AttackResult {
     }
 }
 
-fn selected(name: &str) -> bool {
+pub(crate) fn selected(name: &str) -> bool {
     match std::env::var("GVH_ATTACKS") {
         Ok(filter) if !filter.trim().is_empty() => filter
             .split(',')
@@ -152,7 +156,7 @@ fn selected(name: &str) -> bool {
     }
 }
 
-fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<String>()
         .cloned()
         .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))

@@ -144,6 +144,35 @@ impl TestImage {
     }
 }
 
+/// The test image's single layer as a plain tarball, for engines that import a root filesystem
+/// (`docker import`, `podman import`). Built once, cached under the same name for the same
+/// inputs.
+pub fn rootfs_tar() -> Result<PathBuf> {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.as_ref() {
+        return Ok(p.clone());
+    }
+    let busybox = read(Path::new(BUSYBOX))?;
+    let probe = read(Path::new(PROBE_PATH))?;
+    let layer = oci::tar_of(&layer_entries(busybox, probe))
+        .map_err(|e| HarnessError::Image(format!("writing the layer: {e}")))?;
+    let cache = cache_dir();
+    let hex = oci::sha256_hex(&layer);
+    let path = cache.join(format!(
+        "gvh-test-rootfs-v{FORMAT_VERSION}-{}.tar",
+        &hex[..16]
+    ));
+    if !path.exists() {
+        fs::create_dir_all(&cache).map_err(|e| HarnessError::io("creating", &cache, e))?;
+        let tmp = cache.join(format!(".tmp-{}", random_hex(8)));
+        fs::write(&tmp, &layer).map_err(|e| HarnessError::io("writing", &tmp, e))?;
+        fs::rename(&tmp, &path).map_err(|e| HarnessError::io("renaming into", &path, e))?;
+    }
+    *built = Some(path.clone());
+    Ok(path)
+}
+
 pub(crate) fn cache_dir() -> PathBuf {
     Path::new(env!("GVH_OUT_DIR")).join("image-cache")
 }

@@ -244,3 +244,47 @@ fn conflicting_ro_and_rw_end_as_a_single_ro() {
         json!(["bind", "ro", "nosuid", "nodev"])
     );
 }
+
+#[test]
+fn podmans_tmpcopyup_is_dropped_with_a_reason() {
+    let spec = with_mount(
+        json!({"destination": "/data", "type": "tmpfs", "source": "tmpfs", "options": ["rw", "rprivate", "nosuid", "nodev", "tmpcopyup"]}),
+    );
+    let h = harden_ok(&spec);
+    let opts = mount_at(&h.spec, "/data").unwrap()["options"].clone();
+    assert!(
+        !opts.as_array().unwrap().contains(&json!("tmpcopyup")),
+        "{opts}"
+    );
+    assert!(h
+        .decisions
+        .iter()
+        .any(|d| d.field == "mounts[/data].options" && d.reason.contains("tmpcopyup")));
+}
+
+#[test]
+fn the_engines_own_files_pass_the_deny_list_read_only() {
+    let src = "/var/lib/docker/containers/c1/hosts";
+    let spec = with_mount(bind(src, "/etc/hosts", json!(["rbind", "rprivate"])));
+    assert!(rejections(&spec)[0].reason.contains("denied host path"));
+    let ctx = Context {
+        engine: Some(crate::harden::EngineContext {
+            engine: crate::harden::Engine::Docker,
+            rootfs: None,
+            files: [src.to_string()].into_iter().collect(),
+        }),
+        ..Context::default()
+    };
+    let h = harden_with(&spec, &Policy::default(), &ctx).unwrap();
+    assert_eq!(
+        mount_at(&h.spec, "/etc/hosts").unwrap()["options"],
+        json!(["rbind", "rprivate", "ro", "nosuid", "nodev"])
+    );
+    // Another file in the same place is still denied.
+    let other = with_mount(bind(
+        "/var/lib/docker/containers/c2/hosts",
+        "/x",
+        json!(["rbind"]),
+    ));
+    assert_eq!(rejections_with(&other, &Policy::default(), &ctx).len(), 1);
+}

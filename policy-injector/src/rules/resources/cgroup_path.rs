@@ -54,8 +54,11 @@ pub(crate) fn check(linux: &Object, pass: &mut Pass<'_>) -> Result<(), HardenErr
         parts[2]
     };
     let id = pass.ctx.container_id.as_str();
+    // Podman names the cgroup `libpod-<id>` (under `libpod_parent` or `machine.slice`).
+    let podman = pass.ctx.engine.as_ref().map(|e| e.engine) == Some(crate::harden::Engine::Podman);
+    let own = leaf == id || (podman && leaf.strip_prefix("libpod-") == Some(id));
     // The CLI hardens files without knowing the container id: only the shape is checked there.
-    if !id.is_empty() && leaf != id {
+    if !id.is_empty() && !own {
         pass.reject(
             Rule::Resources,
             FIELD,
@@ -79,6 +82,26 @@ mod tests {
             container_id: id.into(),
             ..Context::default()
         }
+    }
+
+    #[test]
+    fn podmans_libpod_prefix_counts_as_the_id_only_for_podman() {
+        let mut spec = base_spec();
+        spec["linux"]["cgroupsPath"] = json!("/libpod_parent/libpod-c1");
+        assert_eq!(
+            rejected(spec["linux"]["cgroupsPath"].clone(), "c1").len(),
+            1
+        );
+        let podman = Context {
+            container_id: "c1".into(),
+            engine: Some(crate::harden::EngineContext {
+                engine: crate::harden::Engine::Podman,
+                rootfs: None,
+                files: Default::default(),
+            }),
+            ..Context::default()
+        };
+        harden_with(&spec, &Policy::default(), &podman).unwrap();
     }
 
     fn rejected(path: serde_json::Value, id: &str) -> Vec<String> {

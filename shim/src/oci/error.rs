@@ -1,0 +1,87 @@
+//! runsc-hardened's errors. The message is what the engine shows (`docker run` prints
+//! "OCI runtime create failed: <message>"), so each names its cause once: the policy rule, the
+//! file, runsc's own words.
+
+use std::path::PathBuf;
+
+use crate::audit::AuditError;
+use crate::cgroup::CgroupError;
+use crate::error::ShimError;
+use crate::reaper::ReaperError;
+use crate::runsc::error::RunscError;
+use crate::runtime::RunscConfigError;
+
+use super::cli::CliError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    #[error(transparent)]
+    Cli(#[from] CliError),
+    #[error("--systemd-cgroup: {}", if *.systemd_running {
+        "systemd-managed cgroups are not supported by runsc-hardened; use the cgroupfs driver (Docker: native.cgroupdriver=cgroupfs, Podman: --cgroup-manager cgroupfs)"
+    } else {
+        "this host does not run systemd, and runsc would then run the container with no cgroup at all (no memory, CPU or process limit); use the cgroupfs driver (Docker: native.cgroupdriver=cgroupfs, Podman: --cgroup-manager cgroupfs)"
+    })]
+    SystemdCgroup { systemd_running: bool },
+    #[error(
+        "--preserve-fds {0}: passing host file descriptors into a gVisor sandbox is not supported"
+    )]
+    PreserveFds(u32),
+    #[error("invalid container id {0:?}")]
+    BadId(String),
+    /// runc's words ("does not exist"), which containerd's runc shim matches.
+    #[error("container {0} does not exist")]
+    NotFound(String),
+    #[error("container {0} already exists")]
+    AlreadyExists(String),
+    #[error("cannot delete container {0} that is not stopped: use --force")]
+    NotStopped(String),
+    /// runc's words: containerd's runc shim matches "container not running" to report an
+    /// already finished process rather than a failure.
+    #[error("container not running: {0}")]
+    NotRunning(String),
+    /// The hardening pipeline (`prepare`): a rejection reads "rejected by policy: RULE: ...".
+    #[error(transparent)]
+    Prepare(#[from] ShimError),
+    #[error(transparent)]
+    Rejected(#[from] policy_injector::HardenError),
+    #[error(transparent)]
+    Runsc(#[from] RunscError),
+    #[error(transparent)]
+    RunscConfig(#[from] RunscConfigError),
+    #[error("the policy kept for container {id}: {source}")]
+    Policy {
+        id: String,
+        #[source]
+        source: policy_injector::PolicyError,
+    },
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error(transparent)]
+    Audit(#[from] AuditError),
+    #[error(transparent)]
+    Reaper(#[from] ReaperError),
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Guard(String),
+    #[error("{what}: {reason}")]
+    Invalid { what: &'static str, reason: String },
+}
+
+impl OciError {
+    pub fn io(
+        what: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> OciError {
+        let path = path.into();
+        move |source| OciError::Io { what, path, source }
+    }
+}
+
+pub type Result<T, E = OciError> = std::result::Result<T, E>;

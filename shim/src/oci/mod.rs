@@ -1,0 +1,190 @@
+//! runsc-hardened: gvisor-hardened as an OCI runtime binary, for engines that take runc's
+//! command line rather than a containerd shim (Docker 20.10 through containerd's runc shim,
+//! Podman 4.3 through conmon). Registered as runtime `gvisor-hardened`.
+//!
+//! Every container gets what the shim gives it: the same policy files, the same hardening
+//! (`crate::prepare`), the same runsc flags, the same audit log. What the shim does from its
+//! long-lived process, a per-container guard does here (`guard.rs`). One file per subcommand;
+//! the command line is data (`cli.rs`); per-container state in `state.rs`.
+
+pub mod cli;
+mod create;
+mod delete;
+mod engine;
+pub mod error;
+mod exec;
+pub mod guard;
+mod kill;
+pub mod log;
+mod pause;
+mod ps;
+mod query;
+mod start;
+pub mod state;
+mod update;
+
+use std::process::ExitCode;
+
+use cli::{Command, Global, Invocation};
+use error::{OciError, Result};
+use log::EngineLog;
+use state::{Record, StateDir};
+
+use crate::reaper::Reaper;
+use crate::runsc::client::Runsc;
+
+/// What `--version` prints, in runc's shape (Docker parses it for its default runtime).
+pub fn version_text() -> String {
+    format!(
+        "runsc-hardened version {}\ncommit: gvisor-hardened\nspec: 1.0.2-dev\n",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// Runs one invocation (the arguments after the program name); the process's exit code.
+pub fn main(args: Vec<String>) -> ExitCode {
+    let inv = match cli::parse(args) {
+        Ok(inv) => inv,
+        Err(e) => {
+            // The log flags may be among what failed to parse: stderr, and the log if we can.
+            EngineLog::new(None, cli::LogFormat::Text).error(&e.to_string());
+            return ExitCode::from(2);
+        }
+    };
+    if let Command::Guard {
+        state_dir,
+        ready_fd,
+    } = &inv.command
+    {
+        return ExitCode::from(guard::main(state_dir, *ready_fd));
+    }
+    if inv.command == Command::Version {
+        print!("{}", version_text());
+        return ExitCode::SUCCESS;
+    }
+    let log = EngineLog::new(inv.global.log.as_deref(), inv.global.log_format);
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            log.error(&format!("cannot start a runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(dispatch(&inv, &log)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            log.error(&e.to_string());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(inv: &Invocation, log: &EngineLog) -> Result<u8> {
+    let g = &inv.global;
+    match &inv.command {
+        Command::Create {
+            id,
+            bundle,
+            pid_file,
+            console_socket,
+            preserve_fds,
+        } => {
+            let args = create::CreateArgs {
+                id,
+                bundle,
+                pid_file: pid_file.as_deref(),
+                console_socket: console_socket.as_deref(),
+                preserve_fds: *preserve_fds,
+            };
+            create::run(g, args, log).await.map(|()| 0)
+        }
+        Command::Start { id } => start::run(&Opened::open(g, id).await?).await.map(|()| 0),
+        Command::State { id } => query::run(g, id).await.map(|()| 0),
+        Command::Kill { id, signal, all } => kill::run(&Opened::open(g, id).await?, *signal, *all)
+            .await
+            .map(|()| 0),
+        Command::Delete { id, force } => delete::run(g, id, *force).await.map(|()| 0),
+        Command::Exec {
+            id,
+            process,
+            detach,
+            pid_file,
+            console_socket,
+            tty: _,
+            preserve_fds,
+        } => {
+            let args = exec::ExecArgs {
+                process,
+                detach: *detach,
+                pid_file: pid_file.as_deref(),
+                console_socket: console_socket.as_deref(),
+                preserve_fds: *preserve_fds,
+            };
+            exec::run(&Opened::open_for_exec(g, id).await?, args).await
+        }
+        Command::Ps { id, json } => ps::run(g, id, *json).map(|()| 0),
+        Command::Pause { id } => pause::pause(&Opened::open(g, id).await?).await.map(|()| 0),
+        Command::Resume { id } => pause::resume(&Opened::open(g, id).await?).await.map(|()| 0),
+        Command::Update { id, resources } => update::run(&Opened::open(g, id).await?, resources)
+            .await
+            .map(|()| 0),
+        Command::Version | Command::Guard { .. } => unreachable!("handled before the runtime"),
+    }
+}
+
+/// An existing container: its state, record, policy and a runsc client configured as at create.
+pub(crate) struct Opened {
+    pub state: StateDir,
+    pub record: Record,
+    pub policy: policy_injector::Policy,
+    pub runsc: Runsc,
+}
+
+impl Opened {
+    async fn open(g: &Global, id: &str) -> Result<Opened> {
+        Self::open_with(g, id, Reaper::install()?).await
+    }
+
+    /// For exec: `runsc exec --detach` leaves the exec's process behind for the engine to
+    /// wait on, so this process must not be a subreaper that would inherit (and reap) it.
+    async fn open_for_exec(g: &Global, id: &str) -> Result<Opened> {
+        Self::open_with(g, id, Reaper::install_without_subreaper()?).await
+    }
+
+    async fn open_with(g: &Global, id: &str, reaper: Reaper) -> Result<Opened> {
+        let state = StateDir::new(g.root.as_deref(), id)?;
+        let record = state.record()?;
+        let policy = record.policy()?;
+        let runsc = guard::runsc_for(&record, &policy, &reaper)?;
+        Ok(Opened {
+            state,
+            record,
+            policy,
+            runsc,
+        })
+    }
+
+    fn audit(&self) -> crate::audit::AuditLog {
+        crate::audit::AuditLog::new(&self.record.audit_path)
+    }
+
+    /// Audits best effort: the call's own outcome is what the engine needs.
+    fn audit_best_effort(&self, rec: &crate::audit::AuditRecord<'_>) {
+        if let Err(e) = self.audit().append(rec) {
+            self.record
+                .log
+                .warn(&format!("container {}: {e}", self.record.id));
+        }
+    }
+}
+
+fn not_running(e: crate::runsc::error::RunscError, id: &str) -> OciError {
+    if e.is_gone() {
+        OciError::NotRunning(id.to_string())
+    } else {
+        OciError::Runsc(e)
+    }
+}

@@ -1,0 +1,303 @@
+//! What runsc-hardened keeps per container, in `<root>/<id>/`: `--root` when the engine gives
+//! one (Docker always does), else [`DEFAULT_ROOT`]. Podman's conmon runs the final `delete`
+//! with no runtime flags and no environment, so everything a later call needs (the policy text,
+//! the runsc flags, the audit subject) is written here at `create` and read back, never taken
+//! from the later call's flags.
+//!
+//! Files: `state.json` (the [`Record`], written once by `create`), `guard.pid`, `sandbox.pid`
+//! (runsc's `--pid-file`), `notify` (a fifo: `start` tells the guard), `exit.json` (the guard's
+//! account of the exit).
+
+use std::collections::BTreeMap;
+use std::fs::{self, DirBuilder};
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use policy_injector::{Lifetime, RunscFlags};
+use serde::{Deserialize, Serialize};
+
+use super::error::{OciError, Result};
+use super::log::EngineLog;
+use crate::audit::Subject;
+use crate::bundle::write_file_atomic;
+use crate::process::exit::Exit;
+
+pub const DEFAULT_ROOT: &str = "/run/gvisor-hardened/oci";
+const RECORD: &str = "state.json";
+const GUARD_PID: &str = "guard.pid";
+const SANDBOX_PID: &str = "sandbox.pid";
+const NOTIFY: &str = "notify";
+const EXIT: &str = "exit.json";
+
+/// Fixed at create.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    pub id: String,
+    pub bundle: PathBuf,
+    /// The engine that made the spec, when known.
+    pub engine: Option<policy_injector::Engine>,
+    /// `docker`, `podman` or `oci`: the audit namespace and the runsc root's last segment.
+    pub namespace: String,
+    /// The policy that hardened the container, as TOML (reloaded by every later call).
+    pub policy_toml: String,
+    pub audit_path: PathBuf,
+    pub subject: Subject,
+    pub runsc: RunscFlags,
+    /// What the runsc binary supports, as found at create: later calls reuse it.
+    pub features: crate::runsc::features::Features,
+    pub lifetime: Lifetime,
+    pub cgroups_path: String,
+    /// The hardened spec's annotations (`update` clamps to their tightening).
+    pub annotations: BTreeMap<String, String>,
+    pub console_socket: Option<PathBuf>,
+    /// Where the guard reports (the engine's `--log` of the create).
+    pub log: EngineLog,
+    pub created: String,
+}
+
+impl Record {
+    /// The policy that hardened the container.
+    pub fn policy(&self) -> Result<policy_injector::Policy> {
+        policy_injector::Policy::from_toml_str(&self.policy_toml).map_err(|source| {
+            OciError::Policy {
+                id: self.id.clone(),
+                source,
+            }
+        })
+    }
+}
+
+/// The guard's account of the sandbox's end.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExitRecord {
+    /// The container's exit code as the engine sees it (128 + signal for a kill).
+    pub status: u32,
+    /// `exited`, `signaled`, `oom`, `process-limit`, `timeout`.
+    pub cause: String,
+}
+
+impl ExitRecord {
+    pub fn of(exit: &Exit) -> ExitRecord {
+        let cause = serde_json::to_value(exit.cause)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        ExitRecord {
+            status: exit.status,
+            cause,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    id: String,
+    dir: PathBuf,
+}
+
+/// Container ids become path names and runsc ids: no separators, nothing that climbs.
+pub fn check_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= 256
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(OciError::BadId(id.to_string()))
+    }
+}
+
+impl StateDir {
+    pub fn new(root: Option<&Path>, id: &str) -> Result<StateDir> {
+        check_id(id)?;
+        let root = root.unwrap_or(Path::new(DEFAULT_ROOT));
+        Ok(StateDir {
+            id: id.to_string(),
+            dir: root.join(id),
+        })
+    }
+
+    /// The directory of an existing container (a guard is given it directly).
+    pub fn at(dir: &Path) -> Result<StateDir> {
+        let id = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        check_id(&id)?;
+        Ok(StateDir {
+            id,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn exists(&self) -> bool {
+        self.dir.join(RECORD).is_file()
+    }
+
+    /// Makes the directory; an existing one means the id is taken.
+    pub fn create(&self, record: &Record) -> Result<()> {
+        if let Some(root) = self.dir.parent() {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(root)
+                .map_err(OciError::io("creating the state root", root))?;
+        }
+        match DirBuilder::new().mode(0o700).create(&self.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(OciError::AlreadyExists(self.id.clone()))
+            }
+            Err(e) => return Err(OciError::io("creating the state directory", &self.dir)(e)),
+        }
+        let bytes = serde_json::to_vec(record).expect("the record serialises");
+        write_file_atomic(&self.dir.join(RECORD), &bytes)
+            .map_err(OciError::io("writing", self.dir.join(RECORD)))?;
+        nix::unistd::mkfifo(
+            &self.dir.join(NOTIFY),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .map_err(|e| OciError::io("making the fifo", self.dir.join(NOTIFY))(e.into()))
+    }
+
+    /// The record, or [`OciError::NotFound`].
+    pub fn record(&self) -> Result<Record> {
+        let path = self.dir.join(RECORD);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(OciError::NotFound(self.id.clone()))
+            }
+            Err(e) => return Err(OciError::io("reading", path)(e)),
+        };
+        serde_json::from_slice(&bytes).map_err(|e| OciError::Invalid {
+            what: "state.json",
+            reason: format!("{}: {e}", path.display()),
+        })
+    }
+
+    pub fn sandbox_pid_file(&self) -> PathBuf {
+        self.dir.join(SANDBOX_PID)
+    }
+
+    pub fn notify_fifo(&self) -> PathBuf {
+        self.dir.join(NOTIFY)
+    }
+
+    pub fn sandbox_pid(&self) -> Option<i32> {
+        read_pid(&self.dir.join(SANDBOX_PID))
+    }
+
+    pub fn guard_pid(&self) -> Option<i32> {
+        read_pid(&self.dir.join(GUARD_PID))
+    }
+
+    pub fn set_guard_pid(&self, pid: i32) -> Result<()> {
+        write_file_atomic(&self.dir.join(GUARD_PID), pid.to_string().as_bytes())
+            .map_err(OciError::io("writing", self.dir.join(GUARD_PID)))
+    }
+
+    pub fn exit(&self) -> Option<ExitRecord> {
+        let bytes = fs::read(self.dir.join(EXIT)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    pub fn set_exit(&self, exit: &ExitRecord) -> Result<()> {
+        let bytes = serde_json::to_vec(exit).expect("serialises");
+        write_file_atomic(&self.dir.join(EXIT), &bytes)
+            .map_err(OciError::io("writing", self.dir.join(EXIT)))
+    }
+
+    pub fn remove(&self) -> Result<()> {
+        match fs::remove_dir_all(&self.dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                Err(OciError::io("removing", &self.dir)(e))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    fs::read_to_string(path)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|p: &i32| *p > 0)
+}
+
+/// Is `pid` a live process (not a zombie)?
+pub fn alive(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state letter follows the command's closing parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// Is `pid` the guard of `dir` (not a process that reused its number)?
+pub fn is_guard_of(pid: i32, dir: &Path) -> bool {
+    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    args.contains(&b"guard".as_slice()) && args.contains(&dir.as_os_str().as_encoded_bytes())
+}
+
+/// Writes a pid file as runc does: whole or not at all.
+pub fn write_pid_file(path: &Path, pid: i32) -> Result<()> {
+    write_file_atomic(path, pid.to_string().as_bytes())
+        .map_err(OciError::io("writing the pid file", path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_that_could_leave_the_root_are_refused() {
+        for bad in ["", ".", "..", "a/b", "../x", "a b", &"x".repeat(300)] {
+            assert!(check_id(bad).is_err(), "{bad:?}");
+        }
+        for good in ["c1", "0123abcdef", "gvh-docker-1.x_y"] {
+            assert!(check_id(good).is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn the_state_directory_lives_under_the_given_root_or_the_default() {
+        assert_eq!(
+            StateDir::new(None, "c1").unwrap().path(),
+            Path::new("/run/gvisor-hardened/oci/c1")
+        );
+        assert_eq!(
+            StateDir::new(Some(Path::new("/run/docker/runtime-runc/moby")), "c1")
+                .unwrap()
+                .path(),
+            Path::new("/run/docker/runtime-runc/moby/c1")
+        );
+    }
+
+    #[test]
+    fn a_live_process_is_alive_and_a_missing_one_is_not() {
+        assert!(alive(std::process::id() as i32));
+        assert!(!alive(i32::MAX));
+    }
+}
