@@ -237,6 +237,14 @@ impl AuditLog {
         self.append_sealed(record, None)
     }
 
+    /// Appends a record that is not a lifecycle record (an egress connection, a name lookup) as
+    /// one chained line. `record` must serialise to a JSON object; it is never flushed to disk on
+    /// its own (the lifecycle records that follow are).
+    pub fn append_value(&self, record: &impl Serialize) -> Result<Digest, AuditError> {
+        let line = serde_json::to_vec(record).expect("audit records always serialise");
+        file::append(self, &line, false, None)
+    }
+
     fn append_sealed(
         &self,
         record: &AuditRecord<'_>,

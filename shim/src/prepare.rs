@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use policy_injector::{harden_owned, Context, EngineContext, Lifetime, Mode, RunscFlags};
+use policy_injector::{
+    harden_owned, Context, EgressPlan, EngineContext, Lifetime, Mode, RunscFlags,
+};
 use serde_json::Value;
 
 use crate::audit::{AuditEvent, AuditLog, AuditRecord, PodRef, PolicyRef, Subject, Trail};
@@ -68,6 +70,8 @@ pub struct Prepared {
     pub cgroups_path: String,
     /// The hardened spec as written to `config.json`.
     pub spec: Value,
+    /// What egress needs when the policy's allowlist is on for this container.
+    pub egress: Option<EgressPlan>,
 }
 
 fn subject(
@@ -304,6 +308,7 @@ impl Inputs {
             lifetime: hardened.lifetime,
             runsc: hardened.runsc,
             cgroups_path,
+            egress: hardened.egress,
             spec: hardened.spec,
         })
     }

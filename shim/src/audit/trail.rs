@@ -159,6 +159,28 @@ impl Trail {
         Ok(hash)
     }
 
+    /// Appends one of the sandbox's records that is not a lifecycle record (egress); it must
+    /// carry this trail's `namespace` and `container_id` so a verifier files it under the
+    /// sandbox, and it is covered by the final record's signature like the others.
+    pub fn append_value(&self, record: &impl serde::Serialize) -> Result<Digest, AuditError> {
+        let mut hashes = self.lock();
+        let hash = self.log.append_value(record)?;
+        match hashes.as_mut() {
+            Some(h) => h.push(hash),
+            None => log::warn!(
+                "container {}: an audit record written after the sandbox's final record; no \
+                 signature covers it",
+                self.container_id
+            ),
+        }
+        Ok(hash)
+    }
+
+    /// The namespace and container id every record of this trail carries.
+    pub fn owner(&self) -> (&str, &str) {
+        (&self.namespace, &self.container_id)
+    }
+
     /// Appends the sandbox's final record, signed over the hashes of all its records when the
     /// trail has a signer. Later records are still written, but no signature covers them.
     pub fn seal(&self, record: &AuditRecord<'_>) -> Result<Digest, AuditError> {

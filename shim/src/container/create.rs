@@ -32,6 +32,18 @@ use crate::stdio;
 
 const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
 
+/// The network namespace the spec names (a CRI pod's, made by the CNI), if any.
+fn network_namespace(spec: &serde_json::Value) -> Option<std::path::PathBuf> {
+    spec.pointer("/linux/namespaces")?
+        .as_array()?
+        .iter()
+        .find(|ns| ns["type"] == "network")?
+        .get("path")?
+        .as_str()
+        .filter(|p| !p.is_empty())
+        .map(Into::into)
+}
+
 /// The pod sandbox this container must join, when CRI says it is an app container.
 fn pod_sandbox_id(ann: &BTreeMap<String, String>, id: &str) -> Option<String> {
     match (
@@ -86,7 +98,7 @@ impl Container {
             lifetime: prepared.lifetime,
             annotations: prepared.annotations,
             subject: prepared.subject,
-            audit: prepared.audit,
+            audit: Arc::new(prepared.audit),
             policy: prepared.policy,
             pod: match sandbox {
                 Some(sb) => PodRole::Member(sb),
@@ -102,6 +114,10 @@ impl Container {
             start_lock: Default::default(),
             oom_reported: AtomicBool::new(false),
             lifetime_task: Default::default(),
+            network_namespace: network_namespace(&prepared.spec),
+            egress_plan: prepared.egress,
+            egress: Default::default(),
+            init_ended: Default::default(),
         });
 
         // 6-7. Side effects on the host, undone on failure.

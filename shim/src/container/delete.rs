@@ -86,6 +86,9 @@ impl Container {
     /// even if an earlier one failed; the first error is returned.
     pub(super) async fn release(&self) -> Result<()> {
         self.stop_lifetime();
+        // Before the sandbox goes and before its final audit record: its egress records stay
+        // inside its trail.
+        self.stop_egress().await;
         let mut first: Option<ShimError> = None;
         match self.runtime.delete(&self.id).await {
             Err(e) if !e.is_gone() => {

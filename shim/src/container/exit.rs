@@ -20,6 +20,14 @@ impl Container {
     pub(super) async fn on_exit(self: &Arc<Self>, process: &Arc<Process>, status: ExitStatus) {
         let cause = self.classify(process, status);
         if process.is_init() {
+            self.init_ended.cancel();
+            // The sandbox is gone with its first container: so is its forwarder. Stopped (and
+            // its end audited) before the exit record.
+            if !self.is_member() {
+                self.stop_egress().await;
+            }
+        }
+        if process.is_init() {
             // An exit during Start waits until Start has recorded the start and sent TaskStart.
             drop(self.start_lock.lock().await);
         }

@@ -7,6 +7,7 @@
 
 pub mod create;
 mod delete;
+mod egress;
 mod exec;
 mod exit;
 mod kill;
@@ -80,8 +81,8 @@ pub struct Container {
     annotations: BTreeMap<String, String>,
     subject: Subject,
     /// This container's records in the audit log; its final record is signed over all of them
-    /// when the policy has `[audit] signing_key`.
-    audit: Trail,
+    /// when the policy has `[audit] signing_key`. Shared with the egress proxy's audit sink.
+    audit: Arc<Trail>,
     lifetime: Lifetime,
     /// `linux.cgroupsPath` of the hardened spec: where runsc puts this container's cgroups.
     cgroups_path: String,
@@ -103,6 +104,13 @@ pub struct Container {
     /// comes first.
     oom_reported: AtomicBool,
     lifetime_task: std::sync::Mutex<Option<JoinHandle<()>>>,
+    /// The egress plan when the policy's allowlist is on; served by the pod's sandbox container.
+    egress_plan: Option<policy_injector::EgressPlan>,
+    /// The sandbox's network namespace on the host (CRI pods), where the proxy dials from.
+    network_namespace: Option<PathBuf>,
+    egress: Mutex<Option<crate::egress::EgressSupervisor>>,
+    /// Cancelled as soon as the init's end is known, before the exit path reports it.
+    init_ended: tokio_util::sync::CancellationToken,
 }
 
 impl Container {

@@ -10,6 +10,15 @@ use crate::reaper::ExitStatus;
 
 impl Container {
     pub async fn start(self: &Arc<Self>) -> Result<u32> {
+        let pid = self.start_init().await?;
+        // After TaskStart (the start lock released: an exit meanwhile is reported as usual) and
+        // before Start answers: a pod's later containers, started after this one, find the
+        // forwarder listening.
+        self.start_egress().await;
+        Ok(pid)
+    }
+
+    async fn start_init(self: &Arc<Self>) -> Result<u32> {
         let _starting = self.start_lock.lock().await;
         self.init
             .check(Op::Start)

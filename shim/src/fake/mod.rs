@@ -85,6 +85,8 @@ struct World {
     causes: HashMap<String, ExitCause>,
     oom_watchers: HashMap<String, mpsc::Sender<()>>,
     exit_on_start: Option<ExitStatus>,
+    /// Egress forwarders running (spawned and not yet stopped).
+    forwarders: usize,
     sigterm_ignored: bool,
     updates: Vec<String>,
 }
@@ -313,6 +315,9 @@ impl Fake {
         );
         out.extend(w.mounts.iter().map(|m| format!("mount {}", m.display())));
         out.extend(w.cgroups.iter().map(|c| format!("cgroups of {c}")));
+        if w.forwarders > 0 {
+            out.push(format!("{} egress forwarder(s)", w.forwarders));
+        }
         out.sort();
         out
     }

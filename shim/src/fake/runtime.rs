@@ -281,4 +281,58 @@ impl SandboxRuntime for Fake {
         // Like runsc 20221219: no `update`, the shim writes the cgroups.
         Ok(false)
     }
+
+    fn forwarder(
+        &self,
+        id: &str,
+        _state_dir: &Path,
+        process: Value,
+    ) -> Arc<dyn crate::egress::ForwarderSpawner> {
+        Arc::new(FakeForwarder {
+            fake: self.clone(),
+            id: id.to_string(),
+            listen: process["args"][2].as_str().unwrap_or_default().to_string(),
+        })
+    }
+}
+
+/// A forwarder that says HELLO and then serves nothing until its stdin closes, as the real one
+/// does when the shim stops it. Counted alive in the fake's world while it runs.
+struct FakeForwarder {
+    fake: Fake,
+    id: String,
+    listen: String,
+}
+
+#[async_trait::async_trait]
+impl crate::egress::ForwarderSpawner for FakeForwarder {
+    async fn spawn(&self) -> std::io::Result<crate::egress::supervisor::ForwarderIo> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        self.fake
+            .call(format!("forwarder {} {}", self.id, self.listen));
+        let (host, inside) = tokio::io::duplex(64 * 1024);
+        let (host_r, host_w) = tokio::io::split(host);
+        let (mut in_r, mut in_w) = tokio::io::split(inside);
+        let (exited_tx, exited) = tokio::sync::oneshot::channel::<String>();
+        let hello = gvisor_hardened_forwarder::Frame::Hello {
+            version: gvisor_hardened_forwarder::VERSION,
+            listen: self.listen.clone(),
+        }
+        .to_bytes();
+        let fake = self.fake.clone();
+        fake.world().forwarders += 1;
+        tokio::spawn(async move {
+            let _ = in_w.write_all(&hello).await;
+            let mut sink = Vec::new();
+            let _ = in_r.read_to_end(&mut sink).await;
+            fake.world().forwarders -= 1;
+            let _ = exited_tx.send("exited 0".into());
+        });
+        Ok(crate::egress::supervisor::ForwarderIo {
+            stdin: Box::new(host_w),
+            stdout: Box::new(host_r),
+            exited: Box::pin(async move { exited.await.unwrap_or_else(|_| "gone".into()) }),
+            kill: Box::new(|| {}),
+        })
+    }
 }

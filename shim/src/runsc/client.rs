@@ -158,6 +158,11 @@ impl Runsc {
         self
     }
 
+    /// The runsc binary this client runs.
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
     /// The global flags actually passed.
     pub fn global(&self) -> &GlobalFlags {
         &self.global

@@ -86,6 +86,14 @@ pub trait SandboxRuntime: Send + Sync {
     /// Applies new resources through runsc itself; `Ok(false)` when this runsc cannot (then the
     /// shim writes the sandbox's cgroup files).
     async fn update(&self, id: &str, resources: &[u8]) -> Result<bool, RunscError>;
+    /// Starts the egress forwarder inside container `id` (started: runsc refuses an exec before)
+    /// with `process` (its OCI process), keeping its files in `state_dir`.
+    fn forwarder(
+        &self,
+        id: &str,
+        state_dir: &Path,
+        process: Value,
+    ) -> Arc<dyn crate::egress::ForwarderSpawner>;
 }
 
 /// Makes the runtime of one container, configured as its policy demands (or refuses to).

@@ -336,6 +336,23 @@ impl SandboxRuntime for RunscRuntime {
             Err(e) => Err(e),
         }
     }
+
+    fn forwarder(
+        &self,
+        id: &str,
+        state_dir: &Path,
+        process: Value,
+    ) -> Arc<dyn crate::egress::ForwarderSpawner> {
+        Arc::new(crate::egress::spawn::RunscExec {
+            runsc: self.client.binary().to_path_buf(),
+            // The same global flags as every other command on this sandbox.
+            global_args: self.client.global().to_args(),
+            container_id: id.to_string(),
+            state_dir: state_dir.to_path_buf(),
+            process,
+            reaper: Some(Arc::new(self.reaper.clone())),
+        })
+    }
 }
 
 #[cfg(test)]

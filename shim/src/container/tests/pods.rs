@@ -129,3 +129,102 @@ async fn sigterm_to_the_shim_tears_down_every_sandbox_members_first() {
     );
     bed.assert_clean();
 }
+
+const EGRESS_POLICY: &str = "[network.egress]\nallow = [\"api.example.test\"]\n";
+
+#[tokio::test]
+async fn egress_runs_one_forwarder_per_pod_in_its_sandbox_from_start_to_exit() {
+    let bed = Bed::with_policy(EGRESS_POLICY);
+    bed.shim
+        .create(bed.request("pod", &[(CRI_TYPE, "sandbox"), (CRI_SANDBOX, "pod")]))
+        .await
+        .unwrap();
+    bed.shim.start("pod", "").await.unwrap();
+    // Start answered after the forwarder said it listens.
+    assert_eq!(
+        bed.fake.calls_of("forwarder"),
+        ["forwarder pod 127.0.0.1:3128"]
+    );
+    bed.shim
+        .create(bed.request("app", &[(CRI_TYPE, "container"), (CRI_SANDBOX, "pod")]))
+        .await
+        .unwrap();
+    bed.shim.start("app", "").await.unwrap();
+    // The pod's later container shares it, and finds it through the proxy variables.
+    assert_eq!(bed.fake.calls_of("forwarder").len(), 1);
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(bed.bundle("app").join("config.json")).unwrap())
+            .unwrap();
+    let env: Vec<&str> = spec["process"]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        env.contains(&"HTTPS_PROXY=http://127.0.0.1:3128"),
+        "{env:?}"
+    );
+    bed.fake.exit("app", exited(0));
+    bed.exit_status("app").await;
+    bed.shim.delete("app", "").await.unwrap();
+    // The sandbox's end stops the forwarder, before its exit is recorded.
+    bed.fake.exit("pod", ExitStatus::killed());
+    bed.exit_status("pod").await;
+    let events = bed.audit_events("pod");
+    let exit_at = events.iter().position(|e| e == "exit").unwrap();
+    let ready_at = events.iter().position(|e| e == "egress-forwarder-ready");
+    assert!(ready_at.is_some_and(|r| r < exit_at), "{events:?}");
+    bed.shim.delete("pod", "").await.unwrap();
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn without_an_allowlist_no_forwarder_is_started() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    assert!(bed.fake.calls_of("forwarder").is_empty());
+    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
+    bed.exit_status("c1").await;
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn a_deleted_created_container_with_egress_leaves_no_forwarder() {
+    let bed = Bed::with_policy(EGRESS_POLICY);
+    bed.running("c1").await;
+    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
+    bed.exit_status("c1").await;
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn egress_records_are_part_of_the_sandboxs_signed_trail() {
+    use policy_injector::audit_chain::{sign, verify};
+    use std::os::unix::fs::PermissionsExt;
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = sign::key_pair_pem([3; 32]);
+    let key = keys.path().join("audit.key");
+    std::fs::write(&key, private).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let bed = Bed::with_policy(&format!(
+        "{EGRESS_POLICY}[audit]\nsigning_key = \"{}\"\n",
+        key.display()
+    ));
+    bed.running("c1").await;
+    bed.fake.exit("c1", exited(0));
+    bed.exit_status("c1").await;
+    bed.shim.delete("c1", "").await.unwrap();
+    let events = bed.audit_events("c1");
+    assert!(
+        events.iter().any(|e| e.starts_with("egress-")),
+        "{events:?}"
+    );
+    let log = std::fs::read(bed.audit_path()).unwrap();
+    let public = sign::verifying_key_from_pem(&public).unwrap();
+    verify::verify_all(&[("audit.jsonl", &log)], Some(public), false)
+        .unwrap_or_else(|b| panic!("{b}"));
+    bed.assert_clean();
+}
