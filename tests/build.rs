@@ -75,7 +75,7 @@ fn compile(cc: &str, sources: &[PathBuf], binary: &std::path::Path, what: &str) 
 fn build_forwarder(out_dir: &std::path::Path, binary: &std::path::Path) {
     let src = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"))
         .join("../shim/forwarder/src");
-    for f in ["lib.rs", "main.rs"] {
+    for f in ["lib.rs", "main.rs", "await_listener.rs"] {
         println!("cargo:rerun-if-changed={}", src.join(f).display());
     }
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());

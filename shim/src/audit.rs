@@ -334,3 +334,58 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod schema_tests {
+    use super::AuditEvent;
+    use serde_json::Value;
+
+    const SCHEMA: &str = include_str!("../audit-record.schema.json");
+
+    fn enum_at(pointer: &str) -> Vec<String> {
+        let schema: Value = serde_json::from_str(SCHEMA).unwrap();
+        schema
+            .pointer(pointer)
+            .and_then(Value::as_array)
+            .unwrap_or_else(|| panic!("no enum at {pointer}"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// A new rule or event that the schema does not know makes every record carrying it
+    /// invalid: keep them in step.
+    #[test]
+    fn the_schema_knows_every_rule_and_every_lifecycle_event() {
+        let rules = enum_at("/$defs/decision/properties/rule/enum");
+        for rule in policy_injector::Rule::ALL {
+            let name = serde_json::to_value(rule).unwrap();
+            assert!(
+                rules.contains(&name.as_str().unwrap().to_string()),
+                "{name} missing"
+            );
+        }
+        let events = enum_at("/$defs/lifecycle/properties/event/enum");
+        for event in [
+            AuditEvent::Create,
+            AuditEvent::CreateRejected,
+            AuditEvent::CreateFailed,
+            AuditEvent::Start,
+            AuditEvent::Exec,
+            AuditEvent::ExecRejected,
+            AuditEvent::ExecStart,
+            AuditEvent::ExecExit,
+            AuditEvent::Update,
+            AuditEvent::Oom,
+            AuditEvent::Timeout,
+            AuditEvent::Exit,
+            AuditEvent::Delete,
+        ] {
+            let name = serde_json::to_value(event).unwrap();
+            assert!(
+                events.contains(&name.as_str().unwrap().to_string()),
+                "{name} missing"
+            );
+        }
+    }
+}

@@ -381,3 +381,57 @@ fn a_workload_may_not_run_as_the_forwarders_uid() {
     // Without egress the uid is nobody's in particular.
     assert!(harden(&spec, &Policy::default(), &Context::default()).is_ok());
 }
+
+fn args_of(spec: &Value) -> Vec<String> {
+    spec["process"]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_standalone_workload_starts_only_once_the_forwarder_listens() {
+    let mut spec = base_spec();
+    spec["process"]["args"] = json!(["sh", "-c", "echo hi"]);
+    let h = harden(&spec, &on(), &Context::default()).unwrap();
+    assert_eq!(
+        args_of(&h.spec),
+        [
+            "/.gvisor-hardened/forwarder",
+            "--await-listener",
+            "127.0.0.1:3128",
+            "--",
+            "sh",
+            "-c",
+            "echo hi"
+        ]
+    );
+    assert!(h
+        .decisions
+        .iter()
+        .any(|d| d.rule == Rule::Egress && d.field == "process.args"));
+    // Hardening the result again does not wrap it twice.
+    let again = harden(&h.spec, &on(), &Context::default()).unwrap();
+    assert_eq!(args_of(&again.spec), args_of(&h.spec));
+}
+
+#[test]
+fn containers_of_a_pod_run_their_command_unchanged() {
+    for kind in ["sandbox", "container"] {
+        let mut spec = base_spec();
+        spec["process"]["args"] = json!(["/pause"]);
+        spec["annotations"] = json!({"io.kubernetes.cri.container-type": kind});
+        let h = harden(&spec, &on(), &Context::default()).unwrap();
+        assert_eq!(args_of(&h.spec), ["/pause"], "{kind}");
+    }
+}
+
+#[test]
+fn without_egress_the_command_is_untouched() {
+    let mut spec = base_spec();
+    spec["process"]["args"] = json!(["sh"]);
+    let h = harden(&spec, &Policy::default(), &Context::default()).unwrap();
+    assert_eq!(args_of(&h.spec), ["sh"]);
+}

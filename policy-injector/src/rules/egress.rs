@@ -61,8 +61,15 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
             }
         }
     }
+    let standalone = !spec
+        .get("annotations")
+        .and_then(|a| a.get(CRI_CONTAINER_TYPE))
+        .is_some();
     if let Some(process) = json::opt_object_mut(spec, "process", "")? {
         inject_env(process, "process", &plan, pass)?;
+        if standalone {
+            await_forwarder(process, &plan, pass)?;
+        }
     }
     if !matches!(spec.get("mounts"), Some(Value::Array(_))) {
         spec.insert("mounts".into(), Value::Array(Vec::new()));
@@ -102,6 +109,54 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
     pass.egress = Some(plan);
     Ok(())
 }
+
+/// CRI marks every container of a pod; a spec without the mark is its own sandbox (ctr, nerdctl).
+const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
+
+/// A container that is its own sandbox starts its workload at `runsc start`, and the forwarder
+/// can only be exec'd after that: the workload could bind the forwarder's port first. Its
+/// command is put behind the forwarder binary's `--await-listener`, which waits until the
+/// forwarder listens and then becomes the workload. (A pod's sandbox container is started, and
+/// its forwarder listening, before any of the pod's workloads exists.)
+fn await_forwarder(
+    process: &mut Object,
+    plan: &EgressPlan,
+    pass: &mut Pass<'_>,
+) -> Result<(), HardenError> {
+    let launcher = [
+        plan.forwarder.in_sandbox_path.clone(),
+        AWAIT_FLAG.to_string(),
+        plan.listen.to_string(),
+        "--".to_string(),
+    ];
+    let Some(args) = json::opt_array_mut(process, "args", "process")? else {
+        return Ok(());
+    };
+    let already = args.len() > launcher.len()
+        && args
+            .iter()
+            .zip(&launcher)
+            .all(|(a, l)| a.as_str() == Some(l.as_str()));
+    if already || args.is_empty() {
+        return Ok(());
+    }
+    let before = Value::Array(args.clone());
+    for (i, l) in launcher.into_iter().enumerate() {
+        args.insert(i, Value::String(l));
+    }
+    pass.record(
+        Rule::Egress,
+        "process.args",
+        Action::Set,
+        Some(before),
+        Some(Value::Array(args.clone())),
+        "the workload starts once the egress forwarder listens, so it cannot take its port first",
+    );
+    Ok(())
+}
+
+/// The forwarder binary's launcher mode.
+const AWAIT_FLAG: &str = "--await-listener";
 
 /// For an Exec: the proxy variables of the policy's plan (an exec cannot narrow; the sandbox's
 /// proxy enforces whatever its Create decided).

@@ -349,3 +349,57 @@ impl RecvWindow {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether `/proc/net/tcp` (or `tcp6`) text shows a socket listening on `addr`. Addresses there
+/// are the kernel's in-memory words in hex (IPv4: one little-endian u32; IPv6: four of them),
+/// ports big-endian hex; state `0A` is LISTEN.
+pub fn listening(table: &str, addr: std::net::SocketAddr) -> bool {
+    let local = match addr.ip() {
+        std::net::IpAddr::V4(ip) => format!("{:08X}", u32::from_le_bytes(ip.octets())),
+        std::net::IpAddr::V6(ip) => ip
+            .octets()
+            .chunks(4)
+            .map(|w| format!("{:08X}", u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+            .collect(),
+    };
+    let want = format!("{local}:{:04X}", addr.port());
+    table.lines().skip(1).any(|line| {
+        let mut fields = line.split_whitespace();
+        let (_slot, local, _remote, state) =
+            (fields.next(), fields.next(), fields.next(), fields.next());
+        local.is_some_and(|l| l.eq_ignore_ascii_case(&want)) && state == Some("0A")
+    })
+}
+
+#[cfg(test)]
+mod listening_tests {
+    use super::listening;
+
+    // Lines as Linux and gVisor print them: 127.0.0.1:3128 listening, 127.0.0.1:8080 connected.
+    const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:0C38 00000000:0000 0A 00000000:00000000 00:00000000 00000000 65532        0 1 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:9C40 01 00000000:00000000 00:00000000 00000000 65534        0 2 1 0000000000000000 100 0 0 10 0
+";
+
+    #[test]
+    fn a_listening_socket_on_the_address_is_found() {
+        assert!(listening(TCP, "127.0.0.1:3128".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_connected_socket_or_another_port_is_not_a_listener() {
+        assert!(!listening(TCP, "127.0.0.1:8080".parse().unwrap()));
+        assert!(!listening(TCP, "127.0.0.1:3129".parse().unwrap()));
+        assert!(!listening(TCP, "127.0.0.2:3128".parse().unwrap()));
+        assert!(!listening("", "127.0.0.1:3128".parse().unwrap()));
+    }
+
+    #[test]
+    fn ipv6_loopback_is_encoded_word_by_word() {
+        let tcp6 =
+            "  sl  local_address                         remote_address                        st
+   0: 00000000000000000000000001000000:0C38 00000000000000000000000000000000:0000 0A
+";
+        assert!(listening(tcp6, "[::1]:3128".parse().unwrap()));
+    }
+}

@@ -3,7 +3,9 @@
 //! every accepted connection over stdin/stdout to the shim's egress proxy, framed as described
 //! in the library.
 //!
-//! Usage: `gvisor-hardened-forwarder [--listen ADDR]` (default 127.0.0.1:3128). No environment
+//! Usage: `gvisor-hardened-forwarder [--listen ADDR]` (default 127.0.0.1:3128), or
+//! `gvisor-hardened-forwarder --await-listener ADDR [--timeout SECS] -- PROGRAM ARGS...` in front
+//! of a workload (`await_listener.rs`). No environment
 //! is read and nothing secret is passed: the workload can read this process's cmdline.
 //!
 //! Threads, not an event loop: std has no poll(2), and a sandbox runs this for its whole life,
@@ -21,6 +23,8 @@ use std::process::exit;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
+
+mod await_listener;
 
 use gvisor_hardened_forwarder::{
     data_header, read_frame, Frame, RecvWindow, DEFAULT_LISTEN, HEADER_LEN, INITIAL_WINDOW,
@@ -309,6 +313,11 @@ fn parse_args() -> Result<SocketAddr, String> {
 }
 
 fn main() {
+    // The workload's launcher mode: not the forwarder at all (see await_listener.rs).
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("--await-listener") {
+        await_listener::run(&argv[2..]);
+    }
     // SAFETY: fds 0 and 1 are this process's stdio, owned by nothing else in this program
     // (std's own Stdout is never used, so no buffered copy races with these).
     let (mut stdin, stdout) = unsafe { (File::from_raw_fd(0), File::from_raw_fd(1)) };

@@ -67,6 +67,11 @@ pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Resu
         config_path: policy_path.as_deref(),
         node_policy: Path::new(NODE_POLICY_PATH),
     })?;
+    if !inputs.policy.policy.network.egress.allow.is_empty() {
+        return Err(OciError::EgressUnsupported(
+            inputs.policy.source.display_path(),
+        ));
+    }
     if let Some(engine) = engine {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         inputs.engine = Some(engine::context(
