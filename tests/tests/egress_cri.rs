@@ -1,0 +1,115 @@
+//! Egress for a pod through CRI: the pod's sandbox container runs the one forwarder, the pod's
+//! containers share it, and the proxy dials from the pod's own network namespace (CNI's), so the
+//! pod IP and NetworkPolicies still apply. The upstream is a busybox httpd on the loopback of
+//! the pod's network namespace, which only a dial from inside that namespace can reach.
+
+use std::process::{Child, Command, Stdio};
+
+use gvisor_hardened_tests::cri::*;
+use gvisor_hardened_tests::egress::forwarder_binary;
+use gvisor_hardened_tests::{shim_binary, TEST_IMAGE_REF};
+
+const BODY: &str = "hello from the pod's own network namespace";
+
+/// busybox httpd on 127.0.0.1:8081 inside `netns`, serving `dir`; killed on drop.
+struct PodLocalServer(Child);
+
+impl PodLocalServer {
+    fn start(netns: &std::path::Path, dir: &std::path::Path) -> PodLocalServer {
+        // nsenter, not `ip netns exec` (which remounts /sys); -f: stay in the foreground.
+        let child = Command::new("nsenter")
+            .arg(format!("--net={}", netns.display()))
+            .args(["busybox", "httpd", "-f", "-p", "127.0.0.1:8081", "-h"])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Reached from inside the namespace before the test relies on it.
+        gvisor_hardened_tests::poll_until(
+            "the pod-local httpd",
+            std::time::Duration::from_secs(10),
+            || {
+                Command::new("nsenter")
+                    .arg(format!("--net={}", netns.display()))
+                    .args(["busybox", "wget", "-q", "-O", "/dev/null"])
+                    .arg("http://127.0.0.1:8081/hello.txt")
+                    .status()
+                    .is_ok_and(|s| s.success())
+                    .then_some(())
+            },
+        )
+        .unwrap();
+        PodLocalServer(child)
+    }
+}
+
+impl Drop for PodLocalServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_pods_containers_share_one_forwarder_and_the_proxy_dials_from_the_pods_netns() {
+    let policy = format!(
+        r#"version = 1
+[network.egress]
+allow = ["podlocal.example.test:8081"]
+allow_cidrs = ["127.0.0.1/32"]
+hosts = {{ "podlocal.example.test" = "127.0.0.1" }}
+plain_http = true
+require_sni = false
+forwarder = "{}"
+"#,
+        forwarder_binary().display()
+    );
+    let cri = CriContainerd::start(CriOptions {
+        policies: vec![(HARDENED_HANDLER.to_string(), policy)],
+        ..CriOptions::with_shim(shim_binary().unwrap())
+    })
+    .unwrap();
+    let pod = cri.run_pod("egress", HARDENED_HANDLER).unwrap();
+    let www = tempfile::tempdir().unwrap();
+    std::fs::write(www.path().join("hello.txt"), BODY).unwrap();
+    let _server = PodLocalServer::start(pod.netns.as_deref().expect("a pod netns"), www.path());
+
+    let fetch = "wget -q -O - http://podlocal.example.test:8081/hello.txt";
+    let mut ids = Vec::new();
+    for name in ["first", "second"] {
+        let config = container_config(name, TEST_IMAGE_REF, &["sleep", "600"]);
+        ids.push(cri.run_container(&pod, &config).unwrap());
+    }
+    for id in &ids {
+        let out = cri
+            .client()
+            .exec_sync(id, &["sh", "-c", fetch], 20)
+            .unwrap();
+        assert!(out.success() && out.stdout == BODY, "{id}: {out}");
+    }
+
+    // One forwarder for the pod, in its sandbox container; both containers' connections went
+    // through it and are filed under the sandbox.
+    let audit: Vec<serde_json::Value> = cri
+        .audit_log()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let ready: Vec<_> = audit
+        .iter()
+        .filter(|r| r["event"] == "egress-forwarder-ready")
+        .collect();
+    assert_eq!(ready.len(), 1, "{ready:?}");
+    assert_eq!(ready[0]["container_id"], pod.id.as_str());
+    let allowed = audit
+        .iter()
+        .filter(|r| {
+            r["event"] == "egress-connection"
+                && r["verdict"] == "allowed"
+                && r["sandbox_id"] == pod.id.as_str()
+        })
+        .count();
+    assert_eq!(allowed, 2, "{audit:?}");
+    cri.remove_pod(&pod).unwrap();
+}
