@@ -61,10 +61,10 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
             }
         }
     }
-    let standalone = !spec
+    let standalone = spec
         .get("annotations")
         .and_then(|a| a.get(CRI_CONTAINER_TYPE))
-        .is_some();
+        .is_none();
     if let Some(process) = json::opt_object_mut(spec, "process", "")? {
         inject_env(process, "process", &plan, pass)?;
         if standalone {
