@@ -167,15 +167,25 @@ fn attacks() -> Vec<DockerAttack> {
             "exit 137; Docker's OOMKilled and the audit's oom both true",
             |l| {
                 let (out, id) = l.run(false, &["--memory", "64m"], "sandbox-probe mem 1024")?;
-                let oom_killed =
-                    l.d.docker()
-                        .args(["inspect", "-f", "{{.State.OOMKilled}}", &id])
-                        .output()?;
+                // Docker learns the OOM kill from containerd's TaskOOM event, which may be
+                // handled after the exit that ended `docker run`: wait for it, bounded.
+                let mut last = String::new();
+                let seen = crate::poll_until(
+                    "Docker's OOMKilled",
+                    std::time::Duration::from_secs(10),
+                    || {
+                        let inspect =
+                            l.d.docker()
+                                .args(["inspect", "-f", "{{.State.OOMKilled}}", &id])
+                                .output()
+                                .ok()?;
+                        last = inspect.to_string();
+                        (inspect.stdout_trimmed() == "true").then_some(())
+                    },
+                );
                 let _ = l.d.docker().args(["rm", "-f", &id]).output();
                 ensure(out.code() == 137, || format!("expected exit 137: {out}"))?;
-                ensure(oom_killed.stdout_trimmed() == "true", || {
-                    format!("docker inspect: {oom_killed}")
-                })?;
+                ensure(seen.is_ok(), || format!("docker inspect: {last}"))?;
                 let exit = l.audit(&id, "exit")?;
                 ensure(exit["oom"] == true, || format!("audit exit line: {exit}"))?;
                 Ok("exit 137; OOMKilled true; audit oom true".into())
