@@ -40,6 +40,11 @@ fn spec_smuggling_is_rejected_or_neutralised() {
 }
 
 #[test]
+fn egress_attacks_are_held() {
+    assert_all_held(&run_category(Category::Egress));
+}
+
+#[test]
 fn the_catalogue_has_at_least_30_attacks_with_unique_names() {
     let all = gvisor_hardened_tests::attacks::catalogue();
     assert!(all.len() >= 30, "{} attacks", all.len());

@@ -16,7 +16,7 @@ fn policy(c: &Containerd, ns: &UpstreamNetns) -> TestPolicy {
         .extra(&format!(
             r#"
 [network.egress]
-allow = ["upstream.example.test:8080"]
+allow = ["upstream.example.test:8080", "metadata.example.test:8080", "loop.example.test:8080"]
 allow_cidrs = ["{cidr}"]
 hosts = {{ "upstream.example.test" = "{inside}", "metadata.example.test" = "169.254.169.254", "loop.example.test" = "127.0.0.1" }}
 plain_http = true

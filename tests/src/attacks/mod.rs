@@ -8,6 +8,7 @@
 //! `GVH_ATTACKS=name,name` runs only the attacks whose name contains one of the words.
 
 pub mod docker;
+pub mod egress;
 pub mod filesystem;
 pub mod host;
 pub mod lab;
@@ -66,6 +67,8 @@ pub enum Category {
     Smuggling,
     /// A representative subset through `docker run --runtime gvisor-hardened`.
     Docker,
+    /// A sandbox with an egress allowlist trying to get anywhere else.
+    Egress,
 }
 
 impl Category {
@@ -78,6 +81,7 @@ impl Category {
             Category::Secrets => "secrets",
             Category::Smuggling => "spec-smuggling",
             Category::Docker => "docker-engine",
+            Category::Egress => "egress",
         }
     }
 }
@@ -100,6 +104,7 @@ pub fn catalogue() -> Vec<Attack> {
     all.extend(network::attacks());
     all.extend(secrets::attacks());
     all.extend(smuggling::attacks());
+    all.extend(egress::attacks());
     all
 }
 
