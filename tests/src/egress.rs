@@ -325,3 +325,35 @@ impl Drop for RunscSandbox {
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A `[network.egress]` section for tests: `allow`, the static `hosts` (name, address),
+/// `allow_cidrs`, plain HTTP on, SNI not required (the upstreams serve plain HTTP), and the
+/// forwarder `build.rs` made.
+pub fn egress_section(allow: &[&str], hosts: &[(&str, String)], cidrs: &[String]) -> String {
+    let list = |items: Vec<String>| items.join(", ");
+    format!(
+        "[network.egress]\nallow = [{}]\nallow_cidrs = [{}]\nhosts = {{ {} }}\nplain_http = true\nrequire_sni = false\nforwarder = \"{}\"\n",
+        list(allow.iter().map(|a| format!("\"{a}\"")).collect()),
+        list(cidrs.iter().map(|c| format!("\"{c}\"")).collect()),
+        list(hosts.iter().map(|(n, a)| format!("\"{n}\" = \"{a}\"")).collect()),
+        forwarder_binary().display()
+    )
+}
+
+/// The allowlist the egress attacks and the shim test share: the upstream, and two names that
+/// resolve where the guard must refuse them (cloud metadata, the node's loopback).
+pub fn hostile_names_section(ns: &UpstreamNetns) -> String {
+    egress_section(
+        &[
+            "upstream.example.test:8080",
+            "metadata.example.test:8080",
+            "loop.example.test:8080",
+        ],
+        &[
+            ("upstream.example.test", ns.inside_addr()),
+            ("metadata.example.test", "169.254.169.254".into()),
+            ("loop.example.test", "127.0.0.1".into()),
+        ],
+        &[ns.cidr()],
+    )
+}

@@ -6,7 +6,7 @@
 use std::process::{Child, Command, Stdio};
 
 use gvisor_hardened_tests::cri::*;
-use gvisor_hardened_tests::egress::forwarder_binary;
+use gvisor_hardened_tests::egress::egress_section;
 use gvisor_hardened_tests::{shim_binary, TEST_IMAGE_REF};
 
 const BODY: &str = "hello from the pod's own network namespace";
@@ -54,16 +54,12 @@ impl Drop for PodLocalServer {
 #[test]
 fn a_pods_containers_share_one_forwarder_and_the_proxy_dials_from_the_pods_netns() {
     let policy = format!(
-        r#"version = 1
-[network.egress]
-allow = ["podlocal.example.test:8081"]
-allow_cidrs = ["127.0.0.1/32"]
-hosts = {{ "podlocal.example.test" = "127.0.0.1" }}
-plain_http = true
-require_sni = false
-forwarder = "{}"
-"#,
-        forwarder_binary().display()
+        "version = 1\n{}",
+        egress_section(
+            &["podlocal.example.test:8081"],
+            &[("podlocal.example.test", "127.0.0.1".into())],
+            &["127.0.0.1/32".into()],
+        )
     );
     let cri = CriContainerd::start(CriOptions {
         policies: vec![(HARDENED_HANDLER.to_string(), policy)],

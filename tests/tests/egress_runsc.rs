@@ -17,7 +17,7 @@ use containerd_shim_gvisor_hardened::egress::spawn::RunscExec;
 use containerd_shim_gvisor_hardened::egress::{
     EgressSupervisor, ForwarderState, Proxy, SupervisorOptions,
 };
-use gvisor_hardened_tests::egress::{busybox_spec, forwarder_binary, RunscSandbox, UpstreamNetns};
+use gvisor_hardened_tests::egress::{busybox_spec, egress_section, RunscSandbox, UpstreamNetns};
 use policy_injector::{harden, harden_process, Context, EgressPlan, Policy};
 use serde_json::{json, Value};
 
@@ -26,19 +26,13 @@ const UPSTREAM_BODY: &str = "hello from upstream";
 const POD_NETNS_BODY: &str = "hello from the pod netns";
 
 fn policy(ns: &UpstreamNetns) -> Policy {
-    let src = format!(
-        r#"
-[network.egress]
-allow = ["upstream.example.test:8080", "podlocal.example.test:8081"]
-allow_cidrs = ["{cidr}", "127.0.0.1/32"]
-hosts = {{ "upstream.example.test" = "{inside}", "podlocal.example.test" = "127.0.0.1" }}
-plain_http = true
-require_sni = false
-forwarder = "{fwd}"
-"#,
-        cidr = ns.cidr(),
-        inside = ns.inside_addr(),
-        fwd = forwarder_binary().display()
+    let src = egress_section(
+        &["upstream.example.test:8080", "podlocal.example.test:8081"],
+        &[
+            ("upstream.example.test", ns.inside_addr()),
+            ("podlocal.example.test", "127.0.0.1".into()),
+        ],
+        &[ns.cidr(), "127.0.0.1/32".into()],
     );
     Policy::from_toml_str(&src).unwrap()
 }

@@ -5,7 +5,7 @@
 //! nothing leaves the machine.
 
 use gvisor_hardened_tests::audit_tools::{policy_injector_audit, validate_against_schema};
-use gvisor_hardened_tests::egress::{forwarder_binary, UpstreamNetns};
+use gvisor_hardened_tests::egress::{hostile_names_section, UpstreamNetns};
 use gvisor_hardened_tests::fault::TestPolicy;
 use gvisor_hardened_tests::*;
 
@@ -13,20 +13,7 @@ const BODY: &str = "hello through the allowlist";
 
 fn policy(c: &Containerd, ns: &UpstreamNetns) -> TestPolicy {
     TestPolicy::builder(c, "egress")
-        .extra(&format!(
-            r#"
-[network.egress]
-allow = ["upstream.example.test:8080", "metadata.example.test:8080", "loop.example.test:8080"]
-allow_cidrs = ["{cidr}"]
-hosts = {{ "upstream.example.test" = "{inside}", "metadata.example.test" = "169.254.169.254", "loop.example.test" = "127.0.0.1" }}
-plain_http = true
-require_sni = false
-forwarder = "{fwd}"
-"#,
-            cidr = ns.cidr(),
-            inside = ns.inside_addr(),
-            fwd = forwarder_binary().display()
-        ))
+        .extra(&hostile_names_section(ns))
         .write()
         .unwrap()
 }

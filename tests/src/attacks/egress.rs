@@ -4,7 +4,7 @@
 
 use super::lab::{Job, Lab, Ran};
 use super::{ensure, Attack, Category, Failed, Outcome};
-use crate::egress::{forwarder_binary, UpstreamNetns};
+use crate::egress::{hostile_names_section, UpstreamNetns};
 
 fn a(name: &'static str, expected: &'static str, run: fn(&Lab) -> Outcome) -> Attack {
     Attack {
@@ -119,7 +119,7 @@ pub fn attacks() -> Vec<Attack> {
             "rejected by policy: the annotation may only narrow",
             |l| {
                 let ns = UpstreamNetns::create().map_err(|e| Failed(e.to_string()))?;
-                let policy = l.write_policy("egress-widen", &policy_toml(&ns))?;
+                let policy = l.write_policy("egress-widen", &hostile_names_section(&ns))?;
                 let ran = l.run(Job::sh("egress-widen", "true").policy(policy).flags([
                     "--annotation",
                     "gvisor-hardened.dev/egress=evil.example.test",
@@ -136,22 +136,6 @@ pub fn attacks() -> Vec<Attack> {
     ]
 }
 
-fn policy_toml(ns: &UpstreamNetns) -> String {
-    format!(
-        r#"[network.egress]
-allow = ["upstream.example.test:8080", "metadata.example.test:8080", "loop.example.test:8080"]
-allow_cidrs = ["{cidr}"]
-hosts = {{ "upstream.example.test" = "{inside}", "metadata.example.test" = "169.254.169.254", "loop.example.test" = "127.0.0.1" }}
-plain_http = true
-require_sni = false
-forwarder = "{fwd}"
-"#,
-        cidr = ns.cidr(),
-        inside = ns.inside_addr(),
-        fwd = forwarder_binary().display()
-    )
-}
-
 /// Runs `script` in a sandbox with egress to a fresh upstream; returns the run and the upstream
 /// (kept alive by the caller while it checks).
 fn run(lab: &Lab, prefix: &'static str, script: &str) -> Result<(Ran, UpstreamNetns), Failed> {
@@ -159,7 +143,7 @@ fn run(lab: &Lab, prefix: &'static str, script: &str) -> Result<(Ran, UpstreamNe
     let inside = ns.inside_addr();
     ns.serve(&inside, 8080, &[("hello.txt", b"upstream")])
         .map_err(|e| Failed(e.to_string()))?;
-    let policy = lab.write_policy(prefix, &policy_toml(&ns))?;
+    let policy = lab.write_policy(prefix, &hostile_names_section(&ns))?;
     let script = script.replace("UPSTREAM", &inside);
     let ran = lab.run(Job::sh(prefix, &script).policy(policy))?;
     Ok((ran, ns))

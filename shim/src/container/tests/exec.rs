@@ -51,10 +51,7 @@ async fn an_exec_is_hardened_audited_and_its_exit_published_before_its_delete_an
         bed.shim.delete("c1", "e1").await.unwrap_err().code(),
         Code::NOT_FOUND
     );
-    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
-    bed.exit_status("c1").await;
-    bed.shim.delete("c1", "").await.unwrap();
-    bed.assert_clean();
+    bed.kill_delete_and_check("c1").await;
 }
 
 #[tokio::test]
@@ -83,10 +80,7 @@ async fn a_running_exec_is_killed_by_its_pid_inside_the_sandbox_and_not_deleted_
         [format!("kill c1 {SIGTERM} pid 100")]
     );
     bed.shim.delete("c1", "e1").await.unwrap();
-    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
-    bed.exit_status("c1").await;
-    bed.shim.delete("c1", "").await.unwrap();
-    bed.assert_clean();
+    bed.kill_delete_and_check("c1").await;
 }
 
 #[tokio::test]
@@ -99,10 +93,7 @@ async fn an_exec_that_fails_to_start_releases_its_wait_with_255() {
     assert_eq!(err.code(), Code::UNKNOWN);
     assert_eq!(bed.shim.wait("c1", "e1").await.unwrap().exit_status, 255);
     bed.shim.delete("c1", "e1").await.unwrap();
-    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
-    bed.exit_status("c1").await;
-    bed.shim.delete("c1", "").await.unwrap();
-    bed.assert_clean();
+    bed.kill_delete_and_check("c1").await;
 }
 
 #[tokio::test]
@@ -141,8 +132,5 @@ async fn an_exec_with_a_terminal_gets_it_over_the_console_socket_and_can_resize_
     bed.fake.exit_exec("c1", "e1", exited(0));
     assert_eq!(bed.shim.wait("c1", "e1").await.unwrap().exit_status, 0);
     bed.shim.delete("c1", "e1").await.unwrap();
-    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
-    bed.exit_status("c1").await;
-    bed.shim.delete("c1", "").await.unwrap();
-    bed.assert_clean();
+    bed.kill_delete_and_check("c1").await;
 }

@@ -57,10 +57,7 @@ async fn starting_twice_is_a_failed_precondition_and_runsc_is_not_asked_again() 
         )
     );
     assert_eq!(bed.fake.calls_of("start"), ["start c1"]);
-    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
-    bed.exit_status("c1").await;
-    bed.shim.delete("c1", "").await.unwrap();
-    bed.assert_clean();
+    bed.kill_delete_and_check("c1").await;
 }
 
 #[tokio::test]
@@ -143,10 +140,7 @@ async fn a_container_with_a_terminal_gets_it_at_create() {
     bed.shim.create(req).await.unwrap();
     bed.shim.start("c1", "").await.unwrap();
     bed.shim.resize_pty("c1", "", 100, 30).await.unwrap();
-    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
-    bed.exit_status("c1").await;
-    bed.shim.delete("c1", "").await.unwrap();
-    bed.assert_clean();
+    bed.kill_delete_and_check("c1").await;
 }
 
 #[tokio::test]

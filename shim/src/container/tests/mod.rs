@@ -126,6 +126,15 @@ impl Bed {
         self.shim.wait(id, "").await.unwrap().exit_status
     }
 
+    /// The end of most tests: SIGKILL to every process of `id`, its exit, its delete, and
+    /// nothing left anywhere.
+    pub async fn kill_delete_and_check(&self, id: &str) {
+        self.shim.kill(id, "", SIGKILL, true).await.unwrap();
+        self.exit_status(id).await;
+        self.shim.delete(id, "").await.unwrap();
+        self.assert_clean();
+    }
+
     /// Nothing of any container is left in runsc, the process table, the mounts or the cgroups,
     /// and the shim's own files are gone from the bundles.
     pub fn assert_clean(&self) {

@@ -184,20 +184,14 @@ async fn without_an_allowlist_no_forwarder_is_started() {
     let bed = Bed::new();
     bed.running("c1").await;
     assert!(bed.fake.calls_of("forwarder").is_empty());
-    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
-    bed.exit_status("c1").await;
-    bed.shim.delete("c1", "").await.unwrap();
-    bed.assert_clean();
+    bed.kill_delete_and_check("c1").await;
 }
 
 #[tokio::test]
 async fn a_deleted_created_container_with_egress_leaves_no_forwarder() {
     let bed = Bed::with_policy(EGRESS_POLICY);
     bed.running("c1").await;
-    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
-    bed.exit_status("c1").await;
-    bed.shim.delete("c1", "").await.unwrap();
-    bed.assert_clean();
+    bed.kill_delete_and_check("c1").await;
 }
 
 #[tokio::test]

@@ -27,10 +27,7 @@ async fn pause_and_resume_follow_the_state_and_publish_their_events() {
         Code::UNKNOWN
     );
     bed.shim.pause("c1").await.unwrap();
-    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
-    bed.exit_status("c1").await;
-    bed.shim.delete("c1", "").await.unwrap();
-    bed.assert_clean();
+    bed.kill_delete_and_check("c1").await;
 }
 
 #[tokio::test]
@@ -50,8 +47,5 @@ async fn an_update_is_clamped_by_the_policy_and_written_to_the_sandbox_cgroups()
         "{updates:?}"
     );
     assert_eq!(bed.audit_events("c1").last().unwrap(), "update");
-    bed.shim.kill("c1", "", SIGKILL, true).await.unwrap();
-    bed.exit_status("c1").await;
-    bed.shim.delete("c1", "").await.unwrap();
-    bed.assert_clean();
+    bed.kill_delete_and_check("c1").await;
 }
