@@ -351,7 +351,8 @@ pub fn hostile_names_section(ns: &UpstreamNetns) -> String {
         ],
         &[
             ("upstream.example.test", ns.inside_addr()),
-            ("metadata.example.test", "169.254.169.254".into()),
+            // The guard must refuse it: nothing is ever sent there.
+            ("metadata.example.test", "169.254.169.254".into()), // net-scan: data
             ("loop.example.test", "127.0.0.1".into()),
         ],
         &[ns.cidr()],

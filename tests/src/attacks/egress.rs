@@ -49,7 +49,7 @@ pub fn attacks() -> Vec<Attack> {
                     l,
                     "egress-meta",
                     "http://metadata.example.test:8080/latest",
-                    "169.254.169.254",
+                    "169.254.169.254", // the refusal names it; net-scan: data
                 )
             },
         ),
