@@ -1,7 +1,8 @@
 //! `[output] max_bytes` through real containerd, runsc and ctr: a container writing past the
 //! bound gets exactly the bound through to `ctr` plus one marker line, and its exit record
 //! says it was truncated and carries the sha256 of exactly what `ctr` printed. stdout and
-//! stderr share the bound. The records conform to the schema and the chain verifies.
+//! stderr share the bound; a terminal is bounded too. The records conform to the schema and
+//! the chain verifies.
 
 use gvisor_hardened_tests::audit_tools::{policy_injector_audit, validate_against_schema};
 use gvisor_hardened_tests::fault::TestPolicy;
@@ -110,6 +111,34 @@ fn output_past_the_bound_is_cut_after_one_marker_line_and_the_exit_record_hashes
         .repeat(20_000)
         .starts_with(delivered(se, &out.stderr)));
     assert_nothing_left(&c, &id2, &policy.runtime());
+
+    // A terminal is one stream (stdout), bounded the same way: the terminal shows the marker.
+    let id3 = unique_id("tty");
+    let run = Run::new(image.reference(), &id3)
+        .runtime(policy.runtime())
+        .flags(["-t"])
+        .sh("yes 0123456789abcdef | head -c 300000");
+    let out = c
+        .ctr()
+        .args(run.ctr_args_for(&c))
+        .output_in_pty("")
+        .unwrap();
+    assert_eq!(out.code(), 0, "{out}");
+    let screen = out.stdout.replace('\r', "");
+    assert!(
+        screen.ends_with(marker().as_str()),
+        "{}",
+        &screen[screen.len().saturating_sub(300)..]
+    );
+    let exit = policy
+        .audit_lines()
+        .into_iter()
+        .find(|r| r["container_id"] == id3.as_str() && r["event"] == "exit")
+        .unwrap();
+    assert_eq!(exit["output_bytes"], MAX, "{exit}");
+    assert_eq!(exit["output_truncated"], true, "{exit}");
+    assert_eq!(exit["output"]["stdout"]["marker_written"], true, "{exit}");
+    assert_nothing_left(&c, &id3, &policy.runtime());
 
     validate_against_schema(&[&policy.audit_path])
         .unwrap_or_else(|e| panic!("records that do not conform to the schema:\n{e}"));
