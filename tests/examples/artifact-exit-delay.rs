@@ -2,17 +2,18 @@
 //! under the default `[audit.artifacts]` bounds (issue 13's measurement):
 //!
 //! ```text
-//! cargo run --release -p gvisor-hardened-tests --example artifact-exit-delay -- [FILES] [RUNS]
+//! GVH_SHIM_BINARY=target/release/containerd-shim-gvisor-hardened-v1 \
+//!   cargo run -p gvisor-hardened-tests --example artifact-exit-delay -- [FILES] [RUNS]
 //! ```
 //!
-//! Two volumes, each bind-mounted writable at /data: an empty one, and a hostile one with
-//! FILES (1,000,000) empty files in one directory, a chain of 300 nested directories (past the
-//! walk's depth limit), a FIFO and a name that is not UTF-8. For each, RUNS (3) of `ctr run
+//! Three volumes, each bind-mounted writable at /data: an empty one; `many`, FILES (1,000,000)
+//! empty files in one directory; `deep`, a chain of 300 nested directories (past the walk's
+//! depth limit of 128), a FIFO and names that are not UTF-8. For each, RUNS (3) of `ctr run
 //! --rm --mount ... IMAGE ID true`, interleaved, timed; from the audit log, the time from the
 //! start record to the exit record (the workload itself takes milliseconds: the rest is the
 //! exit path, whose walk is what differs between the volumes) and from the create record to
-//! the start record (the start manifest). Needs root; nothing is asserted. Builds the
-//! hostile tree in `$TMPDIR` and removes it at the end.
+//! the start record (the start manifest). Needs root; nothing is asserted. Builds the trees in
+//! `$TMPDIR` and removes them at the end.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -25,12 +26,17 @@ use serde_json::Value;
 
 type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-fn hostile_tree(dir: &Path, files: usize) -> R<()> {
-    let many = dir.join("many");
-    std::fs::create_dir_all(&many)?;
+const VOLUMES: [&str; 3] = ["empty", "many", "deep"];
+
+fn many_files(dir: &Path, files: usize) -> R<()> {
+    std::fs::create_dir_all(dir)?;
     for i in 0..files {
-        std::fs::File::create(many.join(format!("f{i:07}")))?;
+        std::fs::File::create(dir.join(format!("f{i:07}")))?;
     }
+    Ok(())
+}
+
+fn deep_and_odd(dir: &Path) -> R<()> {
     let mut deep = dir.join("deep");
     for _ in 0..300 {
         deep.push("d");
@@ -42,6 +48,7 @@ fn hostile_tree(dir: &Path, files: usize) -> R<()> {
         return Err(std::io::Error::last_os_error().into());
     }
     std::fs::write(dir.join(OsStr::from_bytes(b"not-utf8-\xff\xfe")), b"x")?;
+    std::fs::create_dir(dir.join(OsStr::from_bytes(b"dir-\xc3")))?;
     Ok(())
 }
 
@@ -58,6 +65,15 @@ fn median(mut v: Vec<f64>) -> f64 {
     (v[(v.len() - 1) / 2] + v[v.len() / 2]) / 2.0
 }
 
+/// Times per volume: `ctr run` wall, create→start record, start→exit record.
+#[derive(Default)]
+struct Times {
+    wall: Vec<f64>,
+    start: Vec<f64>,
+    exit: Vec<f64>,
+    last_exit: Option<Value>,
+}
+
 fn main() -> R<()> {
     let mut args = std::env::args().skip(1);
     let files: usize = args.next().map_or(Ok(1_000_000), |s| s.parse())?;
@@ -66,12 +82,13 @@ fn main() -> R<()> {
     let image = TestImage::ensure()?;
     c.import(&image)?;
     let root = tempfile::Builder::new().prefix("gvh-hostile").tempdir()?;
-    let (empty, hostile) = (root.path().join("empty"), root.path().join("hostile"));
-    std::fs::create_dir(&empty)?;
+    let vols = VOLUMES.map(|n| root.path().join(n));
+    std::fs::create_dir(&vols[0])?;
     let built = Instant::now();
-    hostile_tree(&hostile, files)?;
+    many_files(&vols[1], files)?;
+    deep_and_odd(&vols[2])?;
     eprintln!(
-        "hostile tree: {files} empty files, 300 nested directories, a FIFO, a non-UTF-8 name; built in {:.1} s",
+        "trees: {files} empty files; 300 nested directories, a FIFO, non-UTF-8 names; built in {:.1} s",
         secs(built.elapsed())
     );
     let policy = TestPolicy::builder(&c, "hostile")
@@ -80,13 +97,9 @@ fn main() -> R<()> {
             root.path().display()
         ))
         .write()?;
-    let mut table: Vec<(&str, Vec<f64>, Vec<f64>, Vec<f64>)> = vec![
-        ("empty", vec![], vec![], vec![]),
-        ("hostile", vec![], vec![], vec![]),
-    ];
-    let mut last_exit: Option<Value> = None;
+    let mut times: Vec<Times> = VOLUMES.iter().map(|_| Times::default()).collect();
     for _ in 0..runs {
-        for (i, vol) in [&empty, &hostile].into_iter().enumerate() {
+        for (vol, t) in vols.iter().zip(times.iter_mut()) {
             let id = unique_id("walk");
             let started = Instant::now();
             let out = c.run_output(
@@ -111,48 +124,51 @@ fn main() -> R<()> {
                     .ok_or_else(|| format!("{id}: no {event} record"))
             };
             let (create, start, exit) = (rec("create")?, rec("start")?, rec("exit")?);
-            let row = &mut table[i];
-            row.1.push(secs(wall));
-            row.2.push(secs(
+            t.wall.push(secs(wall));
+            t.start.push(secs(
                 record_time(&start).duration_since(record_time(&create))?,
             ));
-            row.3.push(secs(
+            t.exit.push(secs(
                 record_time(&exit).duration_since(record_time(&start))?,
             ));
-            if i == 1 {
-                last_exit = Some(exit);
-            }
+            t.last_exit = Some(exit);
         }
     }
-    println!("| volume | runs | `ctr run --rm ... true` wall | create→start record | start→exit record |");
+    println!(
+        "| volume | runs | `ctr run --rm ... true` wall | create→start record | start→exit record |"
+    );
     println!("|---|---|---|---|---|");
-    for (name, wall, start, exit) in &table {
+    for (name, t) in VOLUMES.iter().zip(&times) {
         println!(
             "| {name} | {runs} | {:.2} s | {:.2} s | {:.2} s |",
-            median(wall.clone()),
-            median(start.clone()),
-            median(exit.clone())
+            median(t.wall.clone()),
+            median(t.start.clone()),
+            median(t.exit.clone())
         );
     }
     println!(
         "\nmedians; the exit event is published right before the exit record is written, so the\n\
-         start→exit difference between the volumes is the delay the walk adds to the exit event."
+         start→exit difference to the empty volume is the delay the walk adds to the exit event."
     );
-    if let Some(exit) = last_exit {
+    for (name, t) in VOLUMES.iter().zip(&times) {
+        let Some(exit) = &t.last_exit else { continue };
         let a = &exit["artifacts"];
         println!(
-            "\nlast hostile exit record: complete={} all_hashed={} diff exact={} added={} removed={}",
+            "\n{name}: last exit record: complete={} all_hashed={} diff exact={} added={} removed={}",
             a["complete"], a["all_hashed"], a["diff"]["exact"], a["diff"]["added"], a["diff"]["removed"]
         );
         if let Some(path) = a["manifest"]["path"].as_str() {
             let file: Value = serde_json::from_slice(&std::fs::read(path)?)?;
             let m = &file["manifest"];
+            let stats = &m["mounts"][0]["stats"];
             println!(
-                "its exit manifest: stopped={} elapsed_ms={} entries={} skipped_dirs={} file size {} bytes",
+                "  exit manifest: stopped={} walk {} ms, entries={} dirs={} special={} skipped_dirs={}, file {} bytes",
                 m["stopped"],
                 m["elapsed_ms"],
-                m["mounts"][0]["stats"]["entries"],
-                m["mounts"][0]["stats"]["skipped_dirs"],
+                stats["entries"],
+                stats["dirs"],
+                stats["special"],
+                stats["skipped_dirs"],
                 std::fs::metadata(path)?.len()
             );
         }
