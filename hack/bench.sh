@@ -7,7 +7,8 @@
 # Measures start-to-exit latency of `ctr run --rm IMAGE ID true` (runtimes interleaved), shim
 # and per-sandbox memory and start latency at 1/10/30 concurrent sandboxes, churn at
 # concurrency 1 and 4, `docker run` and `podman run` through runsc-hardened against plain
-# runsc on the same engine (interleaved) with the guard's memory, the policy criterion benches,
+# runsc on the same engine (interleaved) with the guard's memory, a container writing 1 GiB to
+# stdout with and without the output bound (interleaved), the policy criterion benches,
 # and the output interposer's criterion bench (1 GiB through pipes with and without it).
 # Prints the tables and writes target/bench/{results.json,summary.md,latency.svg} and
 # target/bench-output-limit.md. --publish copies them to hack/bench/ (what the README shows).

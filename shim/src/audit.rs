@@ -24,6 +24,8 @@ use policy_injector::policy::AuditPolicy;
 use policy_injector::quantity::ByteSize;
 use policy_injector::Decision;
 
+use crate::artifacts::{ExitRecord, StartRecord};
+use crate::output_limit::OutputReport;
 use crate::process::exit::{Exit, ExitCause};
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +65,8 @@ pub enum AuditEvent {
     Update,
     Oom,
     Timeout,
+    /// The idle timeout fired: the sandbox is being stopped (SIGTERM, grace, SIGKILL).
+    IdleTimeout,
     Exit,
     Delete,
 }
@@ -125,8 +129,36 @@ pub struct AuditRecord<'a> {
     pub oom: bool,
     pub timed_out: bool,
     pub process_limit_exceeded: bool,
+    /// Exit and exec-exit records of a process whose output the shim copied (`[output]
+    /// max_bytes` or `[lifetime] idle_timeout` set): bytes delivered to the client, stdout and
+    /// stderr together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_bytes: Option<u64>,
+    /// The output bound cut this process's output.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_truncated: Option<bool>,
+    /// The rest of the copy's report: per stream the bytes delivered and discarded and the
+    /// sha256 of what was delivered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<&'a OutputReport>,
+    /// The artifact manifest of the sandbox's writable volumes: start records name the start
+    /// manifest, exit records the exit manifest and the diff.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<ArtifactsAudit<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// The `artifacts` member of a record.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum ArtifactsAudit<'a> {
+    Start(&'a StartRecord),
+    Exit(&'a ExitRecord),
+    /// The exit manifest could not be made (or not within its bound); why.
+    Failed {
+        error: &'a str,
+    },
 }
 
 impl<'a> AuditRecord<'a> {
@@ -145,6 +177,10 @@ impl<'a> AuditRecord<'a> {
             oom: false,
             timed_out: false,
             process_limit_exceeded: false,
+            output_bytes: None,
+            output_truncated: None,
+            output: None,
+            artifacts: None,
             error: None,
         }
     }
@@ -161,6 +197,15 @@ impl AuditRecord<'_> {
         if exit.cause == ExitCause::ProcessLimit {
             self.error = Some("process limit exceeded".to_string());
         }
+    }
+}
+
+impl<'a> AuditRecord<'a> {
+    /// What the output copy delivered (exit records).
+    pub fn set_output(&mut self, report: &'a OutputReport) {
+        self.output_bytes = Some(report.output_bytes);
+        self.output_truncated = Some(report.output_truncated);
+        self.output = Some(report);
     }
 }
 

@@ -12,6 +12,7 @@
 
 use containerd_shim_protos::ttrpc::{self, Code};
 
+use crate::artifacts::ArtifactsError;
 use crate::audit::AuditError;
 use crate::bundle::BundleError;
 use crate::cgroup::CgroupError;
@@ -52,6 +53,9 @@ pub enum ShimError {
     Rejected(#[from] policy_injector::HardenError),
     #[error(transparent)]
     Audit(#[from] AuditError),
+    /// The artifact manifest the policy asks for could not be recorded.
+    #[error(transparent)]
+    Artifacts(#[from] ArtifactsError),
     #[error(transparent)]
     Stdio(#[from] StdioError),
     #[error(transparent)]
@@ -105,6 +109,7 @@ impl ShimError {
             ShimError::Audit(AuditError::SigningKey { .. }) => Code::FAILED_PRECONDITION,
             ShimError::Runsc(e) => runsc_code(e),
             ShimError::Audit(_)
+            | ShimError::Artifacts(_)
             | ShimError::Stdio(_)
             | ShimError::Cgroup(_)
             | ShimError::Rootfs(_)

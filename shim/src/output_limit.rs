@@ -15,6 +15,9 @@
 //!
 //! Before the budget is spent a slow client still slows the sandbox down, exactly as when runsc
 //! writes to the fifo itself: the copy holds nothing back and buffers nothing extra.
+//!
+//! The copy may also read a terminal's master (the console copier in `stdio.rs`): there the
+//! end of the stream is EIO once the sandbox closed the last slave, and it is taken as such.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -43,23 +46,41 @@ struct Shared {
     max: Option<u64>,
     /// Bytes still allowed; unused when `max` is `None`.
     remaining: AtomicU64,
-    /// Every byte read from the sandbox, delivered or not: the activity signal.
-    seen: AtomicU64,
+    /// Every byte read from the sandbox, delivered or not: the activity signal. Budgets of
+    /// containers in one sandbox may share it (see [`OutputBudget::sharing_activity`]).
+    seen: Arc<AtomicU64>,
     truncated: AtomicBool,
 }
 
 impl OutputBudget {
     pub fn new(max_bytes: Option<u64>) -> OutputBudget {
+        Self::with_seen(max_bytes, Arc::new(AtomicU64::new(0)))
+    }
+
+    /// A budget of its own (`max_bytes`) whose activity counter is `other`'s: what either
+    /// copies counts as output of both. For the containers of one pod, which share a sandbox
+    /// and with it the CPU time the idle detector reads: the pod's output must count the same
+    /// way, or the pod's first container would be judged idle while another one writes.
+    pub fn sharing_activity(max_bytes: Option<u64>, other: &OutputBudget) -> OutputBudget {
+        Self::with_seen(max_bytes, other.0.seen.clone())
+    }
+
+    fn with_seen(max_bytes: Option<u64>, seen: Arc<AtomicU64>) -> OutputBudget {
         OutputBudget(Arc::new(Shared {
             max: max_bytes,
             remaining: AtomicU64::new(max_bytes.unwrap_or(0)),
-            seen: AtomicU64::new(0),
+            seen,
             truncated: AtomicBool::new(false),
         }))
     }
 
-    /// Bytes the container has written so far (delivered or discarded). The idle detector
-    /// samples this.
+    /// The bound, if any.
+    pub fn max_bytes(&self) -> Option<u64> {
+        self.0.max
+    }
+
+    /// Bytes the container has written so far (delivered or discarded; with a shared activity
+    /// counter, the whole sandbox's). The idle detector samples this.
     pub fn bytes_seen(&self) -> u64 {
         self.0.seen.load(Ordering::Relaxed)
     }
@@ -125,12 +146,19 @@ pub struct StreamReport {
     pub read_error: Option<String>,
 }
 
-/// For the exit audit record.
+/// What one process's streams delivered, for its exit audit record. `output_bytes` and
+/// `output_truncated` are fields of the record itself; the rest goes in its `output` object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OutputReport {
     /// Delivered on stdout and stderr together.
+    #[serde(skip)]
     pub output_bytes: u64,
+    /// The bound cut this process's output (a marker line was written on a stream of it).
+    #[serde(skip)]
     pub output_truncated: bool,
+    /// Every stream reached its end before the report was taken. False when the exit path's
+    /// deadline passed first: the counts are those copied by then, and no stream has a sha256.
+    pub complete: bool,
     pub discarded_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stdout: Option<StreamReport>,
@@ -143,6 +171,66 @@ pub struct Interposer {
     budget: OutputBudget,
     stdout: Option<JoinHandle<StreamReport>>,
     stderr: Option<JoinHandle<StreamReport>>,
+    progress: Progress,
+}
+
+/// What one stream has copied so far, updated as it goes.
+#[derive(Debug, Default)]
+struct Live {
+    delivered: AtomicU64,
+    discarded: AtomicU64,
+    marker: AtomicBool,
+}
+
+impl Live {
+    fn report(&self) -> StreamReport {
+        StreamReport {
+            delivered_bytes: self.delivered.load(Ordering::Relaxed),
+            discarded_bytes: self.discarded.load(Ordering::Relaxed),
+            sha256: None,
+            marker_written: self.marker.load(Ordering::Relaxed),
+            client_error: None,
+            read_error: None,
+        }
+    }
+}
+
+/// A view of an [`Interposer`]'s progress that outlives it: what the exit path reports when
+/// the streams did not end in time.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    stdout: Option<Arc<Live>>,
+    stderr: Option<Arc<Live>>,
+}
+
+impl Progress {
+    /// The counts so far, as an incomplete report (no sha256: a stream's hash exists only
+    /// once it ended).
+    pub fn snapshot(&self) -> OutputReport {
+        summarise(
+            false,
+            self.stdout.as_ref().map(|l| l.report()),
+            self.stderr.as_ref().map(|l| l.report()),
+        )
+    }
+}
+
+fn summarise(
+    complete: bool,
+    stdout: Option<StreamReport>,
+    stderr: Option<StreamReport>,
+) -> OutputReport {
+    let sum =
+        |f: fn(&StreamReport) -> u64| stdout.as_ref().map_or(0, f) + stderr.as_ref().map_or(0, f);
+    let cut = |s: &Option<StreamReport>| s.as_ref().is_some_and(|s| s.marker_written);
+    OutputReport {
+        output_bytes: sum(|s| s.delivered_bytes),
+        discarded_bytes: sum(|s| s.discarded_bytes),
+        output_truncated: cut(&stdout) || cut(&stderr),
+        complete,
+        stdout,
+        stderr,
+    }
 }
 
 /// Starts copying `stdout` and `stderr` (either may be absent) against `budget`.
@@ -151,18 +239,26 @@ pub fn interpose(
     stdout: Option<StreamPair>,
     stderr: Option<StreamPair>,
 ) -> io::Result<Interposer> {
-    let spawn = |name: &str, pair: Option<StreamPair>| -> io::Result<_> {
-        let Some(pair) = pair else { return Ok(None) };
+    let live = |pair: &Option<StreamPair>| pair.as_ref().map(|_| Arc::new(Live::default()));
+    let progress = Progress {
+        stdout: live(&stdout),
+        stderr: live(&stderr),
+    };
+    let spawn = |name: &str, pair: Option<StreamPair>, live: &Option<Arc<Live>>| {
+        let (Some(pair), Some(live)) = (pair, live.clone()) else {
+            return Ok(None);
+        };
         let budget = budget.clone();
         std::thread::Builder::new()
             .name(format!("output-{name}"))
-            .spawn(move || copy_stream(pair, &budget))
+            .spawn(move || copy_stream(pair, &budget, &live))
             .map(Some)
     };
     Ok(Interposer {
         budget: budget.clone(),
-        stdout: spawn("stdout", stdout)?,
-        stderr: spawn("stderr", stderr)?,
+        stdout: spawn("stdout", stdout, &progress.stdout)?,
+        stderr: spawn("stderr", stderr, &progress.stderr)?,
+        progress,
     })
 }
 
@@ -171,24 +267,21 @@ impl Interposer {
         &self.budget
     }
 
+    /// A handle on the counts so far, for a caller that may stop waiting (see [`Self::wait`]).
+    pub fn progress(&self) -> Progress {
+        self.progress.clone()
+    }
+
     /// Waits until both streams are drained (every writer closed its end) and reports. Call it
-    /// before announcing the exit, so the exit event does not overtake the last bytes.
+    /// before announcing the exit, so the exit event does not overtake the last bytes. It
+    /// blocks for as long as some writer keeps a stream open (a process left in the sandbox
+    /// holding it, a client that stopped reading): bound it with [`Self::progress`] as the
+    /// fallback.
     pub fn wait(self) -> OutputReport {
         let join = |h: Option<JoinHandle<StreamReport>>| {
             h.map(|h| h.join().expect("the output copy never panics"))
         };
-        let stdout = join(self.stdout);
-        let stderr = join(self.stderr);
-        let sum = |f: fn(&StreamReport) -> u64| {
-            stdout.as_ref().map_or(0, f) + stderr.as_ref().map_or(0, f)
-        };
-        OutputReport {
-            output_bytes: sum(|s| s.delivered_bytes),
-            discarded_bytes: sum(|s| s.discarded_bytes),
-            output_truncated: self.budget.truncated(),
-            stdout,
-            stderr,
-        }
+        summarise(true, join(self.stdout), join(self.stderr))
     }
 }
 
@@ -203,7 +296,7 @@ enum Mode {
     Discard,
 }
 
-fn copy_stream(pair: StreamPair, budget: &OutputBudget) -> StreamReport {
+fn copy_stream(pair: StreamPair, budget: &OutputBudget, live: &Live) -> StreamReport {
     let StreamPair {
         from_sandbox: mut src,
         to_client: mut sink,
@@ -225,9 +318,12 @@ fn copy_stream(pair: StreamPair, budget: &OutputBudget) -> StreamReport {
     };
     // Whether the last delivered byte ended a line, so the marker starts on a line of its own.
     let mut at_line_start = true;
+    // Cleared at the first EINVAL (a source or sink splice cannot serve, such as a terminal):
+    // from then on read and write, without asking the kernel again for every chunk.
+    let mut can_splice = true;
     let null = File::options().write(true).open("/dev/null").ok();
     loop {
-        if mode != Mode::Copy {
+        if mode != Mode::Copy && can_splice {
             let out = match (mode, &null) {
                 (Mode::Splice, _) => Some(&sink),
                 (_, Some(null)) => Some(null),
@@ -238,16 +334,21 @@ fn copy_stream(pair: StreamPair, budget: &OutputBudget) -> StreamReport {
                     Ok(0) => break,
                     Ok(n) => {
                         if mode == Mode::Splice {
-                            report.delivered_bytes += budget.take(n);
+                            let d = budget.take(n);
+                            report.delivered_bytes += d;
+                            live.delivered.fetch_add(d, Ordering::Relaxed);
                         } else {
                             budget.saw(n);
                             report.discarded_bytes += n;
+                            live.discarded.fetch_add(n, Ordering::Relaxed);
                         }
                         continue;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    // EINVAL: not a pipe (a test's regular file, say): read and write instead.
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                    // EINVAL: not a pipe (a test's regular file, a terminal): read and write
+                    // instead.
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => can_splice = false,
+                    Err(e) if e.raw_os_error() == Some(libc::EIO) => break,
                     Err(e) if mode == Mode::Splice && e.raw_os_error() == Some(libc::EPIPE) => {
                         report.client_error = Some(e.to_string());
                         mode = Mode::Discard;
@@ -264,6 +365,9 @@ fn copy_stream(pair: StreamPair, budget: &OutputBudget) -> StreamReport {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // A terminal's master once the last slave is closed: its end of stream. (A pipe
+            // never says EIO.)
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => break,
             Err(e) => {
                 report.read_error = Some(e.to_string());
                 break;
@@ -294,9 +398,14 @@ fn copy_stream(pair: StreamPair, budget: &OutputBudget) -> StreamReport {
         }
         report.delivered_bytes += delivered as u64;
         report.discarded_bytes += (n - delivered) as u64;
+        live.delivered
+            .fetch_add(delivered as u64, Ordering::Relaxed);
+        live.discarded
+            .fetch_add((n - delivered) as u64, Ordering::Relaxed);
         if granted < n && mode != Mode::Discard {
             mode = Mode::Discard;
             report.marker_written = true;
+            live.marker.store(true, Ordering::Relaxed);
             let mut marker = budget.marker();
             if !at_line_start {
                 marker.insert(0, '\n');

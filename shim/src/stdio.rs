@@ -12,6 +12,13 @@
 //!
 //! With a terminal, runsc creates the pty and sends its master over a unix socket
 //! (`--console-socket`); the shim copies between the master and the fifos and resizes it.
+//!
+//! When the policy bounds output or has an idle timeout, the process's [`Streams`] carry the
+//! container's [`OutputBudget`] and the shim interposes (`output_limit`): runsc gets pipes, and
+//! a copy thread per stream moves their bytes to the fifos against the budget, counting what
+//! the idle detector needs. A terminal's output, which the shim copies anyway, goes through the
+//! same copy: one stream (the pty merges stdout and stderr), the marker line on the terminal.
+//! Without a budget nothing of this happens and the fifos go to runsc as above.
 
 use std::fs::{File, OpenOptions};
 use std::io::IoSliceMut;
@@ -19,11 +26,13 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+
+use crate::output_limit::{self, Interposer, OutputBudget, StreamPair};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StdioError {
@@ -44,6 +53,8 @@ pub enum StdioError {
     ConsoleTimeout(Duration),
     #[error("pipe: {0}")]
     Pipe(std::io::Error),
+    #[error("starting the output copy: {0}")]
+    Interpose(std::io::Error),
     #[error("resizing the terminal: {0}")]
     Resize(std::io::Error),
 }
@@ -172,17 +183,67 @@ pub struct Streams {
     /// Threads copying terminal output to the client; joined before the exit is announced.
     /// (stdin forwarders are not here: they may wait on a client forever.)
     output_copiers: Mutex<Vec<JoinHandle<()>>>,
+    /// The container's output budget, when the shim interposes on its output; set once,
+    /// before the streams are opened.
+    budget: OnceLock<OutputBudget>,
+    /// The copy of stdout/stderr (or of the terminal) against the budget, until the exit path
+    /// takes it to wait for its report.
+    interposer: Mutex<Option<Interposer>>,
 }
 
 impl Streams {
+    /// From now on this process's output goes through the shim, against `budget`. Call it
+    /// before the streams are opened; the first budget stays.
+    pub fn bound_by(&self, budget: Option<&OutputBudget>) {
+        if let Some(b) = budget {
+            let _ = self.budget.set(b.clone());
+        }
+    }
+
+    /// The interposed output copy, for the exit path to wait on (once).
+    pub fn take_output(&self) -> Option<Interposer> {
+        self.interposer.lock().unwrap().take()
+    }
+
     /// Prepares non-terminal streams; returns what runsc must get.
     pub fn open_pipes(&self, paths: &StdioPaths) -> Result<RunscStdio, StdioError> {
         let mut runsc = RunscStdio::default();
-        if !paths.stdout.is_empty() {
-            runsc.stdout = Some(open_fifo("stdout", &paths.stdout, true, true)?.into());
-        }
-        if !paths.stderr.is_empty() {
-            runsc.stderr = Some(open_fifo("stderr", &paths.stderr, true, true)?.into());
+        match self.budget.get() {
+            None => {
+                if !paths.stdout.is_empty() {
+                    runsc.stdout = Some(open_fifo("stdout", &paths.stdout, true, true)?.into());
+                }
+                if !paths.stderr.is_empty() {
+                    runsc.stderr = Some(open_fifo("stderr", &paths.stderr, true, true)?.into());
+                }
+            }
+            Some(budget) => {
+                // runsc writes to pipes; the copy moves their bytes to the fifos.
+                let pair = |what: &'static str, path: &str| -> Result<_, StdioError> {
+                    if path.is_empty() {
+                        return Ok((None, None));
+                    }
+                    let to_client = open_fifo(what, path, true, true)?;
+                    let (from_sandbox, for_runsc) =
+                        output_limit::sandbox_pipe().map_err(StdioError::Pipe)?;
+                    Ok((
+                        Some(for_runsc.into()),
+                        Some(StreamPair {
+                            from_sandbox,
+                            to_client,
+                        }),
+                    ))
+                };
+                let (out_w, out) = pair("stdout", &paths.stdout)?;
+                let (err_w, err) = pair("stderr", &paths.stderr)?;
+                if out.is_some() || err.is_some() {
+                    let copy =
+                        output_limit::interpose(budget, out, err).map_err(StdioError::Interpose)?;
+                    *self.interposer.lock().unwrap() = Some(copy);
+                }
+                runsc.stdout = out_w;
+                runsc.stderr = err_w;
+            }
         }
         if !paths.stdin.is_empty() {
             let (read_end, write_end) = pipe()?;
@@ -215,13 +276,26 @@ impl Streams {
         if !paths.stdout.is_empty() {
             let mut out = open_fifo("stdout", &paths.stdout, true, true)?;
             let mut m = clone_file(&master)?;
-            self.output_copiers
-                .lock()
-                .unwrap()
-                .push(std::thread::spawn(move || {
-                    // Ends with EIO once the sandbox closed the terminal's last slave descriptor.
-                    let _ = std::io::copy(&mut m, &mut out);
-                }));
+            match self.budget.get() {
+                Some(budget) => {
+                    let pair = StreamPair {
+                        from_sandbox: m,
+                        to_client: out,
+                    };
+                    let copy = output_limit::interpose(budget, Some(pair), None)
+                        .map_err(StdioError::Interpose)?;
+                    *self.interposer.lock().unwrap() = Some(copy);
+                }
+                None => self
+                    .output_copiers
+                    .lock()
+                    .unwrap()
+                    .push(std::thread::spawn(move || {
+                        // Ends with EIO once the sandbox closed the terminal's last slave
+                        // descriptor.
+                        let _ = std::io::copy(&mut m, &mut out);
+                    })),
+            }
         }
         if !paths.stdin.is_empty() {
             let mut source = open_fifo("stdin", &paths.stdin, true, false)?;

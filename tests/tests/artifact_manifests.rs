@@ -86,3 +86,96 @@ fn manifests_record_what_a_sandbox_wrote_to_its_volume() {
     assert_nothing_left(&c, &id, &policy.runtime());
     assert_clean_shutdown(c);
 }
+
+/// The same through the shim's lifecycle: `ctr run --rm --mount` of a writable directory; the
+/// start record names the start manifest, the exit record carries the diff and the exit
+/// manifest's digest (its file's sha256), and the chain that covers it verifies.
+#[test]
+fn the_shim_records_a_volumes_changes_in_the_exit_record_under_the_chain() {
+    use gvisor_hardened_tests::audit_tools::{policy_injector_audit, validate_against_schema};
+    use sha2::{Digest, Sha256};
+
+    let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
+    let image = TestImage::ensure().unwrap();
+    c.import(&image).unwrap();
+    let vol = c.dir().join("volume");
+    std::fs::create_dir(&vol).unwrap();
+    std::fs::set_permissions(&vol, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::write(vol.join("kept"), b"as it was").unwrap();
+    std::fs::write(vol.join("edited"), b"before").unwrap();
+    std::fs::write(vol.join("removed"), b"soon gone").unwrap();
+    std::fs::set_permissions(vol.join("edited"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let policy = TestPolicy::builder(&c, &unique_id("artifacts"))
+        .extra(&format!(
+            "[mounts]\nwritable_sources = [\"{}/**\"]\n",
+            vol.display()
+        ))
+        .write()
+        .unwrap();
+    let id = unique_id("artifacts");
+    let out = c
+        .run_output(
+            &Run::new(image.reference(), &id)
+                .runtime(policy.runtime())
+                .flags([
+                    "--mount".to_string(),
+                    format!("type=bind,src={},dst=/data,options=rbind:rw", vol.display()),
+                ])
+                .sh("echo new > /data/created && echo after > /data/edited && rm /data/removed"),
+        )
+        .unwrap();
+    assert_eq!(out.code(), 0, "{out}");
+    let lines = policy.audit_lines();
+    let record = |event: &str| {
+        lines
+            .iter()
+            .find(|r| r["container_id"] == id.as_str() && r["event"] == event)
+            .unwrap_or_else(|| panic!("no {event} record: {lines:?}"))
+    };
+    let sha = |path: &Value| -> String {
+        let bytes = std::fs::read(path.as_str().unwrap()).unwrap();
+        Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let start = &record("start")["artifacts"];
+    assert_eq!(sha(&start["manifest"]["path"]), start["manifest"]["sha256"]);
+    let a = &record("exit")["artifacts"];
+    assert_eq!(a["start_sha256"], start["manifest"]["sha256"]);
+    assert_eq!(sha(&a["manifest"]["path"]), a["manifest"]["sha256"], "{a}");
+    let listed = |k: &str| -> Vec<String> {
+        a["diff"][k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}/{}",
+                    c["mount"].as_str().unwrap(),
+                    c["path"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert_eq!(listed("added_paths"), ["/data/created"], "{a}");
+    assert_eq!(listed("modified_paths"), ["/data/edited"], "{a}");
+    assert_eq!(listed("removed_paths"), ["/data/removed"], "{a}");
+    assert_eq!(
+        (a["diff"]["exact"].as_bool(), a["complete"].as_bool()),
+        (Some(true), Some(true))
+    );
+    // The exit manifest file has the full diff too, against the start manifest it names.
+    let file: Value =
+        serde_json::from_slice(&std::fs::read(a["manifest"]["path"].as_str().unwrap()).unwrap())
+            .unwrap();
+    assert_eq!(file["start_sha256"], start["manifest"]["sha256"]);
+    assert_eq!(file["diff"]["added"][0]["path"], "created");
+
+    validate_against_schema(&[&policy.audit_path])
+        .unwrap_or_else(|e| panic!("records that do not conform to the schema:\n{e}"));
+    let verify = policy_injector_audit(&["verify", policy.audit_path.to_str().unwrap()]).unwrap();
+    assert_eq!(verify.status.code(), Some(0), "{verify:?}");
+    assert_nothing_left(&c, &id, &policy.runtime());
+    assert_clean_shutdown(c);
+}

@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 pub use diff::{diff, Change, DiffSummary, ManifestDiff};
 pub use entry::{Entry, EntryKind, NotHashed, RawPath, Skipped};
 pub use mounts::{writable_binds, WritableMount};
-pub use record::{record_exit, record_start, ExitRecord, StartRecord};
+pub use record::{record_exit, record_start, record_start_of, ExitRecord, StartRecord};
 pub use store::{artifacts_dir, read_manifest, write_manifest, Phase, WrittenManifest};
 pub use walk::{build_manifest, Manifest, RootManifest, RootStats, StopReason};
 

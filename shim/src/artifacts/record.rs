@@ -44,7 +44,17 @@ pub fn record_start(
     audit_log: &Path,
     container_id: &str,
 ) -> Result<Option<StartRecord>, ArtifactsError> {
-    let mounts = writable_binds(spec);
+    record_start_of(writable_binds(spec), policy, audit_log, container_id)
+}
+
+/// [`record_start`] for mounts already found in the spec (the shim finds them at Create and
+/// walks them at Start).
+pub fn record_start_of(
+    mounts: Vec<WritableMount>,
+    policy: &ArtifactsPolicy,
+    audit_log: &Path,
+    container_id: &str,
+) -> Result<Option<StartRecord>, ArtifactsError> {
     if !policy.enabled || mounts.is_empty() {
         return Ok(None);
     }

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
+use super::evidence::Evidence;
 use super::{Container, CreateParams, PodRole};
 use crate::audit::AuditEvent;
 use crate::bundle;
@@ -88,6 +89,12 @@ impl Container {
         let prepared = inputs
             .harden(pod_namespace_paths, env.runtimes.as_ref())
             .await?;
+        let evidence = Evidence::new(
+            &prepared.policy.policy,
+            &prepared.lifetime,
+            &prepared.spec,
+            sandbox.as_ref(),
+        );
         let container = Arc::new(Container {
             env: env.clone(),
             id: p.id.clone(),
@@ -110,7 +117,8 @@ impl Container {
             rootfs_mounted: AtomicBool::new(false),
             init: Arc::new(Process::init(p.stdio)),
             execs: Default::default(),
-            expired: AtomicBool::new(false),
+            stopped_for: Default::default(),
+            evidence,
             start_lock: Default::default(),
             oom_reported: AtomicBool::new(false),
             lifetime_task: Default::default(),
@@ -142,6 +150,7 @@ impl Container {
                 .mount_rootfs(&self.rootfs, &self.bundle.join("rootfs"))?;
             self.rootfs_mounted.store(true, Ordering::SeqCst);
         }
+        self.init.io.bound_by(self.evidence.output.as_ref());
         let (console, streams) = stdio::for_runsc(
             &self.init.io,
             &self.init.stdio,
@@ -178,6 +187,7 @@ impl Container {
                 Some(exit)
             }
         };
+        self.check_idle_sampling()?;
         self.init
             .apply(Op::Create)
             .map_err(|e| self.state_error(&self.init, e))?;

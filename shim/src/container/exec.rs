@@ -83,10 +83,9 @@ impl Container {
             stderr: req.stderr.clone(),
             terminal: req.terminal,
         };
-        execs.insert(
-            req.exec_id.clone(),
-            Arc::new(Process::exec(&req.exec_id, stdio, hardened)),
-        );
+        let process = Process::exec(&req.exec_id, stdio, hardened);
+        process.io.bound_by(self.evidence.output.as_ref());
+        execs.insert(req.exec_id.clone(), Arc::new(process));
         drop(execs);
         self.events().exec_added(&self.id, &req.exec_id).await;
         Ok(())

@@ -1,7 +1,8 @@
 //! The one path every process exit takes: a sandbox's init, a pod's later container, an exec.
 //!
-//! In order: classify (OOM, process limit, wall-clock limit, or what the status says), let an
-//! init's Start finish announcing it, wait for output in flight to drain, record the exit,
+//! In order: classify (OOM, process limit, wall-clock limit, idle timeout, or what the status
+//! says), let an init's Start finish announcing it, wait for output in flight to drain and (an
+//! init) take the exit manifest of its volumes, both bounded (`evidence.rs`), record the exit,
 //! publish it (TaskOOM first when the memory limit killed it), write the audit line, and only
 //! then wake every Wait: a client that saw Wait return finds the event sent and the record on
 //! disk, and a Delete (which waits too) can never publish TaskDelete ahead of TaskExit.
@@ -26,14 +27,11 @@ impl Container {
             if !self.is_member() {
                 self.stop_egress().await;
             }
-        }
-        if process.is_init() {
             // An exit during Start waits until Start has recorded the start and sent TaskStart.
             drop(self.start_lock.lock().await);
         }
-        // Terminal output still in flight must reach the client before the exit does.
-        let p = process.clone();
-        let _ = tokio::task::spawn_blocking(move || p.io.wait_output()).await;
+        // Output still in flight must reach the client before the exit does.
+        let evidence = self.collect_exit_evidence(process).await;
         let exit = Exit::new(status, cause, SystemTime::now());
         if !process.record_exit(exit) {
             return;
@@ -53,6 +51,7 @@ impl Container {
         rec.exec_id = (!process.is_init()).then_some(process.exec_id.as_str());
         rec.pid = Some(pid);
         rec.set_exit(&exit);
+        evidence.annotate(&mut rec);
         self.audit_best_effort(&rec);
         let msg = format!("{} {}: {status}", self.name_of(process), cause.describe());
         if cause.is_enforced() {
@@ -72,8 +71,8 @@ impl Container {
         if !process.is_init() {
             return ExitCause::of_status(status);
         }
-        if self.expired.load(Ordering::SeqCst) {
-            return ExitCause::Timeout;
+        if let Some(cause) = self.stopped_for.get() {
+            return *cause;
         }
         match self.cgroups.get().map(|cg| cg.classify(status)) {
             Some(Ok(cause)) => cause,

@@ -1,11 +1,25 @@
-//! The policy's wall-clock limit: SIGTERM to every process of the container, a grace period,
-//! then SIGKILL. The exit that follows is classified as a timeout (see `exit.rs`).
+//! The policy's time limits: the wall-clock limit (`max_runtime`) and the idle timeout
+//! (`idle_timeout`). Either stops the container the same way: SIGTERM to every process of it, a
+//! grace period, then SIGKILL; the exit that follows is classified as what stopped it (see
+//! `exit.rs`), and the moment it fired has an audit record of its own (`timeout`,
+//! `idle-timeout`).
+//!
+//! Idleness is judged by `crate::idle` from samples taken every [`SAMPLE_INTERVAL`]: the
+//! sandbox cgroup's CPU time (the whole sandbox: in a pod, every container's) and the bytes the
+//! shim's output copy has seen (a pod's containers count into one counter, `evidence.rs`).
+//! Anything that cannot be read counts as activity: a wrong "busy" only delays a stop, a wrong
+//! "idle" would kill work. A paused container uses no CPU and counts as idle.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
+
+use policy_injector::quantity::HumanDuration;
 
 use super::Container;
 use crate::audit::AuditEvent;
+use crate::error::{Result, ShimError};
+use crate::idle::{IdleDetector, Sample, Verdict, SAMPLE_INTERVAL};
+use crate::process::exit::ExitCause;
 use crate::runtime::KillTarget;
 
 impl Container {
@@ -14,17 +28,31 @@ impl Container {
         let me = self.clone();
         let task = tokio::spawn(async move {
             let lifetime = me.lifetime;
-            tokio::select! {
-                _ = tokio::time::sleep(lifetime.max_runtime) => {}
+            let cause = tokio::select! {
+                _ = tokio::time::sleep(lifetime.max_runtime) => {
+                    log::warn!(
+                        "container {}: maximum runtime {:?} reached, sending SIGTERM",
+                        me.id,
+                        lifetime.max_runtime
+                    );
+                    ExitCause::Timeout
+                }
+                idle = me.idle_watch() => {
+                    log::warn!(
+                        "container {}: idle (no output, CPU under {} ms/s) for {:?}, at its idle timeout; sending SIGTERM",
+                        me.id,
+                        me.evidence.idle_threshold.cpu_ns_per_sec / 1_000_000,
+                        idle
+                    );
+                    ExitCause::IdleTimeout
+                }
                 _ = me.init.wait() => return,
-            }
-            me.expired.store(true, Ordering::SeqCst);
-            log::warn!(
-                "container {}: maximum runtime {:?} reached, sending SIGTERM",
-                me.id,
-                lifetime.max_runtime
-            );
-            me.audit_best_effort(&me.record(AuditEvent::Timeout));
+            };
+            let _ = me.stopped_for.set(cause);
+            me.audit_best_effort(&me.record(match cause {
+                ExitCause::IdleTimeout => AuditEvent::IdleTimeout,
+                _ => AuditEvent::Timeout,
+            }));
             me.signal_all(libc::SIGTERM).await;
             tokio::select! {
                 _ = tokio::time::sleep(lifetime.grace_period) => {}
@@ -34,6 +62,65 @@ impl Container {
             me.signal_all(libc::SIGKILL).await;
         });
         *self.lifetime_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+
+    /// Resolves once the container has been idle for its idle timeout, with how long it has
+    /// been; never without an idle timeout.
+    async fn idle_watch(&self) -> Duration {
+        let (Some(timeout), Some(cgroups)) = (self.lifetime.idle_timeout, self.cgroups.get())
+        else {
+            return std::future::pending().await;
+        };
+        let threshold = self.evidence.idle_threshold;
+        let output = self.evidence.output.clone();
+        let mut detector = IdleDetector::new(timeout, threshold);
+        let origin = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut warned = false;
+        loop {
+            tick.tick().await;
+            let cpu_ns = match cgroups.cpu_usage_ns() {
+                Ok(ns) => ns,
+                Err(e) => {
+                    if !warned {
+                        log::warn!(
+                            "container {}: reading the sandbox's CPU time for the idle timeout: {e}; counted as activity",
+                            self.id
+                        );
+                        warned = true;
+                    }
+                    detector = IdleDetector::new(timeout, threshold);
+                    continue;
+                }
+            };
+            let sample = Sample {
+                at: origin.elapsed(),
+                cpu_ns,
+                output_bytes: output.as_ref().map_or(0, |b| b.bytes_seen()),
+            };
+            if let Verdict::TimedOut { since } = detector.observe(sample) {
+                return sample.at - since;
+            }
+        }
+    }
+
+    /// With an idle timeout, the sandbox's CPU time must be readable from the start: Create
+    /// fails otherwise, rather than run a sandbox its idle timeout could never stop.
+    pub(super) fn check_idle_sampling(&self) -> Result<()> {
+        let Some(timeout) = self.lifetime.idle_timeout else {
+            return Ok(());
+        };
+        let read = match self.cgroups.get() {
+            Some(cg) => cg.cpu_usage_ns().map(drop).map_err(|e| e.to_string()),
+            None => Err("the sandbox's cgroups were not found".to_string()),
+        };
+        read.map_err(|why| {
+            ShimError::Internal(format!(
+                "idle timeout {}: cannot read the sandbox's CPU time ({why}); refusing to run a sandbox its idle timeout could not stop",
+                HumanDuration(timeout)
+            ))
+        })
     }
 
     async fn signal_all(&self, signal: i32) {

@@ -1,13 +1,15 @@
 //! A container: its hardened spec, its runsc sandbox, its init process and its execs.
 //!
 //! One operation per file (style rule 2): `create.rs` is the hardening pipeline, `start.rs`,
-//! `kill.rs`, `lifetime.rs` (the wall-clock limit), `exit.rs` (the one path every process exit
-//! takes), `delete.rs`, `exec.rs`, `resources.rs` (pids, stats, update, pause). This file holds
-//! the type, the lookups, and what every operation shares.
+//! `kill.rs`, `lifetime.rs` (the wall-clock limit and the idle timeout), `exit.rs` (the one
+//! path every process exit takes), `evidence.rs` (bounded output and artifact manifests),
+//! `delete.rs`, `exec.rs`, `resources.rs` (pids, stats, update, pause). This file holds the
+//! type, the lookups, and what every operation shares.
 
 pub mod create;
 mod delete;
 mod egress;
+mod evidence;
 mod exec;
 mod exit;
 mod kill;
@@ -35,7 +37,7 @@ use crate::events::Events;
 use crate::host::SandboxCgroups;
 use crate::options::RuntimeOptions;
 use crate::policy_source::LoadedPolicy;
-use crate::process::exit::Exit;
+use crate::process::exit::{Exit, ExitCause};
 use crate::process::state::{State, StateError};
 use crate::process::Process;
 use crate::rootfs::RootfsMount;
@@ -94,8 +96,11 @@ pub struct Container {
     rootfs_mounted: AtomicBool,
     init: Arc<Process>,
     execs: Mutex<HashMap<String, Arc<Process>>>,
-    /// Set when the wall-clock limit fired: the exit that follows is a timeout.
-    expired: AtomicBool,
+    /// Set when the wall-clock limit or the idle timeout fired: the exit that follows is
+    /// classified as that.
+    stopped_for: OnceLock<ExitCause>,
+    /// Output bound, activity counter and artifact manifests (`evidence.rs`).
+    evidence: evidence::Evidence,
     /// Held by Start from `runsc start` until TaskStart is out, and by the exit path before it
     /// records an init exit: a task that exits at once must not be seen as stopped by Start
     /// itself, and its TaskExit must not overtake its TaskStart.

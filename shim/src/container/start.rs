@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::Container;
-use crate::audit::AuditEvent;
+use crate::audit::{ArtifactsAudit, AuditEvent};
 use crate::error::Result;
 use crate::process::state::Op;
 use crate::reaper::ExitStatus;
@@ -23,6 +23,7 @@ impl Container {
         self.init
             .check(Op::Start)
             .map_err(|e| self.state_error(&self.init, e))?;
+        let manifest = self.record_artifacts_start().await?;
         // runsc hands `runsc start`'s own stdio to a pod's later container (and create's to the
         // sandbox's first one).
         let stdio = if self.is_member() && !self.init.stdio.terminal {
@@ -46,6 +47,7 @@ impl Container {
         self.events().start(&self.id, pid).await;
         let mut rec = self.record(AuditEvent::Start);
         rec.pid = Some(pid);
+        rec.artifacts = manifest.as_ref().map(ArtifactsAudit::Start);
         self.audit_best_effort(&rec);
         log::info!("container {} started", self.id);
         Ok(pid)

@@ -102,4 +102,16 @@ impl SandboxCgroups for FakeCgroups {
             .push(format!("{} {limits:?}", self.id));
         Ok(())
     }
+
+    fn cpu_usage_ns(&self) -> Result<u64, CgroupError> {
+        self.fake
+            .cpu_usage_ns(&self.id)
+            .ok_or_else(|| CgroupError::Parse {
+                path: PathBuf::from(format!(
+                    "/sys/fs/cgroup/cpuacct/test/{}/cpuacct.usage",
+                    self.id
+                )),
+                content: "injected failure".into(),
+            })
+    }
 }

@@ -23,6 +23,7 @@ use crate::env::ShimEnv;
 use crate::process::exit::ExitCause;
 use crate::reaper::ExitStatus;
 use crate::runsc::error::RunscError;
+use crate::stdio::RunscStdio;
 
 mod events;
 mod host;
@@ -45,6 +46,8 @@ pub enum Step {
     Kill,
     Delete,
     Pause,
+    /// Reading the sandbox's CPU time.
+    ReadCpu,
 }
 
 struct Proc {
@@ -89,6 +92,26 @@ struct World {
     forwarders: usize,
     sigterm_ignored: bool,
     updates: Vec<String>,
+    /// The streams runsc got for a process (a sandbox, an exec), held until it ends, as the
+    /// sandbox holds them: the shim's copy sees their end only then.
+    stdio: HashMap<u32, RunscStdio>,
+    /// What each sandbox's CPU counter reads.
+    cpu: HashMap<String, CpuMeter>,
+}
+
+/// A CPU counter that grows at a rate the test sets, with the (tokio, possibly paused) clock.
+#[derive(Clone, Copy)]
+struct CpuMeter {
+    at: tokio::time::Instant,
+    ns: u64,
+    ns_per_sec: u64,
+}
+
+impl CpuMeter {
+    fn now(&self) -> u64 {
+        let dt = tokio::time::Instant::now().duration_since(self.at);
+        self.ns + (self.ns_per_sec as u128 * dt.as_nanos() / 1_000_000_000) as u64
+    }
 }
 
 /// `Step` as an ordered key.
@@ -125,6 +148,8 @@ impl World {
     }
 
     fn end(&mut self, pid: u32, status: ExitStatus) {
+        // Its streams close with it.
+        self.stdio.remove(&pid);
         if let Some(p) = self.processes.get(&pid) {
             p.exit.send_if_modified(|s| {
                 if s.is_some() {
@@ -281,6 +306,53 @@ impl Fake {
     /// The workload exits with `status` as soon as `runsc start` runs it.
     pub fn exit_on_start(&self, status: ExitStatus) {
         self.world().exit_on_start = Some(status);
+    }
+
+    /// The CPU counter of the sandbox of `id` grows by `ns_per_sec` per second from now on
+    /// (0 until a test says otherwise).
+    pub fn set_cpu_rate(&self, id: &str, ns_per_sec: u64) {
+        let mut w = self.world();
+        let ns = w.cpu.get(id).map_or(0, CpuMeter::now);
+        w.cpu.insert(
+            id.to_string(),
+            CpuMeter {
+                at: tokio::time::Instant::now(),
+                ns,
+                ns_per_sec,
+            },
+        );
+    }
+
+    fn cpu_usage_ns(&self, id: &str) -> Option<u64> {
+        let mut w = self.world();
+        if w.fails(Step::ReadCpu) {
+            return None;
+        }
+        Some(w.cpu.get(id).map_or(0, CpuMeter::now))
+    }
+
+    /// The process `exec_id` of container `id` ("" for its init) writes `bytes` to its stdout,
+    /// as the sandbox would: into what runsc was given.
+    pub fn write_stdout(&self, id: &str, exec_id: &str, bytes: &[u8]) {
+        use std::io::Write;
+        let out = {
+            let w = self.world();
+            let pid = if exec_id.is_empty() {
+                w.containers.get(id).map(|c| c.pid)
+            } else {
+                w.execs
+                    .iter()
+                    .find(|e| e.container == id && e.exec_id == exec_id)
+                    .map(|e| e.pid)
+            };
+            let fd = pid
+                .and_then(|p| w.stdio.get(&p))
+                .and_then(|s| s.stdout.as_ref())
+                .unwrap_or_else(|| panic!("{id} {exec_id:?} has no stdout"));
+            std::fs::File::from(fd.try_clone().expect("dup of stdout"))
+        };
+        // Outside the lock: the write may wait for the shim's copy to drain the pipe.
+        (&out).write_all(bytes).expect("writing to stdout");
     }
 
     /// The workload ignores SIGTERM (only SIGKILL ends it).

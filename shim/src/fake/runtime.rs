@@ -67,7 +67,7 @@ impl SandboxRuntime for Fake {
     }
 
     async fn create(&self, call: CreateCall<'_>) -> Result<u32, RunscError> {
-        drop(call.stdio);
+        let stdio = call.stdio;
         self.call(format!("create {}", call.id));
         if let Some(socket) = call.console_socket {
             send_terminal(socket);
@@ -93,6 +93,7 @@ impl SandboxRuntime for Fake {
             None => {
                 let pid = w.spawn();
                 w.cgroups.insert(call.id.to_string());
+                w.stdio.insert(pid, stdio);
                 (pid, call.id.to_string())
             }
         };
@@ -152,7 +153,7 @@ impl SandboxRuntime for Fake {
     }
 
     async fn exec(&self, call: ExecCall<'_>) -> Result<ExecStarted, RunscError> {
-        drop(call.stdio);
+        let stdio = call.stdio;
         self.call(format!("exec {} {}", call.id, call.exec_id));
         if let Some(socket) = call.console_socket {
             send_terminal(socket);
@@ -165,6 +166,7 @@ impl SandboxRuntime for Fake {
             return Err(failure("exec", call.id));
         }
         let pid = w.spawn();
+        w.stdio.insert(pid, stdio);
         let guest_pid = 100 + w.execs.len() as i32;
         w.execs.push(FakeExec {
             container: call.id.to_string(),

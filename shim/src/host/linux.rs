@@ -77,4 +77,15 @@ impl SandboxCgroups for ExitProbe {
     fn update(&self, limits: &Limits) -> Result<(), CgroupError> {
         update::update(self.cgroup(), limits)
     }
+
+    fn cpu_usage_ns(&self) -> Result<u64, CgroupError> {
+        crate::idle::cpu_usage_ns(self.cgroup()).map_err(|source| CgroupError::Io {
+            path: self
+                .cgroup()
+                .dir("cpuacct")
+                .map(Path::to_path_buf)
+                .unwrap_or_default(),
+            source,
+        })
+    }
 }

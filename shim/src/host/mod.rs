@@ -47,4 +47,7 @@ pub trait SandboxCgroups: Send + Sync {
     fn metrics(&self) -> Result<Any, CgroupError>;
     /// Writes new limits (when runsc cannot apply them itself).
     fn update(&self, limits: &Limits) -> Result<(), CgroupError>;
+    /// The sandbox's cumulative CPU time in nanoseconds (sentry, gofer and their helpers), for
+    /// the idle timeout (`crate::idle`).
+    fn cpu_usage_ns(&self) -> Result<u64, CgroupError>;
 }

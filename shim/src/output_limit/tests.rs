@@ -211,3 +211,72 @@ fn a_client_gone_before_the_bound_is_not_reported_as_truncation() {
     assert!(!report.output_truncated);
     assert_eq!(budget.bytes_seen(), 1 << 20);
 }
+
+#[test]
+fn budgets_sharing_activity_count_each_others_output_but_keep_their_own_bound() {
+    let first = OutputBudget::new(Some(10));
+    let second = OutputBudget::sharing_activity(Some(1000), &first);
+    let (mut w, pair, client) = stream();
+    let reader = read_all(client);
+    let ip = interpose(&second, Some(pair), None).unwrap();
+    w.write_all(&[b's'; 100]).unwrap();
+    drop(w);
+    let report = within(Duration::from_secs(30), move || ip.wait());
+    assert_eq!(reader.join().unwrap().len(), 100, "the second's own bound");
+    assert!(!report.output_truncated);
+    assert_eq!((first.bytes_seen(), second.bytes_seen()), (100, 100));
+    assert!(!first.truncated());
+}
+
+#[test]
+fn progress_reports_what_was_copied_while_a_writer_keeps_the_stream_open() {
+    let budget = OutputBudget::new(Some(4));
+    let (mut w, pair, mut client) = stream();
+    let ip = interpose(&budget, Some(pair), None).unwrap();
+    let progress = ip.progress();
+    w.write_all(b"abcdefgh\n").unwrap();
+    let mut got = vec![0u8; 4 + 1 + marker_len(4)];
+    client.read_exact(&mut got).unwrap();
+    let snap = progress.snapshot();
+    assert!(!snap.complete);
+    assert_eq!((snap.output_bytes, snap.discarded_bytes), (4, 5));
+    assert!(snap.output_truncated);
+    assert_eq!(snap.stdout.unwrap().sha256, None);
+    drop(w);
+    let report = within(Duration::from_secs(30), move || ip.wait());
+    assert!(report.complete);
+    assert_eq!(report.stdout.unwrap().sha256, Some(sha(b"abcd")));
+}
+
+fn marker_len(max: u64) -> usize {
+    OutputBudget::new(Some(max)).marker().len()
+}
+
+#[test]
+fn a_terminal_ends_its_stream_with_eio_and_that_is_no_read_error() {
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let master = File::from(pty.master);
+    let mut slave = File::from(pty.slave);
+    let (mut client, to_client) = sandbox_pipe().unwrap();
+    let budget = OutputBudget::new(None);
+    let ip = interpose(
+        &budget,
+        Some(StreamPair {
+            from_sandbox: master,
+            to_client,
+        }),
+        None,
+    )
+    .unwrap();
+    slave.write_all(b"on the terminal\n").unwrap();
+    let mut got = vec![0u8; 17];
+    // The terminal turns "\n" into "\r\n".
+    client.read_exact(&mut got).unwrap();
+    assert_eq!(got, b"on the terminal\r\n");
+    drop(slave);
+    let report = within(Duration::from_secs(30), move || ip.wait());
+    let out = report.stdout.unwrap();
+    assert_eq!(out.read_error, None);
+    assert_eq!(out.delivered_bytes, 17);
+    assert!(report.complete);
+}

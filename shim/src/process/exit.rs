@@ -23,6 +23,9 @@ pub enum ExitCause {
     ProcessLimit,
     /// The policy's wall-clock limit ended it (SIGTERM, grace period, SIGKILL).
     Timeout,
+    /// The policy's idle timeout ended it: no CPU to speak of and no output for that long
+    /// (`crate::idle`), then SIGTERM, grace period, SIGKILL.
+    IdleTimeout,
 }
 
 impl ExitCause {
@@ -44,6 +47,7 @@ impl ExitCause {
                 "crossed the process limit (pids cgroup ceiling reached; runsc stopped the sandbox)"
             }
             ExitCause::Timeout => "was stopped at its maximum runtime",
+            ExitCause::IdleTimeout => "was stopped after sitting idle for its idle timeout",
         }
     }
 
@@ -51,7 +55,7 @@ impl ExitCause {
     pub fn is_enforced(&self) -> bool {
         matches!(
             self,
-            ExitCause::Oom | ExitCause::ProcessLimit | ExitCause::Timeout
+            ExitCause::Oom | ExitCause::ProcessLimit | ExitCause::Timeout | ExitCause::IdleTimeout
         )
     }
 }
@@ -103,13 +107,22 @@ mod tests {
     }
 
     #[test]
-    fn only_oom_process_limit_and_timeout_are_enforcement() {
+    fn an_idle_timeout_is_serialised_in_kebab_case() {
+        assert_eq!(
+            serde_json::to_value(ExitCause::IdleTimeout).unwrap(),
+            "idle-timeout"
+        );
+    }
+
+    #[test]
+    fn only_oom_process_limit_and_the_timeouts_are_enforcement() {
         for (cause, enforced) in [
             (ExitCause::Exited, false),
             (ExitCause::Signaled, false),
             (ExitCause::Oom, true),
             (ExitCause::ProcessLimit, true),
             (ExitCause::Timeout, true),
+            (ExitCause::IdleTimeout, true),
         ] {
             assert_eq!(cause.is_enforced(), enforced, "{cause:?}");
         }

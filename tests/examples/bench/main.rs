@@ -11,7 +11,8 @@
 //!   --churn-runs N       sandboxes per churn batch (20)
 //!   --churn-rounds N     batches per runtime and concurrency (2)
 //!   --criterion DIR      criterion's output (target/criterion) to include the policy figures
-//!   --only LIST          any of latency,scaling,churn,pods,engines (all by default)
+//!   --only LIST          any of latency,scaling,churn,pods,engines,output (all by default)
+//!   --output-runs N      timed 1 GiB-to-stdout runs per output policy (3)
 //!   --engine-runs N      timed runs per runtime and engine, Docker and Podman (20)
 //!   --guards N           running containers whose guard memory is measured (5)
 //!   --pod-rounds N       pods per handler (10)
@@ -31,6 +32,7 @@ mod contenders;
 mod engines;
 mod latency;
 mod machine;
+mod output;
 mod pods;
 mod policy;
 mod procfs;
@@ -59,6 +61,7 @@ struct Args {
     pod_rounds: usize,
     engine_runs: usize,
     guards: usize,
+    output_runs: usize,
     criterion: Option<PathBuf>,
     only: Vec<String>,
     shim: Option<PathBuf>,
@@ -90,6 +93,7 @@ fn parse_args() -> BenchResult<Args> {
         pod_rounds: 10,
         engine_runs: 20,
         guards: 5,
+        output_runs: 3,
         criterion: None,
         only: vec![
             "latency".into(),
@@ -97,6 +101,7 @@ fn parse_args() -> BenchResult<Args> {
             "churn".into(),
             "pods".into(),
             "engines".into(),
+            "output".into(),
         ],
         shim: None,
         log_level: "info".into(),
@@ -117,6 +122,7 @@ fn parse_args() -> BenchResult<Args> {
             "--pod-rounds" => a.pod_rounds = value()?.parse()?,
             "--engine-runs" => a.engine_runs = value()?.parse()?,
             "--guards" => a.guards = value()?.parse()?,
+            "--output-runs" => a.output_runs = value()?.parse()?,
             "--criterion" => a.criterion = Some(value()?.into()),
             "--only" => a.only = value()?.split(',').map(str::to_string).collect(),
             "--shim" => a.shim = Some(value()?.into()),
@@ -210,6 +216,15 @@ fn main() -> BenchResult<()> {
     } else {
         Vec::new()
     };
+    let output = if want("output") {
+        eprintln!(
+            "bench: 1 GiB to stdout, {} runs per output policy (+1 warm-up)",
+            args.output_runs
+        );
+        Some(output::measure(&b, args.output_runs, 1)?)
+    } else {
+        None
+    };
     let pods = if want("pods") {
         eprintln!("bench: pods through CRI, {} per handler", args.pod_rounds);
         Some(pods::measure(&shim, args.pod_rounds)?)
@@ -267,6 +282,9 @@ fn main() -> BenchResult<()> {
     if let Some(e) = &engines {
         markdown.push_str(&format!("\n{}", e.markdown()));
     }
+    if let Some(o) = &output {
+        markdown.push_str(&format!("\n{}", o.markdown()));
+    }
     println!("\n{markdown}");
 
     std::fs::create_dir_all(&args.out)?;
@@ -295,6 +313,7 @@ fn main() -> BenchResult<()> {
         })).collect::<Vec<_>>()))).collect::<serde_json::Map<_, _>>(),
         "pods": pods.as_ref().map(|p| p.to_json()),
         "engines": engines.as_ref().map(|e| e.to_json()),
+        "output": output.as_ref().map(|o| o.to_json()),
         "containerd_shutdown_clean": teardown.is_clean(),
     });
     let json_path = args.out.join("results.json");

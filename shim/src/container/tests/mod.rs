@@ -18,6 +18,7 @@ use crate::service::Shim;
 
 mod create;
 mod enforcement;
+mod evidence;
 mod exec;
 mod lifecycle;
 mod pods;
