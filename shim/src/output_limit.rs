@@ -318,9 +318,11 @@ fn copy_stream(pair: StreamPair, budget: &OutputBudget, live: &Live) -> StreamRe
     };
     // Whether the last delivered byte ended a line, so the marker starts on a line of its own.
     let mut at_line_start = true;
-    // Cleared at the first EINVAL (a source or sink splice cannot serve, such as a terminal):
-    // from then on read and write, without asking the kernel again for every chunk.
-    let mut can_splice = true;
+    // Cleared at the first EINVAL (a source or sink splice cannot serve): from then on read and
+    // write, without asking the kernel again for every chunk. Never tried on a terminal: kernels
+    // that accept splice from a pty master (6.x) can leave it waiting on a line the slave
+    // already wrote (seen here, intermittently, on 6.18), where read(2) always returns it.
+    let mut can_splice = !nix::unistd::isatty(src.as_raw_fd()).unwrap_or(false);
     let null = File::options().write(true).open("/dev/null").ok();
     loop {
         if mode != Mode::Copy && can_splice {
