@@ -89,6 +89,25 @@ pub fn attacks() -> Vec<Attack> {
             },
         ),
         a(
+            "egress: ptrace the forwarder",
+            "EPERM: another uid, no CAP_SYS_PTRACE",
+            |l| {
+                let (ran, _) = run(
+                    l,
+                    "egress-ptrace",
+                    "sandbox-probe ptrace-attach $(pidof forwarder)",
+                )?;
+                let line = ran.line()?;
+                ensure(line.errno() == Some("EPERM"), || ran.summary())?;
+                Ok("PTRACE_ATTACH: EPERM".into())
+            },
+        ),
+        a(
+            "egress: a live host unix socket in an allowed bind mount",
+            "unreachable: egress opens no host socket (no --host-uds); the listener saw nothing",
+            host_socket,
+        ),
+        a(
             "egress: take the forwarder's port first",
             "EADDRINUSE: the workload starts only once the forwarder listens",
             |l| {
@@ -182,4 +201,48 @@ fn direct(lab: &Lab) -> Outcome {
     let line = ran.line()?;
     ensure(line.errno() == Some("EHOSTUNREACH"), || ran.summary())?;
     Ok(format!("connect {}:8080: EHOSTUNREACH", ns.inside_addr()))
+}
+
+/// The forwarder is the only way out: a host unix socket that the workload can see (mode 0666,
+/// in a bind mount the policy allows) stays unreachable, and its listener never gets a
+/// connection.
+fn host_socket(lab: &Lab) -> Outcome {
+    let dir = lab.dir().join(format!("hostsock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| Failed(e.to_string()))?;
+    let path = dir.join("live.sock");
+    let _ = std::fs::remove_file(&path);
+    let listener =
+        std::os::unix::net::UnixListener::bind(&path).map_err(|e| Failed(e.to_string()))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Failed(e.to_string()))?;
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .map_err(|e| Failed(e.to_string()))?;
+    let mut ns = UpstreamNetns::create().map_err(|e| Failed(e.to_string()))?;
+    let inside = ns.inside_addr();
+    ns.serve(&inside, 8080, &[("hello.txt", b"upstream")])
+        .map_err(|e| Failed(e.to_string()))?;
+    let policy = lab.write_policy("egress-hostsock", &hostile_names_section(&ns))?;
+    let mount = format!(
+        "type=bind,src={},dst=/hostsock,options=rbind:ro",
+        dir.display()
+    );
+    let ran = lab.run(
+        Job::sh(
+            "egress-hostsock",
+            "sandbox-probe connect-unix /hostsock/live.sock",
+        )
+        .policy(policy)
+        .flags(["--mount", mount.as_str()]),
+    )?;
+    let line = ran.line()?;
+    ensure(ran.started && !line.is_ok(), || ran.summary())?;
+    ensure(listener.accept().is_err(), || {
+        "the host socket accepted a connection".to_string()
+    })?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(format!(
+        "connect /hostsock/live.sock: {}; the host listener saw nothing",
+        line.errno().unwrap_or("refused")
+    ))
 }
