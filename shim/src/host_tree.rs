@@ -30,14 +30,19 @@ pub enum HostTreeError {
         #[source]
         source: io::Error,
     },
-    #[error("[mounts] protect/mask: pattern {pattern:?} would list more than {MAX_DIRS} directories below {source_dir}; use narrower patterns for this tree")]
-    TooLarge { pattern: String, source_dir: String },
+    #[error("[mounts] protect/mask: pattern {pattern:?} would list more than {limit} directories below {source_dir}; use narrower patterns for this tree")]
+    TooLarge {
+        pattern: String,
+        source_dir: String,
+        limit: usize,
+    },
 }
 
 struct Walk<'a> {
     glob: &'a TreeGlob,
     list: TreeList,
     dirs_left: &'a mut usize,
+    limit: usize,
     found: &'a mut BTreeSet<(String, TreeListKey, EntryKindKey)>,
 }
 
@@ -102,6 +107,7 @@ impl Walk<'_> {
                     return Err(HostTreeError::TooLarge {
                         pattern: self.glob.as_str().to_string(),
                         source_dir: root.display().to_string(),
+                        limit: self.limit,
                     });
                 }
                 *self.dirs_left -= 1;
@@ -165,6 +171,16 @@ fn bind_dirs(spec: &Value) -> Vec<String> {
 /// Walks every directory bind of `spec` for the policy's protect and mask patterns. With masked
 /// files found, writes the empty file into `bundle`.
 pub fn scan(spec: &Value, policy: &Policy, bundle: &Path) -> Result<HostTree, HostTreeError> {
+    scan_bounded(spec, policy, bundle, MAX_DIRS)
+}
+
+/// [`scan`] listing at most `max_dirs` directories (the tests use a small bound).
+fn scan_bounded(
+    spec: &Value,
+    policy: &Policy,
+    bundle: &Path,
+    max_dirs: usize,
+) -> Result<HostTree, HostTreeError> {
     let m = &policy.mounts;
     if m.protect.is_empty() && m.mask.is_empty() {
         return Ok(HostTree::default());
@@ -177,7 +193,7 @@ pub fn scan(spec: &Value, policy: &Policy, bundle: &Path) -> Result<HostTree, Ho
         .chain(m.mask.iter().map(|p| (p, TreeList::Mask)))
         .filter_map(|(p, l)| TreeGlob::new(p).ok().map(|g| (g, l)))
         .collect();
-    let mut dirs_left = MAX_DIRS;
+    let mut dirs_left = max_dirs;
     let mut tree = HostTree::default();
     let mut any_masked_file = false;
     for source in bind_dirs(spec) {
@@ -187,6 +203,7 @@ pub fn scan(spec: &Value, policy: &Policy, bundle: &Path) -> Result<HostTree, Ho
                 glob,
                 list: *list,
                 dirs_left: &mut dirs_left,
+                limit: max_dirs,
                 found: &mut found,
             };
             walk.visit(Path::new(&source), Path::new(&source), &mut Vec::new())?;
@@ -322,17 +339,23 @@ mod tests {
     fn a_tree_too_large_to_walk_fails_instead_of_passing_unchecked() {
         let project = tempfile::tempdir().unwrap();
         let bundle = tempfile::tempdir().unwrap();
-        for i in 0..(MAX_DIRS + 5) / 100 + 1 {
-            for j in 0..100 {
+        const BOUND: usize = 50;
+        for i in 0..BOUND / 10 + 1 {
+            for j in 0..10 {
                 fs::create_dir_all(project.path().join(format!("d{i}/e{j}"))).unwrap();
             }
         }
-        let err = scan(
+        let err = scan_bounded(
             &spec_binding(project.path()),
             &policy(&[], &["**/.env"]),
             bundle.path(),
+            BOUND,
         )
         .unwrap_err();
+        assert!(
+            err.to_string().contains("more than 50 directories"),
+            "{err}"
+        );
         assert!(err.to_string().contains("narrower"), "{err}");
     }
 }

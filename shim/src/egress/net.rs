@@ -116,6 +116,8 @@ mod tests {
         assert_eq!(s.peer_addr().unwrap(), addr);
     }
 
+    /// setns needs CAP_SYS_ADMIN: with the tests that need root (`host-tests`).
+    #[cfg(feature = "host-tests")]
     #[tokio::test]
     async fn a_socket_made_in_a_netns_connects_there() {
         // Our own netns by path: the mechanism is the same as for a pod's.
