@@ -241,6 +241,28 @@ forwarder = "{fwd}"
         by
     }
 
+    /// The proxy's own time for each small request (OPEN to close, the audit record's
+    /// `duration_ms`, whole milliseconds), by method: what the shim side costs of the latency
+    /// the client sees, the rest being the sandbox's side (loopback TCP, the forwarder).
+    fn proxy_ms(&self) -> BTreeMap<String, Vec<f64>> {
+        let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for r in self.policy.audit_lines() {
+            let small = r["bytes_down"]
+                .as_u64()
+                .is_some_and(|b| b > 0 && b < (SMALL_BYTES * 4) as u64);
+            if r["event"] == "egress-connection"
+                && r["container_id"] == self.id.as_str()
+                && r["verdict"] == "allowed"
+                && small
+            {
+                if let (Some(m), Some(d)) = (r["method"].as_str(), r["duration_ms"].as_u64()) {
+                    by.entry(m.to_string()).or_default().push(d as f64);
+                }
+            }
+        }
+        by
+    }
+
     fn sandbox_memory(&self) -> Mem {
         sum(descendants(self.shim))
     }
@@ -284,6 +306,8 @@ pub struct EgressResults {
     pub shim_egress_on_after: Mem,
     pub tunnels: Vec<TunnelLevel>,
     pub audited: BTreeMap<String, usize>,
+    /// [`Ours::proxy_ms`] after the rounds (warm-up included).
+    pub proxy_small_ms: BTreeMap<String, Vec<f64>>,
     pub load_before: [f64; 3],
     pub load_after: [f64; 3],
 }
@@ -347,6 +371,7 @@ pub fn measure(b: &Bench, o: &Options) -> BenchResult<EgressResults> {
     eprintln!();
     let load_after = loadavg();
     let shim_egress_on_after = settle(|| mem_of(ours.shim).unwrap_or_default());
+    let proxy_small_ms = ours.proxy_ms();
 
     let mut tunnels = Vec::new();
     for &n in &o.tunnels {
@@ -392,6 +417,7 @@ pub fn measure(b: &Bench, o: &Options) -> BenchResult<EgressResults> {
         shim_egress_on_after,
         tunnels,
         audited,
+        proxy_small_ms,
         load_before,
         load_after,
     })

@@ -99,6 +99,27 @@ impl EgressResults {
                 audited.join(", ")
             }
         );
+        let proxy: Vec<String> = self
+            .proxy_small_ms
+            .iter()
+            .filter_map(|(m, v)| {
+                Summary::of(v).map(|s| {
+                    format!(
+                        "{m} median {:.0} ms (p95 {:.0}, n={})",
+                        s.median,
+                        s.p95,
+                        v.len()
+                    )
+                })
+            })
+            .collect();
+        if !proxy.is_empty() {
+            let _ = writeln!(
+                o,
+                "Of our small-request latency, the shim's proxy itself (OPEN to close, the audit record's `duration_ms`, whole ms): {}.\n",
+                proxy.join("; ")
+            );
+        }
         self.memory_markdown(&mut o);
         o
     }
@@ -205,6 +226,7 @@ impl EgressResults {
             "ratio_ours_over_recipe_median": ratios,
             "goals": {"throughput_at_least": GOAL_THROUGHPUT, "latency_at_most": GOAL_LATENCY},
             "audited_connections": self.audited,
+            "proxy_small_request_ms_by_method": self.proxy_small_ms,
             "shim_memory_kib": {
                 "egress_off": self.shim_egress_off.to_json(),
                 "egress_on_fresh": self.shim_egress_on_fresh.to_json(),
