@@ -8,10 +8,13 @@
 # and per-sandbox memory and start latency at 1/10/30 concurrent sandboxes, churn at
 # concurrency 1 and 4, `docker run` and `podman run` through runsc-hardened against plain
 # runsc on the same engine (interleaved) with the guard's memory, a container writing 1 GiB to
-# stdout with and without the output bound (interleaved), the policy criterion benches,
-# and the output interposer's criterion bench (1 GiB through pipes with and without it).
-# Prints the tables and writes target/bench/{results.json,summary.md,latency.svg} and
-# target/bench-output-limit.md. --publish copies them to hack/bench/ (what the README shows).
+# stdout with and without the output bound (interleaved), egress through our forwarder and proxy
+# against the tinyproxy + socat recipe (interleaved, same runsc and upstream), the policy
+# criterion benches, and the output interposer's criterion bench (1 GiB through pipes with and
+# without it).
+# Prints the tables and writes target/bench/{results.json,summary.md,latency.svg,egress.*} and
+# target/bench-output-limit.md. --publish copies them to hack/bench/ (what the README shows);
+# a run with --only egress publishes egress.md and egress.json only.
 # DRIVER OPTIONS go to tests/examples/bench (e.g. --runs 40, --levels 1,10,
 # --only latency); see the top of tests/examples/bench/main.rs.
 #
@@ -48,6 +51,7 @@ output_limit_summary() {
 require_root
 ensure_packages
 ensure_engines
+ensure_bench_packages
 ensure_rust
 cd "$REPO_ROOT"
 target=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
@@ -74,6 +78,13 @@ log "machine load after: $(uptime)"
 
 if [ "$publish" = 1 ]; then
   mkdir -p "$HACK_DIR/bench"
+  if [ -f "$target/bench/egress.md" ]; then
+    cp "$target/bench/egress.md" "$target/bench/egress.json" "$HACK_DIR/bench/"
+  fi
+  if [[ " ${driver_args[*]} " == *" --only egress "* ]]; then
+    log "published egress.md and egress.json to hack/bench/ (the other sections were not run)"
+    exit 0
+  fi
   cp "$target/bench/latency.svg" "$target/bench/results.json" "$target/bench/summary.md" "$HACK_DIR/bench/"
   if [ -f "$target/bench-output-limit.md" ]; then
     cp "$target/bench-output-limit.md" "$HACK_DIR/bench/output-limit.md"

@@ -51,6 +51,28 @@ ensure_engines() {
   fi
 }
 
+# The egress bench's baseline, the tinyproxy + socat recipe (tests/examples/bench/egress_recipe.rs).
+# Bench only: no test needs them. The bench starts its own tinyproxy on a free loopback port;
+# policy-rc.d keeps the package from starting the system daemon where an init would.
+BENCH_PACKAGES=(tinyproxy socat)
+
+ensure_bench_packages() {
+  local missing=()
+  for p in "${BENCH_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    local rcd=/usr/sbin/policy-rc.d own_rcd=0
+    if [ ! -e "$rcd" ]; then
+      printf '#!/bin/sh\nexit 101\n' > "$rcd" && chmod 755 "$rcd" && own_rcd=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if [ "$own_rcd" = 1 ]; then rm -f "$rcd"; fi
+  fi
+}
+
 # A Rust toolchain: the machine's if present, else rustup (needs network to static.rust-lang.org).
 ensure_rust() {
   if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then

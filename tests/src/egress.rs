@@ -213,6 +213,18 @@ pub struct RunscSandbox {
 impl RunscSandbox {
     /// Writes the bundle (busybox rootfs + `spec`) and runs `runsc create`.
     pub fn create(prefix: &str, spec: &Value, extra_flags: &[String]) -> Result<RunscSandbox> {
+        Self::create_with_files(prefix, spec, extra_flags, &[])
+    }
+
+    /// [`create`](Self::create) with more host files copied into the rootfs first: each
+    /// `(host path, absolute path inside)`, parent directories made as needed (e.g. a dynamic
+    /// binary and the libraries `ldd` lists for it).
+    pub fn create_with_files(
+        prefix: &str,
+        spec: &Value,
+        extra_flags: &[String],
+        files: &[(PathBuf, String)],
+    ) -> Result<RunscSandbox> {
         let id = format!("{prefix}-{}", random_hex(4));
         let dir = std::env::temp_dir().join(format!("gvh-{id}"));
         let rootfs = dir.join("bundle/rootfs");
@@ -230,6 +242,14 @@ impl RunscSandbox {
             let link = rootfs.join("bin").join(a);
             std::os::unix::fs::symlink("busybox", &link)
                 .map_err(|e| HarnessError::io("linking", &link, e))?;
+        }
+        for (host, inside) in files {
+            let to = rootfs.join(inside.trim_start_matches('/'));
+            if let Some(parent) = to.parent() {
+                fs::create_dir_all(parent).map_err(|e| HarnessError::io("creating", parent, e))?;
+            }
+            fs::copy(host, &to)
+                .map_err(|e| HarnessError::io("copying into the rootfs", host, e))?;
         }
         let state = dir.join("state");
         fs::create_dir_all(&state).map_err(|e| HarnessError::io("creating", &state, e))?;

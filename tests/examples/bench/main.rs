@@ -11,11 +11,14 @@
 //!   --churn-runs N       sandboxes per churn batch (20)
 //!   --churn-rounds N     batches per runtime and concurrency (2)
 //!   --criterion DIR      criterion's output (target/criterion) to include the policy figures
-//!   --only LIST          any of latency,scaling,churn,pods,engines,output (all by default)
+//!   --only LIST          any of latency,scaling,churn,pods,engines,output,egress (all by default)
 //!   --output-runs N      timed 1 GiB-to-stdout runs per output policy (3)
 //!   --engine-runs N      timed runs per runtime and engine, Docker and Podman (20)
 //!   --guards N           running containers whose guard memory is measured (5)
 //!   --pod-rounds N       pods per handler (10)
+//!   --egress-rounds N    egress rounds: a 100 MiB GET and CONNECT and small requests per way (10)
+//!   --egress-small N     small requests per round, way and kind (20)
+//!   --egress-tunnels L   idle tunnels held open for the memory readings (0,10,100)
 //!   --shim PATH          the shim binary (default: $GVH_SHIM_BINARY or next to this binary)
 //!   --log-level LEVEL    containerd's (info; debug also starts the shims with -debug, for
 //!                        profiling from their timestamps, not for figures)
@@ -29,6 +32,10 @@
 
 mod churn;
 mod contenders;
+mod egress;
+mod egress_recipe;
+mod egress_report;
+mod egress_upstream;
 mod engines;
 mod latency;
 mod machine;
@@ -62,6 +69,9 @@ struct Args {
     engine_runs: usize,
     guards: usize,
     output_runs: usize,
+    egress_rounds: usize,
+    egress_small: usize,
+    egress_tunnels: Vec<usize>,
     criterion: Option<PathBuf>,
     only: Vec<String>,
     shim: Option<PathBuf>,
@@ -94,6 +104,9 @@ fn parse_args() -> BenchResult<Args> {
         engine_runs: 20,
         guards: 5,
         output_runs: 3,
+        egress_rounds: 10,
+        egress_small: 20,
+        egress_tunnels: vec![0, 10, 100],
         criterion: None,
         only: vec![
             "latency".into(),
@@ -102,6 +115,7 @@ fn parse_args() -> BenchResult<Args> {
             "pods".into(),
             "engines".into(),
             "output".into(),
+            "egress".into(),
         ],
         shim: None,
         log_level: "info".into(),
@@ -123,6 +137,9 @@ fn parse_args() -> BenchResult<Args> {
             "--engine-runs" => a.engine_runs = value()?.parse()?,
             "--guards" => a.guards = value()?.parse()?,
             "--output-runs" => a.output_runs = value()?.parse()?,
+            "--egress-rounds" => a.egress_rounds = value()?.parse()?,
+            "--egress-small" => a.egress_small = value()?.parse()?,
+            "--egress-tunnels" => a.egress_tunnels = list(&value()?)?,
             "--criterion" => a.criterion = Some(value()?.into()),
             "--only" => a.only = value()?.split(',').map(str::to_string).collect(),
             "--shim" => a.shim = Some(value()?.into()),
@@ -143,8 +160,16 @@ fn parse_args() -> BenchResult<Args> {
             }
         }
     }
-    if a.runs == 0 || a.levels.contains(&0) || a.concurrency.contains(&0) {
-        return Err("--runs, --levels and --concurrency must be positive".into());
+    if a.runs == 0
+        || a.levels.contains(&0)
+        || a.concurrency.contains(&0)
+        || a.egress_rounds == 0
+        || a.egress_small == 0
+    {
+        return Err(
+            "--runs, --levels, --concurrency, --egress-rounds and --egress-small must be positive"
+                .into(),
+        );
     }
     Ok(a)
 }
@@ -244,6 +269,25 @@ fn main() -> BenchResult<()> {
     } else {
         None
     };
+    let egress = if want("egress") {
+        // One warm-up round at most: a round moves 400 MiB per way.
+        let warmup = args.warmup.min(1);
+        eprintln!(
+            "bench: egress, {} rounds of {} small requests (+{warmup} warm-up)",
+            args.egress_rounds, args.egress_small
+        );
+        Some(egress::measure(
+            &b,
+            &egress::Options {
+                rounds: args.egress_rounds,
+                warmup,
+                small: args.egress_small,
+                tunnels: args.egress_tunnels.clone(),
+            },
+        )?)
+    } else {
+        None
+    };
     let load_end = loadavg();
     let Bench {
         c,
@@ -285,6 +329,9 @@ fn main() -> BenchResult<()> {
     if let Some(o) = &output {
         markdown.push_str(&format!("\n{}", o.markdown()));
     }
+    if let Some(e) = &egress {
+        markdown.push_str(&format!("\n{}", e.markdown()));
+    }
     println!("\n{markdown}");
 
     std::fs::create_dir_all(&args.out)?;
@@ -314,11 +361,24 @@ fn main() -> BenchResult<()> {
         "pods": pods.as_ref().map(|p| p.to_json()),
         "engines": engines.as_ref().map(|e| e.to_json()),
         "output": output.as_ref().map(|o| o.to_json()),
+        "egress": egress.as_ref().map(|e| e.to_json()),
         "containerd_shutdown_clean": teardown.is_clean(),
     });
     let json_path = args.out.join("results.json");
     std::fs::write(&json_path, serde_json::to_string_pretty(&results)? + "\n")?;
     std::fs::write(args.out.join("summary.md"), &markdown)?;
+    if let Some(e) = &egress {
+        // On their own as well: the egress section is often run alone (`--only egress`), and
+        // publishing it must not replace the other sections' published figures.
+        std::fs::write(args.out.join("egress.md"), e.markdown())?;
+        std::fs::write(
+            args.out.join("egress.json"),
+            serde_json::to_string_pretty(&json!({
+                "machine": machine.to_json(),
+                "egress": e.to_json(),
+            }))? + "\n",
+        )?;
+    }
     if let Some(l) = &lat {
         let colors = ["#1f77b4", "#d62728", "#7f7f7f", "#2ca02c"];
         let series: Vec<svg::Series> = [
