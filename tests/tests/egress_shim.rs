@@ -210,8 +210,7 @@ step after wget -q -O - http://upstream.example.test:8080/hello.txt
     assert_eq!(crossings[0]["max_bytes"], CAP as u64, "{}", crossings[0]);
     let last = records
         .iter()
-        .filter(|r| r["event"] == "egress-connection" && r["host"] == "upstream.example.test")
-        .last()
+        .rfind(|r| r["event"] == "egress-connection" && r["host"] == "upstream.example.test")
         .unwrap();
     assert_eq!(last["verdict"], "denied", "{last}");
     assert!(
