@@ -144,7 +144,7 @@ impl Dockerd {
                 "unix://{}",
                 self.dir.path().join("docker.sock").display()
             ));
-        EngineCommand::new(cmd)
+        crate::engine::engine_command(cmd)
     }
 
     /// `docker import` of the test image's root filesystem as `localhost/gvh-test:latest`.

@@ -3,7 +3,6 @@
 //! import`: there is no registry), the leak checks after a container and the teardown of
 //! everything under the directory.
 
-use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,7 +13,7 @@ use crate::ids::random_hex;
 use crate::inspect;
 use crate::leaks::{Leaks, LEAK_GRACE};
 use crate::poll::poll_until;
-use crate::process::{describe, output_with_deadline, CommandOutput};
+use crate::process::BoundedCommand;
 
 /// Default deadline of one engine call: a cold sandbox on a loaded 2-core machine takes
 /// seconds; anything near this is a hang.
@@ -33,65 +32,11 @@ pub fn runsc_hardened_binary() -> Result<PathBuf> {
     crate::shim_binary::product_binary("runsc-hardened", "GVH_RUNSC_HARDENED")
 }
 
-/// A command bound to one private engine, with a deadline.
-#[derive(Debug)]
-pub struct EngineCommand {
-    cmd: Command,
-    stdin: Option<Vec<u8>>,
-    timeout: Duration,
-}
+/// A command bound to one private engine, with a deadline ([`ENGINE_TIMEOUT`] by default).
+pub type EngineCommand = BoundedCommand;
 
-impl EngineCommand {
-    pub(crate) fn new(cmd: Command) -> Self {
-        EngineCommand {
-            cmd,
-            stdin: None,
-            timeout: ENGINE_TIMEOUT,
-        }
-    }
-
-    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
-        self.cmd.arg(arg);
-        self
-    }
-
-    pub fn args<I, S>(mut self, args: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<OsStr>,
-    {
-        self.cmd.args(args);
-        self
-    }
-
-    pub fn stdin(mut self, data: impl Into<Vec<u8>>) -> Self {
-        self.stdin = Some(data.into());
-        self
-    }
-
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    pub fn describe(&self) -> String {
-        describe(&self.cmd)
-    }
-
-    /// Runs to completion and returns the output whatever the exit status.
-    pub fn output(mut self) -> Result<CommandOutput> {
-        output_with_deadline(&mut self.cmd, self.stdin, self.timeout)
-    }
-
-    /// Runs to completion; a non-zero exit is an error carrying the output.
-    pub fn checked(self) -> Result<CommandOutput> {
-        self.output()?.checked()
-    }
-
-    /// Runs on a fresh pseudo-terminal (`-t`, `exec -it`), typing `input`.
-    pub fn output_in_pty(mut self, input: impl AsRef<[u8]>) -> Result<CommandOutput> {
-        crate::pty::output_in_pty(&mut self.cmd, input.as_ref(), self.timeout)
-    }
+pub(crate) fn engine_command(cmd: Command) -> EngineCommand {
+    BoundedCommand::new(cmd, ENGINE_TIMEOUT)
 }
 
 /// A private directory for one engine instance, with the test policy runsc-hardened runs under:

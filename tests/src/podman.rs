@@ -73,7 +73,7 @@ impl Podman {
                 "--storage-driver",
                 "overlay",
             ]);
-        EngineCommand::new(cmd)
+        crate::engine::engine_command(cmd)
     }
 
     /// `podman run` (or `create`, `start`...) arguments that pick runsc-hardened with `policy`:

@@ -3,9 +3,10 @@
 //! Every `ctr` call goes through here: a hung `ctr` (a shim that never answers, a task that
 //! never exits) must fail the test with what it printed so far, not hang `cargo test`.
 
+use std::ffi::OsStr;
 use std::fmt;
 use std::io::{Read, Write};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -224,5 +225,95 @@ mod tests {
             HarnessError::Timeout { stdout, .. } => assert_eq!(stdout, "started\n"),
             other => panic!("expected a timeout, got {other}"),
         }
+    }
+}
+
+/// A command run to completion under a deadline: what `ctr` and the engines' builders share.
+/// Add arguments with [`arg`](Self::arg) / [`args`](Self::args).
+#[derive(Debug)]
+pub struct BoundedCommand {
+    cmd: Command,
+    stdin: Option<Vec<u8>>,
+    timeout: Duration,
+}
+
+impl BoundedCommand {
+    pub(crate) fn new(cmd: Command, timeout: Duration) -> Self {
+        BoundedCommand {
+            cmd,
+            stdin: None,
+            timeout,
+        }
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
+        self.cmd.arg(arg);
+        self
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.cmd.args(args);
+        self
+    }
+
+    /// Sets an environment variable for the command itself.
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.cmd.env(key, value);
+        self
+    }
+
+    /// Bytes written to the command's stdin (`ctr run`/`exec` without `-t` forwards them to
+    /// the task); without this stdin is /dev/null.
+    pub fn stdin(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.stdin = Some(data.into());
+        self
+    }
+
+    /// Replaces the default deadline.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The command line, for messages.
+    pub fn describe(&self) -> String {
+        describe(&self.cmd)
+    }
+
+    /// Runs to completion and returns the output whatever the exit status.
+    pub fn output(mut self) -> Result<CommandOutput> {
+        output_with_deadline(&mut self.cmd, self.stdin, self.timeout)
+    }
+
+    /// Runs to completion; a non-zero exit is an error carrying the output.
+    pub fn checked(self) -> Result<CommandOutput> {
+        self.output()?.checked()
+    }
+
+    /// Runs to completion on a fresh pseudo-terminal (needed for `-t`, `exec -it`), typing
+    /// `input` into it. The output is everything written to the terminal, stdout and stderr
+    /// together, as the terminal wrote it (`\r` before line ends, typed input echoed);
+    /// `stdin()` is ignored.
+    pub fn output_in_pty(mut self, input: impl AsRef<[u8]>) -> Result<CommandOutput> {
+        crate::pty::output_in_pty(&mut self.cmd, input.as_ref(), self.timeout)
+    }
+
+    /// Starts the command without waiting, for interactive or long-running uses (`ctr run
+    /// -t`, `ctr events`). The caller owns the child: configure stdio on
+    /// [`command_mut`](Self::command_mut) first, and kill/wait it.
+    pub fn spawn(mut self) -> Result<Child> {
+        let program = self.cmd.get_program().to_string_lossy().into_owned();
+        self.cmd
+            .spawn()
+            .map_err(|source| HarnessError::Spawn { program, source })
+    }
+
+    /// The underlying command, for what the builder does not cover (stdio of `spawn`).
+    pub fn command_mut(&mut self) -> &mut Command {
+        &mut self.cmd
     }
 }

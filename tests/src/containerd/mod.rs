@@ -378,7 +378,7 @@ impl Containerd {
 
     /// A `ctr` command bound to this containerd and namespace.
     pub fn ctr(&self) -> CtrCommand {
-        CtrCommand::new(
+        crate::ctr::ctr_command(
             &self.path_env,
             &self.address(),
             &self.namespace,
