@@ -356,21 +356,14 @@ pub fn run_through_docker() -> Vec<AttackResult> {
     if !diff.is_empty() {
         problems.push(format!("HOST CHANGED: {diff}"));
     }
-    let r = AttackResult {
+    let r = AttackResult::host_after(
         category,
-        name: "docker-engine: host after the category".into(),
-        expected: "no watched host file changed; clean daemon shutdown, nothing left".into(),
-        passed: problems.is_empty(),
-        observed: if problems.is_empty() {
-            format!(
-                "{} entries unchanged; clean shutdown; nothing left",
-                whole_after.file_count()
-            )
-        } else {
-            format!("FAILED: {}", problems.join("; "))
-        },
-        seconds: t1.elapsed().as_secs_f64(),
-    };
+        "docker-engine: host after the category".into(),
+        "no watched host file changed; clean daemon shutdown, nothing left",
+        &problems,
+        whole_after.file_count(),
+        t1,
+    );
     r.emit();
     results.push(r);
     results

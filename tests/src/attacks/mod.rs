@@ -120,6 +120,30 @@ pub struct AttackResult {
 }
 
 impl AttackResult {
+    /// The row that closes a category: the whole watched host compared with before, and what
+    /// the teardown found (`problems`, empty when clean).
+    pub fn host_after(
+        category: Category,
+        name: String,
+        expected: &str,
+        problems: &[String],
+        entries: usize,
+        started: Instant,
+    ) -> AttackResult {
+        AttackResult {
+            category,
+            name,
+            expected: expected.into(),
+            passed: problems.is_empty(),
+            observed: if problems.is_empty() {
+                format!("{entries} entries unchanged; clean shutdown; nothing left")
+            } else {
+                format!("FAILED: {}", problems.join("; "))
+            },
+            seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+
     /// `GVH-REDTEAM<TAB>category<TAB>name<TAB>PASS|FAIL<TAB>seconds<TAB>expected<TAB>observed`,
     /// with tabs and newlines inside the texts turned into spaces.
     pub fn line(&self) -> String {
@@ -289,21 +313,14 @@ pub fn run_category(category: Category) -> Vec<AttackResult> {
     if !diff.is_empty() {
         problems.push(format!("HOST CHANGED: {diff}"));
     }
-    let r = AttackResult {
+    let r = AttackResult::host_after(
         category,
-        name: format!("{}: host after the category", category.as_str()),
-        expected: "no file under /etc /root /home /usr /var/lib /boot /opt /srv changed; clean shutdown, no process, mount, cgroup or runsc state left".into(),
-        passed: problems.is_empty(),
-        observed: if problems.is_empty() {
-            format!(
-                "{} entries unchanged; clean shutdown; nothing left",
-                whole_after.file_count()
-            )
-        } else {
-            format!("FAILED: {}", problems.join("; "))
-        },
-        seconds: t1.elapsed().as_secs_f64(),
-    };
+        format!("{}: host after the category", category.as_str()),
+        "no file under /etc /root /home /usr /var/lib /boot /opt /srv changed; clean shutdown, no process, mount, cgroup or runsc state left",
+        &problems,
+        whole_after.file_count(),
+        t1,
+    );
     r.emit();
     results.push(r);
     results
