@@ -31,6 +31,19 @@ impl PolicySource {
             PolicySource::Embedded => "<embedded default>".to_string(),
         }
     }
+
+    /// The policy's name as an agent sees it in an egress refusal: the file's name without
+    /// `.toml` (the installer names them after their RuntimeClass), or `default` for the
+    /// embedded one.
+    pub fn name(&self) -> String {
+        match self {
+            PolicySource::RuntimeOptions(p) | PolicySource::Node(p) => p
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| p.display().to_string()),
+            PolicySource::Embedded => "default".to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -122,6 +135,17 @@ fn load_file(path: &Path) -> Result<(Policy, String), PolicyLoadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_is_named_after_its_file_or_default() {
+        let file = PathBuf::from("/etc/gvisor-hardened/gvisor-hardened-agent.toml");
+        assert_eq!(
+            PolicySource::RuntimeOptions(file.clone()).name(),
+            "gvisor-hardened-agent"
+        );
+        assert_eq!(PolicySource::Node(file).name(), "gvisor-hardened-agent");
+        assert_eq!(PolicySource::Embedded.name(), "default");
+    }
 
     #[test]
     fn missing_node_policy_selects_embedded_default() {

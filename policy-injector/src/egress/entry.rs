@@ -5,13 +5,13 @@ use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The port an entry without `:PORT` allows.
 pub const DEFAULT_PORT: u16 = 443;
 
 /// Which names an entry matches. Names are kept lower-case without a trailing dot.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HostPattern {
     /// Exactly this name.
@@ -21,7 +21,7 @@ pub enum HostPattern {
 }
 
 /// One allowlist entry.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct AllowEntry {
     pub host: HostPattern,
     pub port: u16,
@@ -165,7 +165,7 @@ pub fn first_match<'a>(list: &'a [AllowEntry], host: &str, port: u16) -> Option<
 }
 
 /// An address range, `ADDR/PREFIX` (a bare address is a single host).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Cidr {
     pub addr: IpAddr,
     pub prefix: u8,

@@ -11,7 +11,7 @@ mod entry;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 pub use entry::{
@@ -39,7 +39,7 @@ pub const PROXY_VARS: [&str; 4] = ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "
 pub const NO_PROXY_VARS: [&str; 2] = ["NO_PROXY", "no_proxy"];
 
 /// The forwarder: which binary, and who it runs as.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForwarderPlan {
     pub host_path: String,
     pub in_sandbox_path: String,
@@ -47,8 +47,9 @@ pub struct ForwarderPlan {
     pub gid: u32,
 }
 
-/// What the shim must do for a sandbox with egress on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// What the shim must do for a sandbox with egress on. Deserialisable: runsc-hardened keeps it
+/// in its state for the guard, which runs the proxy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EgressPlan {
     /// The effective allowlist: the policy's, or the annotation's narrower one.
     pub allow: Vec<AllowEntry>,

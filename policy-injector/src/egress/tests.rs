@@ -67,6 +67,17 @@ fn a_policy_with_an_allowlist_loads_into_a_plan() {
 }
 
 #[test]
+fn a_plan_survives_a_json_round_trip() {
+    // runsc-hardened keeps the plan in its state file for the guard that runs the proxy.
+    let plan = EgressPlan::from_policy(&on().network.egress)
+        .unwrap()
+        .unwrap();
+    let text = serde_json::to_string(&plan).unwrap();
+    let back: EgressPlan = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, plan);
+}
+
+#[test]
 fn bad_egress_settings_name_the_key_and_line() {
     let cases = [
         ("allow = [\"*\"]", "network.egress.allow[0]", "wildcard"),

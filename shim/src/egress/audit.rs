@@ -87,6 +87,26 @@ pub struct EgressAudit {
     pub event: EgressEvent,
 }
 
+/// One egress record as an audit log line: the time and the audit namespace (containerd's, or
+/// `docker`/`podman`), then the record.
+#[derive(Debug, Serialize)]
+pub struct AuditLine<'a> {
+    pub time: String,
+    pub namespace: &'a str,
+    #[serde(flatten)]
+    pub record: &'a EgressAudit,
+}
+
+impl<'a> AuditLine<'a> {
+    pub fn now(namespace: &'a str, record: &'a EgressAudit) -> AuditLine<'a> {
+        AuditLine {
+            time: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            namespace,
+            record,
+        }
+    }
+}
+
 /// Where egress records go. The shim's implementation appends them to the audit log; it must
 /// not block for long (it is called on the proxy's tasks).
 pub trait EgressAuditSink: Send + Sync + 'static {

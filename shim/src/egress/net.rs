@@ -37,6 +37,19 @@ impl Resolver for SystemResolver {
     }
 }
 
+/// The network namespace a spec names by path (a CRI pod's, made by the CNI; a Podman
+/// container's on a network), if any: the proxy dials from it.
+pub fn spec_network_namespace(spec: &serde_json::Value) -> Option<PathBuf> {
+    spec.pointer("/linux/namespaces")?
+        .as_array()?
+        .iter()
+        .find(|ns| ns["type"] == "network")?
+        .get("path")?
+        .as_str()
+        .filter(|p| !p.is_empty())
+        .map(Into::into)
+}
+
 /// Dials from a network namespace: the pod's (CRI: the sandbox spec's netns path, so the pod
 /// IP and NetworkPolicies apply to egress) or, with `None`, the shim's own.
 #[derive(Debug, Clone)]
@@ -106,6 +119,24 @@ impl Dialer for NetnsDialer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_specs_network_namespace_path_is_found_and_a_new_one_is_none() {
+        let named = serde_json::json!({"linux": {"namespaces": [
+            {"type": "pid"}, {"type": "network", "path": "/run/netns/cni-1"}
+        ]}});
+        assert_eq!(
+            spec_network_namespace(&named),
+            Some(PathBuf::from("/run/netns/cni-1"))
+        );
+        for spec in [
+            serde_json::json!({"linux": {"namespaces": [{"type": "network"}]}}),
+            serde_json::json!({"linux": {"namespaces": [{"type": "network", "path": ""}]}}),
+            serde_json::json!({}),
+        ] {
+            assert_eq!(spec_network_namespace(&spec), None, "{spec}");
+        }
+    }
 
     #[tokio::test]
     async fn the_host_dialer_connects_to_the_checked_address() {

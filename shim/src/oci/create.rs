@@ -67,11 +67,6 @@ pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Resu
         config_path: policy_path.as_deref(),
         node_policy: Path::new(NODE_POLICY_PATH),
     })?;
-    if !inputs.policy.policy.network.egress.allow.is_empty() {
-        return Err(OciError::EgressUnsupported(
-            inputs.policy.source.display_path(),
-        ));
-    }
     if let Some(engine) = engine {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         inputs.engine = Some(engine::context(
@@ -103,6 +98,9 @@ pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Resu
         console_socket: args.console_socket.map(Path::to_path_buf),
         log: log.clone(),
         created: humantime::format_rfc3339_nanos(SystemTime::now()).to_string(),
+        network_namespace: crate::egress::net::spec_network_namespace(&prepared.spec),
+        egress: prepared.egress.clone(),
+        policy_name: prepared.policy.source.name(),
     };
     let launched = async {
         state.create(&record)?;

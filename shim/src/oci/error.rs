@@ -27,10 +27,6 @@ pub enum OciError {
         "--preserve-fds {0}: passing host file descriptors into a gVisor sandbox is not supported"
     )]
     PreserveFds(u32),
-    /// The egress proxy and forwarder live in the containerd shim; this front end has none, so
-    /// a policy that allows egress is refused rather than run with the allowlist unenforced.
-    #[error("policy {0} allows egress ([network.egress] allow), which runsc-hardened cannot enforce yet: run this workload through containerd (runtime io.containerd.gvisor-hardened.v1), or use a policy without an egress allowlist")]
-    EgressUnsupported(String),
     #[error("invalid container id {0:?}")]
     BadId(String),
     /// runc's words ("does not exist"), which containerd's runc shim matches.

@@ -18,6 +18,13 @@
 //!   period, SIGKILL.
 //! - At the exit it tells an OOM kill and a process-limit crash from a plain exit (counters
 //!   read before anyone runs `runsc delete`), writes the `exit` audit record, and leaves.
+//! - From `start`, when the policy allows egress, it runs the sandbox's egress proxy and keeps
+//!   the forwarder inside alive (`egress.rs`), and stops them at the exit, before the `exit`
+//!   record. Under Docker the proxy runs outside the container's cgroups (the guard left
+//!   them); under Podman it stays in them, so the container's CPU, memory and process limits
+//!   cover the proxy's work for it and the forwarder's host `runsc exec` process too (bounded:
+//!   one runtime thread, at most four blocking ones, per-connection buffers): a workload
+//!   cannot spend host resources beyond its limits by pushing traffic through the proxy.
 //! - SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to it (to "the container's pid") are passed to
 //!   the container's init.
 //!
@@ -59,6 +66,9 @@ pub fn main(state_dir: &Path, ready_fd: i32) -> u8 {
     let ready = unsafe { File::from_raw_fd(ready_fd) };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // Name lookups of the egress proxy run on blocking threads; under Podman they count
+        // against the container's process limit, so keep their number small.
+        .max_blocking_threads(4)
         .build()
     {
         Ok(rt) => rt,
@@ -95,6 +105,9 @@ struct Guard {
     home: Vec<PathBuf>,
     /// The fifo `start` writes to.
     notify: Option<tokio::io::BufReader<tokio::net::unix::pipe::Receiver>>,
+    reaper: Reaper,
+    /// The egress proxy and forwarder, from `start` to the exit.
+    egress: Option<crate::egress::EgressSupervisor>,
 }
 
 impl Guard {
@@ -184,6 +197,8 @@ impl Guard {
             probe,
             home,
             notify,
+            reaper,
+            egress: None,
         })
     }
 
@@ -232,6 +247,13 @@ impl Guard {
                         }
                         deadline =
                             Some(tokio::time::Instant::now() + self.record.lifetime.max_runtime);
+                        self.egress = super::egress::start(
+                            &self.record,
+                            &self.state,
+                            &self.runsc,
+                            &self.reaper,
+                            &self.audit,
+                        );
                     }
                 }
                 Event::NotifyGone => notify = None,
@@ -248,6 +270,10 @@ impl Guard {
                 }
             }
         };
+        // Its records belong before the exit record.
+        if let Some(egress) = self.egress.take() {
+            egress.stop().await;
+        }
         leave(&self.home);
         self.conclude(status.unfold_runsc(), expired)
     }

@@ -10,6 +10,7 @@
 pub mod cli;
 mod create;
 mod delete;
+mod egress;
 mod engine;
 pub mod error;
 mod exec;

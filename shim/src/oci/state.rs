@@ -54,6 +54,16 @@ pub struct Record {
     /// Where the guard reports (the engine's `--log` of the create).
     pub log: EngineLog,
     pub created: String,
+    /// The egress plan when the policy's allowlist is on: the guard runs the proxy for it.
+    #[serde(default)]
+    pub egress: Option<policy_injector::EgressPlan>,
+    /// The network namespace the hardened spec names by path: the proxy dials from it (from
+    /// the guard's own without one, as for `--network none`).
+    #[serde(default)]
+    pub network_namespace: Option<PathBuf>,
+    /// The policy's name as egress refusals give it (`PolicySource::name`).
+    #[serde(default)]
+    pub policy_name: String,
 }
 
 impl Record {

@@ -343,16 +343,28 @@ impl SandboxRuntime for RunscRuntime {
         state_dir: &Path,
         process: Value,
     ) -> Arc<dyn crate::egress::ForwarderSpawner> {
-        Arc::new(crate::egress::spawn::RunscExec {
-            runsc: self.client.binary().to_path_buf(),
-            // The same global flags as every other command on this sandbox.
-            global_args: self.client.global().to_args(),
-            container_id: id.to_string(),
-            state_dir: state_dir.to_path_buf(),
-            process,
-            reaper: Some(Arc::new(self.reaper.clone())),
-        })
+        forwarder_spawner(&self.client, &self.reaper, id, state_dir, process)
     }
+}
+
+/// The `runsc exec` spawner of a sandbox's egress forwarder, run through `reaper` (the only
+/// waiter in the shim and in runsc-hardened's guard).
+pub fn forwarder_spawner(
+    client: &Runsc,
+    reaper: &Reaper,
+    id: &str,
+    state_dir: &Path,
+    process: Value,
+) -> Arc<dyn crate::egress::ForwarderSpawner> {
+    Arc::new(crate::egress::spawn::RunscExec {
+        runsc: client.binary().to_path_buf(),
+        // The same global flags as every other command on this sandbox.
+        global_args: client.global().to_args(),
+        container_id: id.to_string(),
+        state_dir: state_dir.to_path_buf(),
+        process,
+        reaper: Some(Arc::new(reaper.clone())),
+    })
 }
 
 #[cfg(test)]

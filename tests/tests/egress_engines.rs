@@ -1,0 +1,147 @@
+//! Egress through Docker and Podman: `docker run` / `podman run --runtime gvisor-hardened
+//! --network none` with a policy that has an allowlist. runsc-hardened's guard runs the proxy
+//! (dialing from the host's network namespace) and keeps the forwarder inside. The upstream is
+//! a busybox httpd inside a network namespace the test creates (veth pair), named through the
+//! policy's static `hosts` and allowed by `allow_cidrs`: nothing leaves the machine.
+
+use gvisor_hardened_tests::audit_tools::{policy_injector_audit, validate_against_schema};
+use gvisor_hardened_tests::docker::{assert_clean_docker_shutdown, DockerOptions, Dockerd};
+use gvisor_hardened_tests::egress::{hostile_names_section, UpstreamNetns};
+use gvisor_hardened_tests::engine::{read_cidfile, EngineDir};
+use gvisor_hardened_tests::podman::{assert_clean_podman_shutdown, Podman};
+use gvisor_hardened_tests::*;
+
+const BODY: &str = "hello through the engines' allowlist";
+/// The policy's file is `egress.toml`: refusals name it `egress`.
+const POLICY: &str = "egress";
+
+/// One line per step: what ran, its status, what it printed (on one line).
+const SCRIPT: &str = r#"
+step() { name=$1; shift; out=$("$@" 2>&1); echo "$name rc=$? $(echo "$out" | tr '\r\n' '  ')"; }
+ask() { printf "$1" | nc 127.0.0.1 3128; }
+step allowed wget -q -O - http://upstream.example.test:8080/hello.txt
+step tunnel ask 'CONNECT upstream.example.test:8080 HTTP/1.1\r\n\r\nGET /hello.txt HTTP/1.0\r\n\r\n'
+step not-listed ask 'GET http://elsewhere.example.test:8080/x HTTP/1.1\r\nHost: elsewhere.example.test:8080\r\n\r\n'
+step direct sandbox-probe connect UPSTREAM 8080 2000
+"#;
+
+fn line<'a>(out: &'a str, name: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.starts_with(&format!("{name} rc=")))
+        .unwrap_or_else(|| panic!("no {name} step in:\n{out}"))
+}
+
+fn upstream() -> UpstreamNetns {
+    let mut ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    ns.serve(&inside, 8080, &[("hello.txt", BODY.as_bytes())])
+        .unwrap();
+    ns
+}
+
+/// What the workload saw, and what the audit log says about container `id`.
+fn assert_egress_worked(out: &CommandOutput, dir: &EngineDir, id: &str) {
+    assert_eq!(out.code(), 0, "{out}");
+    let text = out.stdout.as_str();
+    assert!(line(text, "allowed").trim_end().ends_with(BODY), "{text}");
+    let tunnel = line(text, "tunnel");
+    assert!(tunnel.contains("200 Connection established"), "{text}");
+    assert!(tunnel.contains(BODY), "{text}");
+    let refused = line(text, "not-listed");
+    assert!(refused.contains("403"), "{text}");
+    assert!(
+        refused.contains(&format!(
+            "egress denied: host elsewhere.example.test is not in the allowlist of policy {POLICY}"
+        )),
+        "{text}"
+    );
+    // No network of its own: the upstream's address is unreachable without the proxy.
+    assert!(line(text, "direct").contains("EHOSTUNREACH"), "{text}");
+
+    let records = dir.audit_lines();
+    let connections: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "egress-connection" && r["container_id"] == id)
+        .collect();
+    let of = |host: &str| {
+        connections
+            .iter()
+            .filter(|r| r["host"] == host)
+            .map(|r| r["verdict"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        of("upstream.example.test"),
+        ["allowed", "allowed"],
+        "{connections:?}"
+    );
+    assert_eq!(of("elsewhere.example.test"), ["denied"], "{connections:?}");
+    // The guard ran the proxy from the start to the exit, and stopped it before its exit
+    // record; the engine's delete comes last.
+    let events = dir.audit_events(id);
+    let at = |e: &str| {
+        events
+            .iter()
+            .position(|x| x == e)
+            .unwrap_or_else(|| panic!("no {e} in {events:?}"))
+    };
+    assert!(at("start") < at("egress-forwarder-ready"), "{events:?}");
+    assert!(
+        at("egress-proxy-stopped") < at("exit") && at("exit") < at("delete"),
+        "{events:?}"
+    );
+    // The log, egress records included, is one intact chain and every record fits the schema.
+    let path = dir.audit_log().display().to_string();
+    let verify = policy_injector_audit(&["verify", &path]).unwrap();
+    assert!(verify.status.success(), "{verify:?}");
+    validate_against_schema(&[&dir.audit_log()]).unwrap();
+}
+
+#[test]
+fn a_docker_container_reaches_allowlisted_hosts_through_the_guards_proxy_and_nothing_else() {
+    let ns = upstream();
+    let d = Dockerd::start(DockerOptions {
+        extra_policies: vec![(POLICY.into(), hostile_names_section(&ns))],
+    })
+    .unwrap();
+    d.import_test_image().unwrap();
+    let cid = d.dir().path().join("cid");
+    let out = d
+        .docker()
+        .args(["run", "--rm", "--runtime", POLICY, "--network", "none"])
+        .arg("--cidfile")
+        .arg(&cid)
+        .args([TEST_IMAGE_REF, "sh", "-c"])
+        .arg(SCRIPT.replace("UPSTREAM", &ns.inside_addr()))
+        .output()
+        .unwrap();
+    let id = read_cidfile(&cid).unwrap_or_default();
+    assert_egress_worked(&out, d.dir(), &id);
+    d.assert_container_gone(&id);
+    assert_clean_docker_shutdown(d);
+}
+
+#[test]
+fn a_podman_container_reaches_allowlisted_hosts_through_the_guards_proxy_and_nothing_else() {
+    let ns = upstream();
+    let p = Podman::new().unwrap();
+    p.import_test_image().unwrap();
+    let policy = p
+        .dir()
+        .write_policy(&format!("{POLICY}.toml"), &hostile_names_section(&ns))
+        .unwrap();
+    let cid = p.dir().path().join("cid");
+    let out = p
+        .podman()
+        .args(["run", "--rm", "--cidfile"])
+        .arg(&cid)
+        .args(p.hardened_args(&policy))
+        .args(["--network", "none", TEST_IMAGE_REF, "sh", "-c"])
+        .arg(SCRIPT.replace("UPSTREAM", &ns.inside_addr()))
+        .output()
+        .unwrap();
+    let id = read_cidfile(&cid).unwrap_or_default();
+    assert_egress_worked(&out, p.dir(), &id);
+    p.assert_container_gone(&id);
+    assert_clean_podman_shutdown(p);
+}
