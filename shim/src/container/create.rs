@@ -33,18 +33,6 @@ use crate::stdio;
 
 const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
 
-/// The network namespace the spec names (a CRI pod's, made by the CNI), if any.
-fn network_namespace(spec: &serde_json::Value) -> Option<std::path::PathBuf> {
-    spec.pointer("/linux/namespaces")?
-        .as_array()?
-        .iter()
-        .find(|ns| ns["type"] == "network")?
-        .get("path")?
-        .as_str()
-        .filter(|p| !p.is_empty())
-        .map(Into::into)
-}
-
 /// The pod sandbox this container must join, when CRI says it is an app container.
 fn pod_sandbox_id(ann: &BTreeMap<String, String>, id: &str) -> Option<String> {
     match (
@@ -122,7 +110,7 @@ impl Container {
             start_lock: Default::default(),
             oom_reported: AtomicBool::new(false),
             lifetime_task: Default::default(),
-            network_namespace: network_namespace(&prepared.spec),
+            network_namespace: crate::egress::net::spec_network_namespace(&prepared.spec),
             egress_plan: prepared.egress,
             egress: Default::default(),
             init_ended: Default::default(),

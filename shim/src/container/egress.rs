@@ -10,12 +10,11 @@
 
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-
-use serde::Serialize;
+use std::time::Duration;
 
 use super::Container;
 use crate::audit::Trail;
+use crate::egress::audit::AuditLine;
 use crate::egress::{self, EgressAudit, EgressAuditSink, SandboxEgress, SandboxRef};
 
 /// How long Start waits for the forwarder to listen.
@@ -25,21 +24,9 @@ const FORWARDER_READY: Duration = Duration::from_secs(10);
 /// covers them too.
 struct TrailSink(Arc<Trail>);
 
-#[derive(Serialize)]
-struct EgressLine<'a> {
-    time: String,
-    namespace: &'a str,
-    #[serde(flatten)]
-    record: &'a EgressAudit,
-}
-
 impl EgressAuditSink for TrailSink {
     fn record(&self, record: EgressAudit) {
-        let line = EgressLine {
-            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
-            namespace: self.0.owner().0,
-            record: &record,
-        };
+        let line = AuditLine::now(self.0.owner().0, &record);
         if let Err(e) = self.0.append_value(&line) {
             log::error!("egress audit of {}: {e}", record.sandbox.container_id);
         }
@@ -47,19 +34,6 @@ impl EgressAuditSink for TrailSink {
 }
 
 impl Container {
-    /// The policy's name as an agent sees it in a refusal: the policy file's name (the
-    /// installer names them after their RuntimeClass), or `default` for the embedded one.
-    fn policy_name(&self) -> String {
-        match &self.policy.source {
-            crate::policy_source::PolicySource::RuntimeOptions(p)
-            | crate::policy_source::PolicySource::Node(p) => p
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| p.display().to_string()),
-            crate::policy_source::PolicySource::Embedded => "default".to_string(),
-        }
-    }
-
     /// After the sandbox container started: the forwarder inside, the proxy on the host.
     pub(super) async fn start_egress(self: &Arc<Self>) {
         let Some(plan) = self.egress_plan.clone() else {
@@ -101,7 +75,9 @@ impl Container {
                 sandbox: SandboxRef {
                     sandbox_id: self.id.clone(),
                     container_id: self.id.clone(),
-                    policy: self.policy_name(),
+                    // As an agent sees it in a refusal: the policy file's name (the
+                    // installer names them after their RuntimeClass), or `default`.
+                    policy: self.policy.source.name(),
                 },
                 netns: self.network_namespace.clone(),
                 node_addresses,
