@@ -11,7 +11,7 @@
 
 mod file;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod trail;
 
 pub use policy_injector::audit_chain::Digest;
@@ -290,7 +290,7 @@ impl AuditLog {
         file::append(self, &line, false, None)
     }
 
-    fn append_sealed(
+    pub(crate) fn append_sealed(
         &self,
         record: &AuditRecord<'_>,
         seal: Option<&policy_injector::audit_chain::SealInput<'_>>,

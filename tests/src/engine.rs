@@ -52,8 +52,56 @@ impl EngineDir {
         let dir = std::env::temp_dir().join(format!("gvh-{kind}-{}", random_hex(5)));
         fs::create_dir(&dir).map_err(|e| HarnessError::io("creating", &dir, e))?;
         let d = EngineDir { dir };
+        d.write_signing_key()?;
         d.write_policy("policy.toml", "")?;
         Ok(d)
+    }
+
+    /// The test policies sign each container's final record (`[audit] signing_key`), so
+    /// [`verify_audit`](Self::verify_audit) can check every container's trail.
+    fn write_signing_key(&self) -> Result<()> {
+        let prefix = self.dir.join("audit");
+        let out = crate::audit_tools::policy_injector_audit(&[
+            "keygen",
+            "--out",
+            &prefix.display().to_string(),
+        ])?;
+        if !out.status.success() {
+            return Err(HarnessError::io(
+                "policy-injector audit keygen --out",
+                &prefix,
+                std::io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()),
+            ));
+        }
+        Ok(())
+    }
+
+    fn signing_key(&self) -> PathBuf {
+        self.dir.join("audit.key")
+    }
+
+    /// `policy-injector audit verify --public-key`: the chain intact and every container that
+    /// got a sandbox sealed by its signed final record. Call it once every container is gone.
+    pub fn verify_audit(&self) -> std::result::Result<String, String> {
+        let (log, public) = (self.audit_log(), self.dir.join("audit.pub"));
+        let out = crate::audit_tools::policy_injector_audit(&[
+            "verify",
+            "--public-key",
+            &public.display().to_string(),
+            "--log",
+            &log.display().to_string(),
+        ])
+        .map_err(|e| e.to_string())?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(text)
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -81,8 +129,9 @@ impl EngineDir {
         let mut text = format!("{extra}\n");
         if !extra.contains("[audit]") {
             text.push_str(&format!(
-                "[audit]\npath = {:?}\n",
-                self.audit_log().display().to_string()
+                "[audit]\npath = {:?}\nsigning_key = {:?}\n",
+                self.audit_log().display().to_string(),
+                self.signing_key().display().to_string()
             ));
         }
         if !extra.contains("[runsc]") {

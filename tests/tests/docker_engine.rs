@@ -112,6 +112,9 @@ fn hardening_holds_inside_a_docker_container_and_every_step_is_audited() {
         (Some(7), Some(false))
     );
     d.assert_container_gone(&id);
+    // Every container's records are sealed by its delete's signature: chain and signatures verify.
+    let verified = d.dir().verify_audit().unwrap();
+    assert!(verified.contains("signed and verified"), "{verified}");
     assert_clean_docker_shutdown(d);
 }
 
@@ -354,6 +357,9 @@ fn a_killed_guard_is_cleaned_up_by_dockers_delete() {
     .unwrap();
     d.docker().args(["rm", "-f", &name]).checked().unwrap();
     d.assert_container_gone(&id);
+    // A killed guard wrote no exit record, yet delete still seals the trail: chain and signatures verify.
+    let verified = d.dir().verify_audit().unwrap();
+    assert!(verified.contains("signed and verified"), "{verified}");
     let delete = d.dir().audit_record(&id, "delete").unwrap();
     assert!(
         delete["error"]

@@ -36,6 +36,21 @@ impl std::fmt::Debug for Signer {
 }
 
 impl Signer {
+    /// What `AuditLog::append_sealed` signs with: this key over a sandbox's earlier records.
+    pub(crate) fn seal_input<'a>(
+        &'a self,
+        namespace: &'a str,
+        container_id: &'a str,
+        earlier: &'a [Digest],
+    ) -> SealInput<'a> {
+        SealInput {
+            key: &self.key,
+            namespace,
+            container_id,
+            earlier,
+        }
+    }
+
     /// Loads an ed25519 private key (PKCS#8 PEM). The file must be a regular file (not a
     /// symlink) that neither group nor others can read: a key others can read signs nothing
     /// they could not forge.
@@ -141,6 +156,17 @@ impl Trail {
         self.lock().is_none()
     }
 
+    /// The hashes of the records appended so far (none once sealed): for a trail another
+    /// process continues (runsc-hardened's, kept in the container's state directory).
+    pub fn hashes(&self) -> Vec<Digest> {
+        self.lock().clone().unwrap_or_default()
+    }
+
+    /// The signer, if the policy names a key.
+    pub fn signer(&self) -> Option<&Arc<Signer>> {
+        self.signer.as_ref()
+    }
+
     /// Appends one of the sandbox's records and remembers its hash.
     pub fn append(&self, record: &AuditRecord<'_>) -> Result<Digest, AuditError> {
         self.check_subject(record);
@@ -192,12 +218,7 @@ impl Trail {
         };
         let hash = match &self.signer {
             Some(signer) => {
-                let input = SealInput {
-                    key: &signer.key,
-                    namespace: &self.namespace,
-                    container_id: &self.container_id,
-                    earlier,
-                };
+                let input = signer.seal_input(&self.namespace, &self.container_id, earlier);
                 self.log.append_sealed(record, Some(&input))?
             }
             None => self.log.append(record)?,

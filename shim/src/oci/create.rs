@@ -19,6 +19,7 @@ use super::error::{OciError, Result};
 use super::guard::{FAILED, READY};
 use super::log::EngineLog;
 use super::state::{write_pid_file, Record, StateDir};
+use super::trail::StateTrail;
 use crate::audit::{AuditEvent, AuditRecord};
 use crate::bundle;
 use crate::policy_source::NODE_POLICY_PATH;
@@ -104,6 +105,9 @@ pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Resu
     };
     let launched = async {
         state.create(&record)?;
+        // `create`'s records so far (in memory): the later calls' processes continue the
+        // trail from the state directory.
+        StateTrail::open(&record, &state).begin(&prepared.audit.hashes())?;
         let guard_pid = start_guard(&state, &reaper)?;
         state.set_guard_pid(guard_pid)?;
         if let Some(pid_file) = args.pid_file {
@@ -115,7 +119,8 @@ pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Resu
     if let Err(e) = launched {
         let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &prepared.subject);
         rec.error = Some(e.to_string());
-        if let Err(audit) = prepared.audit.append(&rec) {
+        // The container's final record: signed over its create record, as the shim's is.
+        if let Err(audit) = prepared.audit.seal(&rec) {
             log.warn(&audit.to_string());
         }
         let _ = state.remove();

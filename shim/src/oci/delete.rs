@@ -9,7 +9,8 @@ use super::cli::Global;
 use super::error::{OciError, Result};
 use super::guard::{runsc_for, GUARD_EXIT_WAIT};
 use super::state::{alive, is_guard_of, StateDir};
-use crate::audit::{AuditEvent, AuditLog, AuditRecord};
+use super::trail::StateTrail;
+use crate::audit::{AuditEvent, AuditRecord, Signer};
 use crate::bundle::BUNDLE_STATE;
 use crate::cgroup::SandboxCgroup;
 use crate::host_tree::EMPTY_FILE;
@@ -84,7 +85,16 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
     if !problems.is_empty() {
         rec.error = Some(problems.join("; "));
     }
-    if let Err(e) = AuditLog::new(&record.audit_path).append(&rec) {
+    // The final record, signed over the container's records when the policy names a key. A
+    // key that went missing since `create` leaves it unsigned (verification then reports the
+    // container), never unwritten.
+    let signer = Signer::for_policy(&policy.audit).unwrap_or_else(|e| {
+        record.log.warn(&format!(
+            "container {id}: {e}; the final audit record is not signed"
+        ));
+        None
+    });
+    if let Err(e) = StateTrail::open(&record, &state).seal(&rec, signer.as_ref()) {
         record.log.warn(&format!("container {id}: {e}"));
     }
     for name in [BUNDLE_STATE, EMPTY_FILE] {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use super::log::EngineLog;
 use super::state::{Record, StateDir};
-use crate::audit::AuditLog;
+use super::trail::StateTrail;
 use crate::egress::audit::AuditLine;
 use crate::egress::{
     self, EgressAudit, EgressAuditSink, EgressEvent, EgressSupervisor, SandboxEgress, SandboxRef,
@@ -32,7 +32,7 @@ use crate::runtime::runsc::forwarder_spawner;
 
 /// Egress records go to the log the guard's lifecycle records go to, chained with them.
 struct LogSink {
-    audit: AuditLog,
+    audit: StateTrail,
     namespace: String,
     log: EngineLog,
 }
@@ -58,7 +58,7 @@ pub(super) fn start(
     state: &StateDir,
     runsc: &Runsc,
     reaper: &Reaper,
-    audit: &AuditLog,
+    audit: &StateTrail,
 ) -> Option<EgressSupervisor> {
     let plan = record.egress.clone()?;
     let sandbox = SandboxRef {

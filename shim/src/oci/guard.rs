@@ -44,7 +44,8 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use super::error::{OciError, Result};
 use super::state::{ExitRecord, Record, StateDir};
-use crate::audit::{AuditEvent, AuditLog, AuditRecord};
+use super::trail::StateTrail;
+use crate::audit::{AuditEvent, AuditRecord};
 use crate::cgroup::exit_cause::ExitProbe;
 use crate::cgroup::SandboxCgroup;
 use crate::host::linux::LinuxHost;
@@ -96,7 +97,7 @@ fn report(mut ready: File, line: &str) {
 struct Guard {
     state: StateDir,
     record: Record,
-    audit: AuditLog,
+    audit: StateTrail,
     runsc: Runsc,
     sandbox_pid: i32,
     exit: crate::reaper::ExitFuture,
@@ -188,7 +189,7 @@ impl Guard {
         let notify = open_notify(&state.notify_fifo());
         report(ready, &format!("{READY} {sandbox_pid}"));
         Ok(Guard {
-            audit: AuditLog::new(&record.audit_path),
+            audit: StateTrail::open(&record, &state),
             state,
             record,
             runsc,

@@ -22,6 +22,7 @@ mod ps;
 mod query;
 mod start;
 pub mod state;
+mod trail;
 mod update;
 
 use std::process::ExitCode;
@@ -168,8 +169,9 @@ impl Opened {
         })
     }
 
-    fn audit(&self) -> crate::audit::AuditLog {
-        crate::audit::AuditLog::new(&self.record.audit_path)
+    /// The container's trail: its records, in the shared log, covered by `delete`'s signature.
+    fn audit(&self) -> trail::StateTrail {
+        trail::StateTrail::open(&self.record, &self.state)
     }
 
     /// Audits best effort: the call's own outcome is what the engine needs.
