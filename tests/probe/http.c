@@ -9,7 +9,7 @@
  *   http-hold PROXY HOST PORT N SECS       opens N such tunnels, prints a line, holds them until a
  *                                          line (or EOF) on stdin or SECS, whichever comes first
  *
- * PROXY is HOST:PORT or http://HOST:PORT/ (an http_proxy value), an IPv4 address. The upstream
+ * PROXY is HOST:PORT or http://HOST:PORT/ (an http_proxy value), an IPv4 address. The upstream (net-scan: data)
  * behind an http-connect tunnel must skip one TLS record before the request: the ClientHello is
  * a real one's shape with nothing else (no key share), enough for an SNI check, not for TLS.
  *
@@ -49,7 +49,7 @@ struct failure {
 static void parse_proxy(const char *s, struct sockaddr_in *sa)
 {
 	char buf[128];
-	if (!strncmp(s, "http://", 7))
+	if (!strncmp(s, "http://", 7)) /* the scheme only; net-scan: data */
 		s += 7;
 	snprintf(buf, sizeof buf, "%s", s);
 	char *slash = strchr(buf, '/');
@@ -274,7 +274,7 @@ static long one_request(const struct target *t, int tunnel, char *buf, struct fa
 		if (fd < 0)
 			return -1;
 		n = snprintf(buf, HEAD_MAX,
-			     "GET http://%s:%ld%s HTTP/1.1\r\nHost: %s:%ld\r\nConnection: close\r\n\r\n",
+			     "GET http://%s:%ld%s HTTP/1.1\r\nHost: %s:%ld\r\nConnection: close\r\n\r\n", /* net-scan: data */
 			     t->host, t->port, t->path, t->host, t->port);
 	}
 	if (write_all(fd, buf, n) < 0) {
