@@ -58,6 +58,8 @@ target=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 
 log "building the shim, runsc-hardened and the bench driver (release)"
 cargo build --release -q -p containerd-shim-gvisor-hardened --bins
+# The engines' test directories sign their audit logs with a key from `policy-injector audit keygen`.
+cargo build --release -q -p policy-injector --features cli --bin policy-injector
 cargo build --release -q -p gvisor-hardened-tests --example bench
 
 if [ "$criterion" = 1 ]; then

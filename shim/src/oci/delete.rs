@@ -18,7 +18,9 @@ use crate::reaper::Reaper;
 
 /// After a SIGKILL the kernel refuses rmdir of a cgroup for a moment (threads still exiting).
 const CGROUP_RMDIR_WAIT: Duration = Duration::from_secs(5);
-const POLL: Duration = Duration::from_millis(10);
+/// Both waits below usually end within a few milliseconds (the engine calls `delete` once the
+/// guard's pid has exited): a coarse poll would add most of its period to every `run --rm`.
+const POLL: Duration = Duration::from_millis(2);
 
 pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
     let state = StateDir::new(g.root.as_deref(), id)?;
