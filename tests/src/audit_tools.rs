@@ -72,6 +72,11 @@ pub fn validate_against_schema(files: &[&Path]) -> std::result::Result<String, S
         .args(files)
         .output()
         .map_err(|e| format!("running python3: {e}"))?;
+    outcome(&out)
+}
+
+/// A tool's stdout and stderr together: `Ok` when it exited 0, else `Err`.
+pub fn outcome(out: &Output) -> std::result::Result<String, String> {
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -81,5 +86,15 @@ pub fn validate_against_schema(files: &[&Path]) -> std::result::Result<String, S
         Ok(text)
     } else {
         Err(text)
+    }
+}
+
+/// Panics unless `log` is one intact chain (`audit verify`) whose every record fits the schema.
+pub fn assert_chain_intact_and_records_fit_the_schema(log: &Path) {
+    validate_against_schema(&[log])
+        .unwrap_or_else(|e| panic!("records that do not conform to the schema:\n{e}"));
+    let verify = policy_injector_audit(&["verify", &log.display().to_string()]).unwrap();
+    if let Err(e) = outcome(&verify) {
+        panic!("audit verify {}: {e}", log.display());
     }
 }

@@ -92,16 +92,7 @@ impl EngineDir {
             &log.display().to_string(),
         ])
         .map_err(|e| e.to_string())?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if out.status.success() {
-            Ok(text)
-        } else {
-            Err(text)
-        }
+        crate::audit_tools::outcome(&out)
     }
 
     pub fn path(&self) -> &Path {

@@ -4,7 +4,7 @@
 //! creates (veth pair), named through the policy's static `hosts` and allowed by `allow_cidrs`:
 //! nothing leaves the machine.
 
-use gvisor_hardened_tests::audit_tools::{policy_injector_audit, validate_against_schema};
+use gvisor_hardened_tests::audit_tools::assert_chain_intact_and_records_fit_the_schema;
 use gvisor_hardened_tests::egress::{egress_section, hostile_names_section, UpstreamNetns};
 use gvisor_hardened_tests::fault::TestPolicy;
 use gvisor_hardened_tests::*;
@@ -108,10 +108,7 @@ fn a_ctr_container_reaches_allowlisted_hosts_through_the_shims_proxy_and_nothing
         "{events:?}"
     );
     // The log, egress records included, is one intact chain and every record fits the schema.
-    let path = policy.audit_path.display().to_string();
-    let verify = policy_injector_audit(&["verify", &path]).unwrap();
-    assert!(verify.status.success(), "{verify:?}");
-    validate_against_schema(&[&policy.audit_path]).unwrap();
+    assert_chain_intact_and_records_fit_the_schema(&policy.audit_path);
 
     assert_nothing_left(&c, &id, &policy.runtime());
     assert_clean_shutdown(c);
@@ -217,10 +214,7 @@ step after wget -q -O - http://upstream.example.test:8080/hello.txt
         last["reason"].as_str().unwrap().contains("byte cap"),
         "{last}"
     );
-    let path = policy.audit_path.display().to_string();
-    let verify = policy_injector_audit(&["verify", &path]).unwrap();
-    assert!(verify.status.success(), "{verify:?}");
-    validate_against_schema(&[&policy.audit_path]).unwrap();
+    assert_chain_intact_and_records_fit_the_schema(&policy.audit_path);
 
     assert_nothing_left(&c, &id, &policy.runtime());
     assert_clean_shutdown(c);
