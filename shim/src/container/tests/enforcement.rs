@@ -9,30 +9,13 @@ use crate::process::exit::ExitCause;
 #[tokio::test(start_paused = true)]
 async fn the_wall_clock_limit_sends_sigterm_then_sigkill_after_the_grace_period() {
     let bed = Bed::with_policy("[lifetime]\nmax_runtime = \"60s\"\ngrace_period = \"5s\"");
-    bed.fake.ignore_sigterm();
-    let started = tokio::time::Instant::now();
-    bed.running("c1").await;
-    assert_eq!(bed.exit_status("c1").await, 137);
     // Time moves only as the shim's own timers ask: the exit comes at the limit plus the grace.
-    assert_eq!(started.elapsed(), Duration::from_secs(65));
-    assert_eq!(
-        bed.fake.calls_of("kill"),
-        [
-            format!("kill c1 {SIGTERM} all"),
-            format!("kill c1 {SIGKILL} all")
-        ]
-    );
-    let exit = bed.audit_record("c1", "exit");
-    assert_eq!(
-        (exit["exit_cause"].as_str(), exit["timed_out"].as_bool()),
-        (Some("timeout"), Some(true))
-    );
-    assert_eq!(
-        bed.audit_events("c1"),
-        ["create", "start", "timeout", "exit"]
-    );
-    bed.shim.delete("c1", "").await.unwrap();
-    bed.assert_clean();
+    bed.assert_stopped_with_sigterm_then_sigkill(
+        "c1",
+        Duration::from_secs(65),
+        ("timeout", true, "timeout"),
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -51,30 +51,13 @@ fn marker(max: u64) -> String {
 #[tokio::test(start_paused = true)]
 async fn an_idle_sandbox_gets_sigterm_then_sigkill_and_is_audited_as_an_idle_timeout() {
     let bed = Bed::with_policy(IDLE);
-    bed.fake.ignore_sigterm();
-    let started = tokio::time::Instant::now();
-    bed.running("c1").await;
-    assert_eq!(bed.exit_status("c1").await, 137);
     // Idle from its first second: SIGTERM at 30 s, SIGKILL after the 5 s grace.
-    assert_eq!(started.elapsed(), Duration::from_secs(35));
-    assert_eq!(
-        bed.fake.calls_of("kill"),
-        [
-            format!("kill c1 {SIGTERM} all"),
-            format!("kill c1 {SIGKILL} all")
-        ]
-    );
-    let exit = bed.audit_record("c1", "exit");
-    assert_eq!(
-        (exit["exit_cause"].as_str(), exit["timed_out"].as_bool()),
-        (Some("idle-timeout"), Some(false))
-    );
-    assert_eq!(
-        bed.audit_events("c1"),
-        ["create", "start", "idle-timeout", "exit"]
-    );
-    bed.shim.delete("c1", "").await.unwrap();
-    bed.assert_clean();
+    bed.assert_stopped_with_sigterm_then_sigkill(
+        "c1",
+        Duration::from_secs(35),
+        ("idle-timeout", false, "idle-timeout"),
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -127,6 +127,38 @@ impl Bed {
         self.shim.wait(id, "").await.unwrap().exit_status
     }
 
+    /// Starts `id`, whose workload ignores SIGTERM, and checks that the runtime stopped it:
+    /// SIGTERM, then SIGKILL after the grace period, the exit (137) exactly `after` from the
+    /// start (paused time), audited with `exit_cause` `cause` after an `event` record. Then
+    /// deletes it and checks that nothing is left.
+    pub async fn assert_stopped_with_sigterm_then_sigkill(
+        &self,
+        id: &str,
+        after: std::time::Duration,
+        (cause, timed_out, event): (&str, bool, &str),
+    ) {
+        self.fake.ignore_sigterm();
+        let started = tokio::time::Instant::now();
+        self.running(id).await;
+        assert_eq!(self.exit_status(id).await, 137);
+        assert_eq!(started.elapsed(), after);
+        assert_eq!(
+            self.fake.calls_of("kill"),
+            [
+                format!("kill {id} {SIGTERM} all"),
+                format!("kill {id} {SIGKILL} all")
+            ]
+        );
+        let exit = self.audit_record(id, "exit");
+        assert_eq!(
+            (exit["exit_cause"].as_str(), exit["timed_out"].as_bool()),
+            (Some(cause), Some(timed_out))
+        );
+        assert_eq!(self.audit_events(id), ["create", "start", event, "exit"]);
+        self.shim.delete(id, "").await.unwrap();
+        self.assert_clean();
+    }
+
     /// The end of most tests: SIGKILL to every process of `id`, its exit, its delete, and
     /// nothing left anywhere.
     pub async fn kill_delete_and_check(&self, id: &str) {
