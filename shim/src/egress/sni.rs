@@ -196,15 +196,17 @@ fn server_name(data: &[u8]) -> Result<Option<String>, SniError> {
         if name.is_some() {
             return Err(SniError::Malformed("two host names"));
         }
+        // A trailing dot (the root) is dropped; what is left must still be a name ("." alone
+        // is not one: found by the fuzzer).
         let text = std::str::from_utf8(value)
             .ok()
+            .map(|s| s.strip_suffix('.').unwrap_or(s))
             .filter(|s| {
                 !s.is_empty()
                     && s.bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
             })
             .ok_or(SniError::Malformed("host name is not a DNS name"))?;
-        let text = text.strip_suffix('.').unwrap_or(text);
         name = Some(text.to_ascii_lowercase());
     }
     Ok(name)

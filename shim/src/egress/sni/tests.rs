@@ -59,6 +59,13 @@ fn sni_is_read_and_normalised() {
 }
 
 #[test]
+fn a_lone_dot_is_not_a_host_name() {
+    // Found by the fuzzer: "." lost its trailing dot and became an empty name.
+    assert!(parse(&with_sni(".")).is_err());
+    assert!(parse(&with_sni("")).is_err());
+}
+
+#[test]
 fn a_hello_without_sni_says_so() {
     let wire = records(&hello_body(&[(10, vec![0, 2, 0, 29])]), 16384);
     assert_eq!(parse(&wire).unwrap().unwrap().sni, None);
