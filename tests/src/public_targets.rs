@@ -5,7 +5,7 @@
 //! - an IPv4 literal outside 127.0.0.0/8, 0.0.0.0 and the ranges of networks the harness makes
 //!   itself ([`crate::netns::RANGE`], the CRI harness's pod range [`CRI_POD_RANGE`]);
 //! - a well-known public host people use to "test the network" (example.com, google.com,
-//!   1.1.1.1's name...), anywhere;
+//!   public resolvers' names...), anywhere;
 //! - a host name after a network tool (`nslookup`, `dig`, `ping`, `wget`, `curl`, `nc`,
 //!   `telnet`) or in an `http(s)://` URL, unless it is a reserved name that never resolves to
 //!   the Internet (`localhost`, `*.test`, `*.invalid`, `*.localhost`).

@@ -236,16 +236,18 @@ mod tests {
     fn public_addresses_pass() {
         let g = guard(&[], &["203.0.113.7"]);
         for ip in [
-            "1.1.1.1",
-            "8.8.8.8",
+            // Documentation addresses (RFC 5737, RFC 3849) stand for the Internet here: the
+            // guard classifies them like any public address.
+            "198.51.100.1",
+            "198.51.100.53",
             "172.32.0.1",
             "172.15.255.255",
             "100.128.0.1",
             "100.63.255.255",
             "192.169.0.1",
             "169.255.0.1",
-            "2606:4700::1111",
-            "::ffff:8.8.8.8",
+            "2001:db8:1::1111",
+            "::ffff:198.51.100.53",
             "203.0.113.8",
         ] {
             assert_eq!(g.check(ip.parse().unwrap()), Ok(None), "{ip}");

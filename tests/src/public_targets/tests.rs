@@ -7,8 +7,9 @@ fn flagged(line: &str) -> bool {
 #[test]
 fn public_and_foreign_addresses_are_flagged() {
     for line in [
-        r#"&["connect", "1.1.1.1", "80", "2000"]"#,
-        "nslookup gvh.test 8.8.8.8",
+        // Documentation addresses (RFC 5737): never routed, and still outside the machine.
+        r#"&["connect", "198.51.100.1", "80", "2000"]"#,
+        "nslookup gvh.test 198.51.100.53",
         "connect 192.168.1.10 22 500",
         "addr add 10.0.0.1/24 dev eth1",
         // This machine's own uplink address is still outside: only veths the test made count.
@@ -64,11 +65,11 @@ fn the_harness_own_targets_and_non_targets_pass() {
 
 #[test]
 fn findings_name_file_line_and_reason() {
-    let f = scan_text("x.rs", "fine\nconnect 9.9.9.9 53 1\n");
+    let f = scan_text("x.rs", "fine\nconnect 198.51.100.9 53 1\n");
     assert_eq!(f.len(), 1);
     assert_eq!(
         f[0].to_string(),
-        "x.rs:2: IPv4 address 9.9.9.9 is outside 127.0.0.0/8 and the harness's own networks"
+        "x.rs:2: IPv4 address 198.51.100.9 is outside 127.0.0.0/8 and the harness's own networks"
     );
 }
 
