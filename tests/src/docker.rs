@@ -232,12 +232,5 @@ impl Drop for Dockerd {
 #[track_caller]
 pub fn assert_clean_docker_shutdown(d: Dockerd) {
     let dir = d.dir().path().to_path_buf();
-    let forced = d.shutdown();
-    assert!(forced.is_clean(), "{forced}");
-    let leaks = crate::leaks::dir_leaks(&dir);
-    assert!(
-        leaks.is_empty(),
-        "after shutdown of {}:\n{leaks}",
-        dir.display()
-    );
+    crate::engine::assert_shut_down_cleanly(&dir, d.shutdown());
 }

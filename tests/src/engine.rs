@@ -334,3 +334,15 @@ pub fn read_cidfile(path: &Path) -> Result<String> {
     let id = fs::read_to_string(path).map_err(|e| HarnessError::io("reading", path, e))?;
     Ok(id.trim().to_string())
 }
+
+/// After an engine's shutdown: nothing had to be forced and nothing of its directory is left.
+#[track_caller]
+pub(crate) fn assert_shut_down_cleanly(dir: &Path, forced: Forced) {
+    assert!(forced.is_clean(), "{forced}");
+    let leaks = crate::leaks::dir_leaks(dir);
+    assert!(
+        leaks.is_empty(),
+        "after shutdown of {}:\n{leaks}",
+        dir.display()
+    );
+}

@@ -183,12 +183,5 @@ impl Drop for Podman {
 #[track_caller]
 pub fn assert_clean_podman_shutdown(p: Podman) {
     let dir = p.dir().path().to_path_buf();
-    let forced = p.shutdown();
-    assert!(forced.is_clean(), "{forced}");
-    let leaks = crate::leaks::dir_leaks(&dir);
-    assert!(
-        leaks.is_empty(),
-        "after shutdown of {}:\n{leaks}",
-        dir.display()
-    );
+    crate::engine::assert_shut_down_cleanly(&dir, p.shutdown());
 }
