@@ -287,14 +287,13 @@ pub fn run_through_docker() -> Vec<AttackResult> {
             used: Default::default(),
         },
         Err(e) => {
-            let r = AttackResult {
+            let r = AttackResult::lab_failed(
                 category,
-                name: "docker lab".into(),
-                expected: "a private dockerd with runsc-hardened".into(),
-                observed: format!("FAILED: {e}"),
-                passed: false,
-                seconds: t0.elapsed().as_secs_f64(),
-            };
+                "docker lab",
+                "a private dockerd with runsc-hardened",
+                e,
+                t0,
+            );
             r.emit();
             return vec![r];
         }

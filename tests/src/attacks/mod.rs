@@ -120,6 +120,24 @@ pub struct AttackResult {
 }
 
 impl AttackResult {
+    /// The one row of a category whose lab could not be set up.
+    pub fn lab_failed(
+        category: Category,
+        name: &str,
+        expected: &str,
+        error: impl std::fmt::Display,
+        started: Instant,
+    ) -> AttackResult {
+        AttackResult {
+            category,
+            name: name.into(),
+            expected: expected.into(),
+            observed: format!("FAILED: {error}"),
+            passed: false,
+            seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+
     /// The row that closes a category: the whole watched host compared with before, and what
     /// the teardown found (`problems`, empty when clean).
     pub fn host_after(
@@ -277,14 +295,13 @@ pub fn run_category(category: Category) -> Vec<AttackResult> {
     let lab = match Lab::start() {
         Ok(lab) => lab,
         Err(e) => {
-            let r = AttackResult {
+            let r = AttackResult::lab_failed(
                 category,
-                name: "lab".into(),
-                expected: "a private containerd with the hardened shim".into(),
-                observed: format!("FAILED: {e}"),
-                passed: false,
-                seconds: t0.elapsed().as_secs_f64(),
-            };
+                "lab",
+                "a private containerd with the hardened shim",
+                e,
+                t0,
+            );
             r.emit();
             return vec![r];
         }
