@@ -18,10 +18,11 @@ require_root() {
   [ "$(id -u)" = 0 ] || die "run me as root (the sandbox runtime needs it): sudo $0"
 }
 
-# Installs the Debian packages that are missing; `apt-get update` only when something is.
-ensure_packages() {
+# Installs those of the named Debian packages that are missing (`apt-get update` only when
+# something is).
+install_missing() {
   local missing=()
-  for p in "${APT_PACKAGES[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -29,6 +30,10 @@ ensure_packages() {
     DEBIAN_FRONTEND=noninteractive apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
+}
+
+ensure_packages() {
+  install_missing "${APT_PACKAGES[@]}"
   # Debian's containerd package starts the system daemon; our tests and demo use private
   # instances and never touch it, so leave it as the package left it.
 }
@@ -40,15 +45,7 @@ ensure_packages() {
 ENGINE_PACKAGES=(docker.io podman)
 
 ensure_engines() {
-  local missing=()
-  for p in "${ENGINE_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    log "installing ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
+  install_missing "${ENGINE_PACKAGES[@]}"
 }
 
 # The egress bench's baseline, the tinyproxy + socat recipe (tests/examples/bench/egress_recipe.rs).
@@ -57,20 +54,12 @@ ensure_engines() {
 BENCH_PACKAGES=(tinyproxy socat)
 
 ensure_bench_packages() {
-  local missing=()
-  for p in "${BENCH_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    log "installing ${missing[*]}"
-    local rcd=/usr/sbin/policy-rc.d own_rcd=0
-    if [ ! -e "$rcd" ]; then
-      printf '#!/bin/sh\nexit 101\n' > "$rcd" && chmod 755 "$rcd" && own_rcd=1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    if [ "$own_rcd" = 1 ]; then rm -f "$rcd"; fi
+  local rcd=/usr/sbin/policy-rc.d own_rcd=0
+  if [ ! -e "$rcd" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$rcd" && chmod 755 "$rcd" && own_rcd=1
   fi
+  install_missing "${BENCH_PACKAGES[@]}"
+  if [ "$own_rcd" = 1 ]; then rm -f "$rcd"; fi
 }
 
 # A Rust toolchain: the machine's if present, else rustup (needs network to static.rust-lang.org).
