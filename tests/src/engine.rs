@@ -58,7 +58,8 @@ impl EngineDir {
     }
 
     /// The test policies sign each container's final record (`[audit] signing_key`), so
-    /// [`verify_audit`](Self::verify_audit) can check every container's trail.
+    /// [`assert_audit_signed_and_intact`](Self::assert_audit_signed_and_intact) can check
+    /// every container's trail.
     fn write_signing_key(&self) -> Result<()> {
         let prefix = self.dir.join("audit");
         let out = crate::audit_tools::policy_injector_audit(&[
@@ -80,9 +81,11 @@ impl EngineDir {
         self.dir.join("audit.key")
     }
 
-    /// `policy-injector audit verify --public-key`: the chain intact and every container that
-    /// got a sandbox sealed by its signed final record. Call it once every container is gone.
-    pub fn verify_audit(&self) -> std::result::Result<String, String> {
+    /// Panics unless `policy-injector audit verify --public-key` finds the chain intact and
+    /// every container that got a sandbox sealed by its signed final record; returns what it
+    /// printed. Call it once every container is gone.
+    #[track_caller]
+    pub fn assert_audit_signed_and_intact(&self) -> String {
         let (log, public) = (self.audit_log(), self.dir.join("audit.pub"));
         let out = crate::audit_tools::policy_injector_audit(&[
             "verify",
@@ -91,8 +94,11 @@ impl EngineDir {
             "--log",
             &log.display().to_string(),
         ])
-        .map_err(|e| e.to_string())?;
-        crate::audit_tools::outcome(&out)
+        .unwrap();
+        let text = crate::audit_tools::outcome(&out)
+            .unwrap_or_else(|e| panic!("audit verify --public-key {}: {e}", log.display()));
+        assert!(text.contains("signed and verified"), "{text}");
+        text
     }
 
     pub fn path(&self) -> &Path {

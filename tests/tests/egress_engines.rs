@@ -92,7 +92,7 @@ fn assert_egress_worked(out: &CommandOutput, dir: &EngineDir, id: &str) {
     );
     // The log, egress records included, is one intact chain and every record fits the schema.
     // Signed: the guard's egress records are inside the container's trail, which delete seals.
-    let verified = dir.verify_audit().unwrap();
+    let verified = dir.assert_audit_signed_and_intact();
     assert!(
         verified.contains("signatures: 1 sandbox(es) signed and verified"),
         "{verified}"
