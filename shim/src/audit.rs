@@ -10,6 +10,7 @@
 //! Environment values never reach this module: decisions carry variable names only.
 
 mod file;
+pub(crate) use file::open_locked;
 #[cfg(test)]
 pub(crate) mod test_support;
 mod trail;

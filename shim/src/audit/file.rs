@@ -47,18 +47,7 @@ pub(super) fn append(
             .map_err(io)?;
     }
     for _ in 0..MAX_ATTEMPTS {
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&log.path)
-            .map_err(io)?;
-        // SAFETY: flock on a descriptor we own; released when `file` is closed.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(io(std::io::Error::last_os_error()));
-        }
+        let file = open_locked(&log.path).map_err(io)?;
         // Another writer may have rotated the file between our open and our lock: what we
         // hold is then `path.1`, and appending to it would fork the chain.
         if !still_named(&file, &log.path).map_err(io)? {
@@ -99,6 +88,24 @@ pub(super) fn append(
         path: log.path.clone(),
         attempts: MAX_ATTEMPTS,
     })
+}
+
+/// Opens `path` for reading and appending (made 0600 if missing, never through a symlink) and
+/// takes its exclusive `flock`, which lasts until the file is closed: how the log's writers, a
+/// container trail's writers and `start` against the guard take turns.
+pub(crate) fn open_locked(path: &Path) -> std::io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)?;
+    // SAFETY: flock on a descriptor we own; released when `file` is closed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
 }
 
 /// One `write(2)`; on any failure the file is cut back to `before`, so no torn line stays.

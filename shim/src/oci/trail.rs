@@ -7,17 +7,15 @@
 //! an exclusive lock on the trail file, appends its record to the log and its hash to the
 //! file, and lets go: the hashes stay in log order, which is what the signature covers.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use policy_injector::audit_chain::Digest;
 use serde::Serialize;
 
 use super::state::{Record, StateDir};
-use crate::audit::{AuditError, AuditLog, AuditRecord, Signer};
+use crate::audit::{open_locked, AuditError, AuditLog, AuditRecord, Signer};
 
 /// The trail file's name in the state directory.
 const TRAIL: &str = "audit-trail";
@@ -111,18 +109,7 @@ impl StateTrail {
         &self,
         f: impl FnOnce(&mut File, bool) -> Result<T, AuditError>,
     ) -> Result<T, AuditError> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&self.file)
-            .map_err(|e| self.io(e))?;
-        // SAFETY: flock on a descriptor we own; released when it closes.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(self.io(std::io::Error::last_os_error()));
-        }
+        let mut file = open_locked(&self.file).map_err(|e| self.io(e))?;
         let sealed = is_sealed(&mut file).map_err(|e| self.io(e))?;
         f(&mut file, sealed)
     }
