@@ -162,6 +162,16 @@ pub enum ArtifactsAudit<'a> {
     },
 }
 
+impl<'a> ArtifactsAudit<'a> {
+    /// An exit record's member: the exit manifest, or why there is none.
+    pub fn of_exit(exit: &'a Result<ExitRecord, String>) -> ArtifactsAudit<'a> {
+        match exit {
+            Ok(exit) => ArtifactsAudit::Exit(exit),
+            Err(error) => ArtifactsAudit::Failed { error },
+        }
+    }
+}
+
 impl<'a> AuditRecord<'a> {
     pub fn new(event: AuditEvent, subject: &'a Subject) -> Self {
         AuditRecord {

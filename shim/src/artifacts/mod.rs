@@ -50,7 +50,10 @@ use std::time::{Duration, Instant};
 pub use diff::{diff, Change, DiffSummary, ManifestDiff};
 pub use entry::{Entry, EntryKind, NotHashed, RawPath, Skipped};
 pub use mounts::{writable_binds, WritableMount};
-pub use record::{record_exit, record_start, record_start_of, ExitRecord, StartRecord};
+pub use record::{
+    record_exit, record_exit_bounded, record_start, record_start_of, ExitRecord, StartRecord,
+    WALK_GRACE,
+};
 pub use store::{artifacts_dir, read_manifest, write_manifest, Phase, WrittenManifest};
 pub use walk::{build_manifest, Manifest, RootManifest, RootStats, StopReason};
 

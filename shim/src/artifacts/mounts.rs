@@ -2,10 +2,11 @@
 
 use std::path::PathBuf;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// A bind mount the sandbox can write to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WritableMount {
     /// The host path, as the spec names it (the mounts rule checked it and its resolution).
     pub source: PathBuf,

@@ -94,6 +94,31 @@ pub fn record_exit(
     })
 }
 
+/// Allowed beyond `max_walk_time` for the exit manifest: the walk checks its deadline between
+/// entries and reads, but a single system call on a hung filesystem can outlast it.
+pub const WALK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`record_exit`] on a blocking thread, given at most `max_walk_time` + [`WALK_GRACE`]: the
+/// exit record waits for it, so a hostile volume delays it by a bounded time, never forever.
+/// The error says why there is no exit manifest.
+pub async fn record_exit_bounded(
+    start: StartRecord,
+    policy: ArtifactsPolicy,
+    audit_log: std::path::PathBuf,
+    container_id: String,
+) -> Result<ExitRecord, String> {
+    let bound = policy.max_walk_time.0 + WALK_GRACE;
+    let walk = tokio::task::spawn_blocking(move || {
+        record_exit(&start, &policy, &audit_log, &container_id)
+    });
+    match tokio::time::timeout(bound, walk).await {
+        Ok(Ok(Ok(record))) => Ok(record),
+        Ok(Ok(Err(e))) => Err(e.to_string()),
+        Ok(Err(e)) => Err(format!("the exit manifest's walk failed: {e}")),
+        Err(_) => Err(format!("the exit manifest was not done within {bound:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,7 +49,7 @@ struct Document {
 
 /// A manifest file as written: where, and the sha256 of its exact bytes (what the audit record
 /// carries; `sha256sum FILE` gives the same).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WrittenManifest {
     pub path: PathBuf,
     pub sha256: String,

@@ -36,10 +36,6 @@ use crate::process::Process;
 /// client that stopped reading or a process left in the sandbox holding it.
 pub(super) const OUTPUT_DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Allowed beyond `max_walk_time` for the exit manifest: the walk checks its deadline between
-/// entries and reads, but a single system call on a hung filesystem can outlast it.
-pub(super) const WALK_GRACE: Duration = Duration::from_secs(2);
-
 /// A container's evidence settings and the start manifest, from Create to the init's exit.
 pub(super) struct Evidence {
     /// The container's output budget, shared by its init and execs; `None`: the shim does not
@@ -102,10 +98,7 @@ impl ExitEvidence {
         if let Some(report) = &self.output {
             rec.set_output(report);
         }
-        rec.artifacts = self.artifacts.as_ref().map(|a| match a {
-            Ok(exit) => ArtifactsAudit::Exit(exit),
-            Err(error) => ArtifactsAudit::Failed { error },
-        });
+        rec.artifacts = self.artifacts.as_ref().map(ArtifactsAudit::of_exit);
     }
 }
 
@@ -157,7 +150,7 @@ impl Container {
 
     /// Waits for what must be in `process`'s exit record before it is published: its output
     /// copy (bounded by [`OUTPUT_DRAIN_DEADLINE`]) and, for an init, the exit manifest of the
-    /// container's volumes (bounded by `max_walk_time` + [`WALK_GRACE`]), side by side.
+    /// container's volumes (bounded by `max_walk_time` + [`artifacts::WALK_GRACE`]), side by side.
     pub(super) async fn collect_exit_evidence(&self, process: &Arc<Process>) -> ExitEvidence {
         let who = self.name_of(process);
         let output = async {
@@ -187,18 +180,13 @@ impl Container {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()?;
-        let policy = self.policy.policy.audit.artifacts.clone();
-        let bound = policy.max_walk_time.0 + WALK_GRACE;
-        let log = self.audit.log().path().to_path_buf();
-        let id = self.id.clone();
-        let walk =
-            tokio::task::spawn_blocking(move || artifacts::record_exit(&start, &policy, &log, &id));
-        let result = match tokio::time::timeout(bound, walk).await {
-            Ok(Ok(Ok(record))) => Ok(record),
-            Ok(Ok(Err(e))) => Err(e.to_string()),
-            Ok(Err(e)) => Err(format!("the exit manifest's walk failed: {e}")),
-            Err(_) => Err(format!("the exit manifest was not done within {bound:?}")),
-        };
+        let result = artifacts::record_exit_bounded(
+            start,
+            self.policy.policy.audit.artifacts.clone(),
+            self.audit.log().path().to_path_buf(),
+            self.id.clone(),
+        )
+        .await;
         if let Err(e) = &result {
             log::error!("container {}: {e}", self.id);
         }
