@@ -148,6 +148,15 @@ impl BundleState {
     }
 }
 
+/// Puts the engine's own `config.json` back (from `config.original.json`), for a create that
+/// failed after hardening had replaced it.
+pub fn restore_original_config(bundle: &Path) {
+    let original = bundle.join(ORIGINAL_CONFIG);
+    if original.is_file() {
+        let _ = std::fs::rename(original, bundle.join(CONFIG));
+    }
+}
+
 /// Removes the files the shim added that containerd does not expect to find (everything but the
 /// configs, which stay for whoever inspects the bundle until containerd removes it).
 pub fn remove_shim_files(bundle: &Path) {

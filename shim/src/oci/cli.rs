@@ -91,11 +91,6 @@ pub enum Command {
         id: String,
         resources: Source,
     },
-    /// Internal: the per-container guard that `create` starts (`guard STATE_DIR READY_FD`).
-    Guard {
-        state_dir: PathBuf,
-        ready_fd: i32,
-    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -246,7 +241,6 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Invocation, CliEr
         "delete" => delete(rest)?,
         "ps" => ps(rest)?,
         "update" => update(rest)?,
-        "guard" => guard(rest)?,
         "start" | "state" | "pause" | "resume" => {
             let id = only_id(&sub, rest)?;
             match sub.as_str() {
@@ -451,24 +445,6 @@ fn update(rest: Vec<String>) -> Result<Command, CliError> {
         id: one_id("update", w.rest())?,
         resources,
     })
-}
-
-fn guard(rest: Vec<String>) -> Result<Command, CliError> {
-    match rest.as_slice() {
-        [dir, fd] => Ok(Command::Guard {
-            state_dir: dir.into(),
-            ready_fd: fd.parse().map_err(|_| CliError::BadValue {
-                command: "guard".into(),
-                flag: "ready-fd".into(),
-                value: fd.clone(),
-            })?,
-        }),
-        _ => Err(CliError::Arguments {
-            command: "guard".into(),
-            expected: "STATE_DIR READY_FD",
-            got: rest,
-        }),
-    }
 }
 
 /// `9`, `KILL`, `SIGKILL`, `sigkill`.

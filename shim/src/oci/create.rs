@@ -1,24 +1,24 @@
 //! `create`: the same hardening pipeline as the shim's Create (`crate::prepare`: policy, spec,
 //! harden, write, runsc configured, audited), then the guard, which runs `runsc create`.
 //!
-//! Order: refuse what cannot be honoured (`--systemd-cgroup`, `--preserve-fds`, a taken id)
-//! before anything is written; harden and audit; write the state the later calls need; start
-//! the guard and wait for its one-line answer; only then write the guard's pid into the
-//! engine's `--pid-file`. A failure after the audit line is audited as `create-failed`, and
-//! leaves no state, runsc container or cgroup behind.
+//! Order: fork the guard, which waits (`fork.rs`); refuse what cannot be honoured
+//! (`--systemd-cgroup`, `--preserve-fds`, a taken id) before anything is written; harden and
+//! audit; write the state the later calls need; tell the guard to go and wait for its one-line
+//! answer; only then write the guard's pid into the engine's `--pid-file`. A failure after the
+//! audit line is audited as `create-failed`, and leaves no state, runsc container or cgroup
+//! behind.
 
-use std::io::{BufRead, BufReader};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::fs::File;
+use std::path::Path;
 use std::time::SystemTime;
 
 use super::cli::Global;
 use super::engine;
 use super::error::{OciError, Result};
-use super::guard::{FAILED, READY};
+use super::fork::Forked;
+use super::guard;
 use super::log::EngineLog;
-use super::state::{write_pid_file, Record, StateDir};
+use super::state::{proc_start_time, write_pid_file, Record, StateDir};
 use super::trail::StateTrail;
 use crate::audit::{AuditEvent, AuditRecord};
 use crate::bundle;
@@ -40,7 +40,12 @@ fn systemd_running() -> bool {
     Path::new("/run/systemd/system").is_dir()
 }
 
-pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Result<()> {
+pub async fn run(
+    global: &Global,
+    args: CreateArgs<'_>,
+    log: &EngineLog,
+    guard: Forked,
+) -> Result<()> {
     if global.systemd_cgroup {
         return Err(OciError::SystemdCgroup {
             systemd_running: systemd_running(),
@@ -102,14 +107,20 @@ pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Resu
         network_namespace: crate::egress::net::spec_network_namespace(&prepared.spec),
         egress: prepared.egress.clone(),
         policy_name: prepared.policy.source.name(),
+        writable_binds: crate::artifacts::writable_binds(&prepared.spec),
     };
+    // The guard's pid once it has made the sandbox: a failure after that must end both.
+    let running = std::cell::Cell::new(None);
     let launched = async {
+        refuse_shim_only_limits(&prepared.policy.policy, &prepared.lifetime)?;
         state.create(&record)?;
         // `create`'s records so far (in memory): the later calls' processes continue the
         // trail from the state directory.
         StateTrail::open(&record, &state).begin(&prepared.audit.hashes())?;
-        let guard_pid = start_guard(&state, &reaper)?;
-        state.set_guard_pid(guard_pid)?;
+        let guard_pid = guard.pid();
+        guard.go("", state.path())?;
+        running.set(Some(guard_pid));
+        state.set_guard(guard_pid, proc_start_time(guard_pid))?;
         if let Some(pid_file) = args.pid_file {
             write_pid_file(pid_file, guard_pid)?;
         }
@@ -117,6 +128,13 @@ pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Resu
     }
     .await;
     if let Err(e) = launched {
+        if let Some(pid) = running.get() {
+            // SAFETY: plain kill(2) of our own child, the guard, which has not been reaped.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            if let Ok(runsc) = guard::runsc_for(&record, &prepared.policy.policy, &reaper) {
+                guard::undo(&runsc, &record).await;
+            }
+        }
         let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &prepared.subject);
         rec.error = Some(e.to_string());
         // The container's final record: signed over its create record, as the shim's is.
@@ -125,51 +143,35 @@ pub async fn run(global: &Global, args: CreateArgs<'_>, log: &EngineLog) -> Resu
         }
         let _ = state.remove();
         bundle::remove_shim_files(&bundle);
+        bundle::restore_original_config(&bundle);
         return Err(e);
     }
     Ok(())
 }
 
-/// Starts the guard and waits for its answer: the guard's pid once the sandbox exists.
-fn start_guard(state: &StateDir, reaper: &Reaper) -> Result<i32> {
-    let (read, write) = ready_pipe()?;
-    let exe = PathBuf::from("/proc/self/exe");
-    let mut cmd = Command::new(&exe);
-    // The container's stdio is ours: the guard inherits it and hands it to runsc.
-    cmd.arg("guard")
-        .arg(state.path())
-        .arg(write.as_raw_fd().to_string());
-    let pid = reaper.spawn(cmd)?.pid;
-    // Nobody waits for it here: once we exit, the engine (a subreaper) inherits the guard. Our
-    // copy of the write end must go, or the read below never ends.
-    drop(write);
-    let mut answer = String::new();
-    BufReader::new(std::fs::File::from(read))
-        .read_line(&mut answer)
-        .map_err(OciError::io("reading the guard's answer", state.path()))?;
-    let answer = answer.trim();
-    if answer.split(' ').next() == Some(READY) {
-        return Ok(pid);
+/// Fails closed on what only the shim enforces: an output bound, and an idle timeout (idle
+/// means no CPU and no output). Checked after hardening, so the refusal is audited as the
+/// container's `create-failed`.
+fn refuse_shim_only_limits(
+    policy: &policy_injector::Policy,
+    lifetime: &policy_injector::Lifetime,
+) -> Result<()> {
+    if policy.output.max_bytes.is_some() {
+        return Err(OciError::NeedsShim("[output] max_bytes"));
     }
-    // The guard has removed what runsc made; it exits on its own.
-    Err(OciError::Guard(match answer.strip_prefix(FAILED) {
-        Some(reason) => reason.trim().to_string(),
-        None => format!("the guard (pid {pid}) exited without creating the sandbox"),
-    }))
-}
-
-/// A pipe whose write end survives exec (for the guard) and whose read end does not.
-fn ready_pipe() -> Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two fds into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), 0) } != 0 {
-        return Err(OciError::io("pipe", "ready pipe")(
-            std::io::Error::last_os_error(),
+    if lifetime.idle_timeout.is_some() {
+        return Err(OciError::NeedsShim(
+            "an idle timeout ([lifetime] idle_timeout or the gvisor-hardened.dev/idle-timeout annotation)",
         ));
     }
-    // SAFETY: both fds were just made and are owned here.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: fcntl on an fd we own.
-    unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    Ok((read, write))
+    Ok(())
+}
+
+/// The guard's side of `create`'s fork (`fork::fork_helper`), once told to go: the guard for
+/// container `id`. It shows up as `runsc-hardened guard STATE_DIR`.
+pub fn guard_child(global: &Global, id: &str, ready: File) -> u8 {
+    match StateDir::new(global.root.as_deref(), id) {
+        Ok(state) => guard::main(state.path(), ready),
+        Err(_) => 1,
+    }
 }

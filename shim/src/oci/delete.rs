@@ -1,14 +1,15 @@
 //! `delete [--force] ID`: idempotent (an unknown id is already deleted: Docker runs `delete`
 //! then `delete --force`, and conmon's cleanup may repeat it). Removes runsc's container (a
-//! forced runsc delete kills a sandbox still running), waits for the guard to finish its
-//! account of the exit, removes cgroups runsc left, audits, and removes the state.
+//! forced runsc delete kills a sandbox still running) unless the `runsc delete` the guard
+//! started at the exit did, waits for the guard to finish its account of the exit, removes
+//! cgroups runsc left, audits, and removes the state.
 
 use std::time::{Duration, Instant};
 
 use super::cli::Global;
 use super::error::{OciError, Result};
 use super::guard::{runsc_for, GUARD_EXIT_WAIT};
-use super::state::{alive, is_guard_of, StateDir};
+use super::state::{alive, Record, StateDir};
 use super::trail::StateTrail;
 use crate::audit::{AuditEvent, AuditRecord, Signer};
 use crate::bundle::BUNDLE_STATE;
@@ -29,9 +30,7 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
         Err(OciError::NotFound(_)) => return Ok(()),
         Err(e) => return Err(e),
     };
-    let guard = state
-        .guard_pid()
-        .filter(|p| alive(*p) && is_guard_of(*p, state.path()));
+    let guard = state.live_guard();
     // The engine's view decides what "running" means: the guard is the pid it waits on. A
     // sandbox that outlived its guard (killed) belongs to a stopped container and goes now.
     if !force && guard.is_some() {
@@ -40,41 +39,34 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
     let mut problems: Vec<String> = Vec::new();
     let reaper = Reaper::install()?;
     let policy = record.policy()?;
-    match runsc_for(&record, &policy, &reaper) {
-        Ok(runsc) => {
-            if let Err(e) = runsc.delete(id, true).await {
-                if !e.is_gone() {
-                    problems.push(e.to_string());
-                }
-            }
-        }
-        Err(e) => problems.push(e.to_string()),
-    }
+    let runsc = runsc_for(&record, &policy, &reaper).map_err(|e| e.to_string());
+    let mut runsc_done = false;
     if let Some(pid) = guard {
+        // Still running (forced): runsc's delete kills the sandbox, the guard accounts for it.
+        runsc_done = runsc_delete(&runsc, id, &mut problems).await;
         let deadline = Instant::now() + GUARD_EXIT_WAIT;
         while alive(pid) && Instant::now() < deadline {
             tokio::time::sleep(POLL).await;
         }
-        if alive(pid) && is_guard_of(pid, state.path()) {
-            // SAFETY: plain kill(2) of the guard, checked by its command line just now.
+        if state.live_guard() == Some(pid) {
+            // SAFETY: plain kill(2) of the guard, checked by its pid and start time just now.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             problems.push(format!(
                 "the guard (pid {pid}) did not exit within {GUARD_EXIT_WAIT:?} and was killed"
             ));
         }
     }
-    if let Ok(cg) = SandboxCgroup::for_spec(&record.cgroups_path, id) {
-        let deadline = Instant::now() + CGROUP_RMDIR_WAIT;
-        loop {
-            match cg.remove_empty() {
-                Ok(()) => break,
-                Err(_) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
-                Err(e) => {
-                    problems.push(e.to_string());
-                    break;
-                }
-            }
-        }
+    // The guard started runsc's delete at the exit (`Guard::start_runsc_delete`): let it end,
+    // and run runsc here only when it did not succeed (or never ran: a killed guard).
+    let deadline = Instant::now() + GUARD_EXIT_WAIT;
+    while state.live_runsc_delete().is_some() && Instant::now() < deadline {
+        tokio::time::sleep(POLL).await;
+    }
+    if !runsc_done && !state.runsc_deleted() {
+        runsc_delete(&runsc, id, &mut problems).await;
+    }
+    if let Err(e) = remove_cgroups(&record).await {
+        problems.push(e.to_string());
     }
     let exit = state.exit();
     let mut rec = AuditRecord::new(AuditEvent::Delete, &record.subject);
@@ -103,4 +95,41 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
         let _ = std::fs::remove_file(record.bundle.join(name));
     }
     state.remove()
+}
+
+/// Removes the sandbox's cgroups runsc left, retrying while the kernel still refuses (threads
+/// of a killed sandbox exiting), at most [`CGROUP_RMDIR_WAIT`].
+pub(super) async fn remove_cgroups(record: &Record) -> Result<(), crate::cgroup::CgroupError> {
+    let Ok(cg) = SandboxCgroup::for_spec(&record.cgroups_path, &record.id) else {
+        return Ok(());
+    };
+    let deadline = Instant::now() + CGROUP_RMDIR_WAIT;
+    loop {
+        match cg.remove_empty() {
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
+            done => return done,
+        }
+    }
+}
+
+/// `runsc delete --force`; whether runsc's container is gone (deleted now or already).
+async fn runsc_delete(
+    runsc: &std::result::Result<crate::runsc::client::Runsc, String>,
+    id: &str,
+    problems: &mut Vec<String>,
+) -> bool {
+    match runsc {
+        Ok(runsc) => match runsc.delete(id, true).await {
+            Ok(()) => true,
+            Err(e) if e.is_gone() => true,
+            Err(e) => {
+                problems.push(e.to_string());
+                false
+            }
+        },
+        Err(e) => {
+            problems.push(e.clone());
+            false
+        }
+    }
 }

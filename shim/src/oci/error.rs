@@ -70,6 +70,10 @@ pub enum OciError {
     },
     #[error("{0}")]
     Guard(String),
+    /// The policy asks for a limit that needs the container's output streams, which the engine
+    /// holds under runsc-hardened: refused rather than run without it.
+    #[error("the policy sets {0}, which runsc-hardened cannot enforce: it needs the container's stdout and stderr, which Docker and Podman hold (the containerd shim enforces it); remove it from the policy this runtime uses")]
+    NeedsShim(&'static str),
     #[error("{what}: {reason}")]
     Invalid { what: &'static str, reason: String },
 }

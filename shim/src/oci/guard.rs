@@ -1,8 +1,10 @@
 //! The guard: one small process per container, started by `create`, doing what the shim's
 //! long-lived process does for containerd — because an OCI runtime binary exits after each call.
 //!
-//! - It runs `runsc create` itself as a child subreaper, so the sandbox and gofer become its
-//!   children: it alone sees the sandbox's exit status.
+//! - `create` forks it before doing anything else (`fork.rs`: no exec, no start-up of its own
+//!   on the way to the sandbox); it waits for `create`'s go, then runs `runsc create` itself as
+//!   a child subreaper, so the sandbox and gofer become its children: it alone sees the
+//!   sandbox's exit status. It names itself `runsc-hardened guard STATE_DIR`.
 //! - Its pid is the one in the engine's `--pid-file`. The engines wait on that pid (both are
 //!   subreapers, and the guard is their descendant) and take its exit status as the
 //!   container's, so the guard exits with the sandbox's status, after classifying it.
@@ -17,7 +19,9 @@
 //! - From `start` it enforces the wall-clock lifetime: SIGTERM to every process, the grace
 //!   period, SIGKILL.
 //! - At the exit it tells an OOM kill and a process-limit crash from a plain exit (counters
-//!   read before anyone runs `runsc delete`), writes the `exit` audit record, and leaves.
+//!   read before anyone runs `runsc delete`), writes the `exit` audit record, starts `runsc
+//!   delete` (the engine's `delete` comes next and would otherwise wait for it; not after an
+//!   OOM kill, whose event the engines drop once the cgroup is gone), and leaves.
 //! - From `start`, when the policy allows egress, it runs the sandbox's egress proxy and keeps
 //!   the forwarder inside alive (`egress.rs`), and stops them at the exit, before the `exit`
 //!   record. Under Docker the proxy runs outside the container's cgroups (the guard left
@@ -35,17 +39,20 @@
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use policy_injector::policy::ArtifactsPolicy;
 use policy_injector::{Engine, Policy};
 use tokio::io::AsyncBufReadExt;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::error::{OciError, Result};
-use super::state::{ExitRecord, Record, StateDir};
+use super::state::{proc_start_time, ExitRecord, ProcStat, Record, StateDir};
 use super::trail::StateTrail;
-use crate::audit::{AuditEvent, AuditRecord};
+use crate::artifacts::{self, ExitRecord as ManifestExit};
+use crate::audit::{ArtifactsAudit, AuditEvent, AuditRecord};
 use crate::cgroup::exit_cause::ExitProbe;
 use crate::cgroup::SandboxCgroup;
 use crate::host::linux::LinuxHost;
@@ -61,10 +68,10 @@ pub const FAILED: &str = "error";
 /// The line `start` writes to the notify fifo.
 pub const STARTED: &str = "start";
 
-/// Entry point of `runsc-hardened guard STATE_DIR READY_FD`. Returns the container's exit code.
-pub fn main(state_dir: &Path, ready_fd: i32) -> u8 {
-    // SAFETY: `create` passed us this fd open for writing; nothing else in this process owns it.
-    let ready = unsafe { File::from_raw_fd(ready_fd) };
+/// The guard, in the process `create` forked (`fork.rs`, `create::guard_child`), once told to
+/// go: `ready` takes its one-line answer. Returns the container's exit code.
+pub fn main(state_dir: &Path, ready: File) -> u8 {
+    show_as_guard(state_dir);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         // Name lookups of the egress proxy run on blocking threads; under Podman they count
@@ -89,7 +96,46 @@ pub fn main(state_dir: &Path, ready_fd: i32) -> u8 {
     })
 }
 
-fn report(mut ready: File, line: &str) {
+/// The guard is a fork of `create`: without this, `ps` would show it as that `create` for as
+/// long as the container lives. Rewrites the command line in place (the original arguments'
+/// memory, as `setproctitle` does; the kernel's way to point it elsewhere takes
+/// CAP_SYS_RESOURCE, which engines' runtime calls do not always have): `runsc-hardened guard
+/// STATE_DIR`, cut to the original's length. Best effort: the name is for people, `delete`
+/// knows its guard by pid and start time.
+fn show_as_guard(state_dir: &Path) {
+    show_as(&[b"guard", state_dir.as_os_str().as_bytes()]);
+}
+
+/// Rewrites the command line to `runsc-hardened WORDS...` (see `show_as_guard`).
+pub(super) fn show_as(words: &[&[u8]]) {
+    let Some((start, end)) = own_args_range() else {
+        return;
+    };
+    let mut title = b"runsc-hardened".to_vec();
+    for w in words {
+        title.push(0);
+        title.extend_from_slice(w);
+    }
+    // NUL-padded to the end; the last byte stays NUL, so the kernel reads no further.
+    title.resize(end - start, 0);
+    if let Some(last) = title.last_mut() {
+        *last = 0;
+    }
+    // SAFETY: [start, end) holds this process's original argument strings on its own stack,
+    // writable and never freed; the arguments were parsed into owned strings long before.
+    unsafe { std::ptr::copy_nonoverlapping(title.as_ptr(), start as *mut u8, title.len()) };
+}
+
+/// Where the kernel reads this process's command line from (fields 48 and 49 of
+/// `/proc/self/stat`).
+fn own_args_range() -> Option<(usize, usize)> {
+    let stat = ProcStat::read("self")?;
+    let start: usize = stat.field(48)?.parse().ok()?;
+    let end: usize = stat.field(49)?.parse().ok()?;
+    (start != 0 && end > start).then_some((start, end))
+}
+
+pub(super) fn report(mut ready: File, line: &str) {
     // `create` may already be gone (killed): nothing left to tell.
     let _ = writeln!(ready, "{}", line.replace('\n', " "));
 }
@@ -102,6 +148,8 @@ struct Guard {
     sandbox_pid: i32,
     exit: crate::reaper::ExitFuture,
     probe: Option<ExitProbe>,
+    /// The policy's `[audit.artifacts]`, for the exit manifest.
+    artifacts: ArtifactsPolicy,
     /// Our own cgroup directories, to go back to at start.
     home: Vec<PathBuf>,
     /// The fifo `start` writes to.
@@ -126,7 +174,7 @@ impl Guard {
                 return Err(());
             }
         };
-        let (state, record, runsc) = match load(state_dir, &reaper).await {
+        let (state, record, policy, runsc) = match load(state_dir, &reaper).await {
             Ok(x) => x,
             Err(e) => {
                 fail(ready, &e);
@@ -196,6 +244,7 @@ impl Guard {
             sandbox_pid,
             exit,
             probe,
+            artifacts: policy.audit.artifacts,
             home,
             notify,
             reaper,
@@ -278,7 +327,58 @@ impl Guard {
         // Still in the sandbox's cgroups under Podman: no need to move out now, the exit that
         // follows takes the guard out of them, and moving between v1 hierarchies costs ~7 ms
         // on the path from the sandbox's exit to the engine seeing it.
-        self.conclude(status.unfold_runsc(), expired)
+        let artifacts = self.exit_manifest().await;
+        let (code, cause) = self.conclude(status.unfold_runsc(), expired, artifacts.as_ref());
+        // Not after an OOM kill, nor when the cgroup could not tell: runsc's delete removes the
+        // sandbox's cgroups, and the engines' OOM watchers drop an OOM event whose cgroup is
+        // already gone (measured: Docker's OOMKilled false for a memory bomb). The engine's
+        // own `delete` comes late enough.
+        if cause != ExitCause::Oom && self.probe.is_some() {
+            self.start_runsc_delete();
+        }
+        code
+    }
+
+    /// The engine's next call after an exit is `delete`, and runsc's part of it (one runsc
+    /// process, ~30 ms here) is most of that call. It starts now, beside the engine's own work
+    /// after the exit; `delete` waits for it and runs runsc itself only when this one did not
+    /// succeed (`runsc-deleted` is written on success). Nobody here waits for it: the guard exits
+    /// now, and the engine (a subreaper) reaps it.
+    fn start_runsc_delete(&self) {
+        let runsc = self.runsc.delete_command(&self.record.id, true);
+        // Under Podman the guard is still in the sandbox's cgroups, which runsc removes: its
+        // delete runs from where the guard came from. The script moves itself there (writing
+        // "0" moves the writer) rather than the guard before the spawn: a move between cgroup
+        // v1 hierarchies can take a scheduler grace period, ~15 ms measured here, and the guard's
+        // exit is what the engine waits for. Arguments: the cgroup.procs files, `--`, runsc's
+        // argv; `$M` is the marker. Nothing is quoted into the script.
+        let script =
+            r#"while [ "$1" != -- ]; do echo 0 > "$1"; shift; done; shift; "$@" && : > "$M""#;
+        let mut cmd = std::process::Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(script)
+            .arg("runsc-delete")
+            .args(self.home.iter().map(|d| d.join("cgroup.procs")))
+            .arg("--")
+            .arg(runsc.get_program())
+            .args(runsc.get_args())
+            .env("M", self.state.runsc_deleted_marker())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let recorded = match cmd.spawn() {
+            Ok(child) => {
+                let pid = child.id() as i32;
+                self.state.set_runsc_delete(pid, proc_start_time(pid))
+            }
+            Err(e) => Err(OciError::io("starting", "/bin/sh (runsc delete)")(e)),
+        };
+        if let Err(e) = recorded {
+            // `delete` then runs runsc itself.
+            self.record
+                .log
+                .warn(&format!("container {}: {e}", self.record.id));
+        }
     }
 
     async fn expire(&self) {
@@ -323,8 +423,31 @@ impl Guard {
         }
     }
 
-    /// Classifies, records and audits the exit; returns the code to exit with.
-    fn conclude(&self, status: ExitStatus, expired: bool) -> u8 {
+    /// The writable volumes' exit manifest and diff, when `start` took a start manifest.
+    async fn exit_manifest(&self) -> Option<std::result::Result<ManifestExit, String>> {
+        let start = self.state.artifacts_start(&self.record.writable_binds)?;
+        let result = artifacts::record_exit_bounded(
+            start,
+            self.artifacts.clone(),
+            self.record.audit_path.clone(),
+            self.record.id.clone(),
+        )
+        .await;
+        if let Err(e) = &result {
+            self.record
+                .log
+                .error(&format!("container {}: {e}", self.record.id));
+        }
+        Some(result)
+    }
+
+    /// Classifies, records and audits the exit; returns the code to exit with, and the cause.
+    fn conclude(
+        &self,
+        status: ExitStatus,
+        expired: bool,
+        artifacts: Option<&std::result::Result<ManifestExit, String>>,
+    ) -> (u8, ExitCause) {
         let cause = if expired {
             ExitCause::Timeout
         } else {
@@ -341,12 +464,15 @@ impl Guard {
             }
         };
         let exit = Exit::new(status, cause, SystemTime::now());
+        // A `start` still writing its record goes first (the workload may end at once).
+        let _start = self.state.lock_start();
         if let Err(e) = self.state.set_exit(&ExitRecord::of(&exit)) {
             self.record.log.warn(&e.to_string());
         }
         let mut rec = AuditRecord::new(AuditEvent::Exit, &self.record.subject);
         rec.pid = Some(self.sandbox_pid as u32);
         rec.set_exit(&exit);
+        rec.artifacts = artifacts.map(ArtifactsAudit::of_exit);
         if let Err(e) = self.audit.append(&rec) {
             self.record
                 .log
@@ -359,16 +485,16 @@ impl Guard {
                 cause.describe()
             ));
         }
-        exit.status.min(255) as u8
+        (exit.status.min(255) as u8, cause)
     }
 }
 
-async fn load(state_dir: &Path, reaper: &Reaper) -> Result<(StateDir, Record, Runsc)> {
+async fn load(state_dir: &Path, reaper: &Reaper) -> Result<(StateDir, Record, Policy, Runsc)> {
     let state = StateDir::at(state_dir)?;
     let record = state.record()?;
     let policy = record.policy()?;
     let runsc = runsc_for(&record, &policy, reaper)?;
-    Ok((state, record, runsc))
+    Ok((state, record, policy, runsc))
 }
 
 /// The runsc client of a container, as its policy configured it at create.
@@ -403,7 +529,7 @@ pub(super) fn container_stdio() -> Result<ProcessIo> {
     })
 }
 
-fn detach_stdio() {
+pub(super) fn detach_stdio() {
     if let Ok(null) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -418,11 +544,9 @@ fn detach_stdio() {
 }
 
 /// A create that failed after runsc started: remove what runsc made.
-async fn undo(runsc: &Runsc, record: &Record) {
+pub(super) async fn undo(runsc: &Runsc, record: &Record) {
     let _ = runsc.delete(&record.id, true).await;
-    if let Ok(cg) = SandboxCgroup::for_spec(&record.cgroups_path, &record.id) {
-        let _ = cg.remove_empty();
-    }
+    let _ = super::delete::remove_cgroups(record).await;
 }
 
 /// Moves this process into the sandbox's resource-controller cgroups (where it knows its way
@@ -474,12 +598,12 @@ fn open_notify(path: &Path) -> Option<tokio::io::BufReader<tokio::net::unix::pip
 }
 
 /// The signals a guard passes on to the container's init.
-struct Forwarded {
+pub(super) struct Forwarded {
     streams: Vec<(i32, tokio::signal::unix::Signal)>,
 }
 
 impl Forwarded {
-    fn new() -> Forwarded {
+    pub(super) fn new() -> Forwarded {
         let streams = [
             (libc::SIGTERM, SignalKind::terminate()),
             (libc::SIGINT, SignalKind::interrupt()),
@@ -492,7 +616,7 @@ impl Forwarded {
         Forwarded { streams }
     }
 
-    async fn next(&mut self) -> i32 {
+    pub(super) async fn next(&mut self) -> i32 {
         if self.streams.is_empty() {
             return std::future::pending().await;
         }

@@ -4,7 +4,8 @@
 //!
 //! Every container gets what the shim gives it: the same policy files, the same hardening
 //! (`crate::prepare`), the same runsc flags, the same audit log. What the shim does from its
-//! long-lived process, a per-container guard does here (`guard.rs`). One file per subcommand;
+//! long-lived process, a per-container guard does here (`guard.rs`; a detached exec has its own,
+//! `exec.rs`; both forked as `fork.rs` describes). One file per subcommand;
 //! the command line is data (`cli.rs`); per-container state in `state.rs`.
 
 pub mod cli;
@@ -14,6 +15,7 @@ mod egress;
 mod engine;
 pub mod error;
 mod exec;
+mod fork;
 pub mod guard;
 mod kill;
 pub mod log;
@@ -53,18 +55,31 @@ pub fn main(args: Vec<String>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Command::Guard {
-        state_dir,
-        ready_fd,
-    } = &inv.command
-    {
-        return ExitCode::from(guard::main(state_dir, *ready_fd));
-    }
     if inv.command == Command::Version {
         print!("{}", version_text());
         return ExitCode::SUCCESS;
     }
     let log = EngineLog::new(inv.global.log.as_deref(), inv.global.log_format);
+    // The process the engine will wait on (`create`'s guard, a detached `exec`'s) is forked
+    // now, while this one has one thread: see `fork.rs`.
+    let forking = match &inv.command {
+        Command::Create { id, .. } => Some(fork::fork_helper(|_, ready| {
+            create::guard_child(&inv.global, id, ready)
+        })),
+        Command::Exec { detach: true, .. } => Some(fork::fork_helper(|payload, ready| {
+            exec::guard_child(&inv, payload, ready)
+        })),
+        _ => None,
+    };
+    let forked = match forking.transpose() {
+        Ok(Some(fork::Fork::Child(code))) => return ExitCode::from(code),
+        Ok(Some(fork::Fork::Parent(helper))) => Some(helper),
+        Ok(None) => None,
+        Err(e) => {
+            log.error(&e.to_string());
+            return ExitCode::FAILURE;
+        }
+    };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -75,7 +90,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(dispatch(&inv, &log)) {
+    match rt.block_on(dispatch(&inv, &log, forked)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             log.error(&e.to_string());
@@ -84,7 +99,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
     }
 }
 
-async fn dispatch(inv: &Invocation, log: &EngineLog) -> Result<u8> {
+async fn dispatch(inv: &Invocation, log: &EngineLog, forked: Option<fork::Forked>) -> Result<u8> {
     let g = &inv.global;
     match &inv.command {
         Command::Create {
@@ -101,7 +116,8 @@ async fn dispatch(inv: &Invocation, log: &EngineLog) -> Result<u8> {
                 console_socket: console_socket.as_deref(),
                 preserve_fds: *preserve_fds,
             };
-            create::run(g, args, log).await.map(|()| 0)
+            let guard = forked.expect("create forks its guard before the runtime starts");
+            create::run(g, args, log, guard).await.map(|()| 0)
         }
         Command::Start { id } => start::run(&Opened::open(g, id).await?).await.map(|()| 0),
         Command::State { id } => query::run(g, id).await.map(|()| 0),
@@ -125,7 +141,7 @@ async fn dispatch(inv: &Invocation, log: &EngineLog) -> Result<u8> {
                 console_socket: console_socket.as_deref(),
                 preserve_fds: *preserve_fds,
             };
-            exec::run(&Opened::open_for_exec(g, id).await?, args).await
+            exec::run(&Opened::open_for_exec(g, id).await?, args, forked).await
         }
         Command::Ps { id, json } => ps::run(g, id, *json).map(|()| 0),
         Command::Pause { id } => pause::pause(&Opened::open(g, id).await?).await.map(|()| 0),
@@ -133,7 +149,7 @@ async fn dispatch(inv: &Invocation, log: &EngineLog) -> Result<u8> {
         Command::Update { id, resources } => update::run(&Opened::open(g, id).await?, resources)
             .await
             .map(|()| 0),
-        Command::Version | Command::Guard { .. } => unreachable!("handled before the runtime"),
+        Command::Version => unreachable!("handled before the runtime"),
     }
 }
 

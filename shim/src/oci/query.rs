@@ -6,16 +6,14 @@ use serde_json::json;
 use super::cli::Global;
 use super::error::{OciError, Result};
 use super::guard::runsc_for;
-use super::state::{alive, is_guard_of, StateDir};
+use super::state::StateDir;
 use crate::reaper::Reaper;
 use crate::runsc::client::Status;
 
 pub async fn run(g: &Global, id: &str) -> Result<()> {
     let state = StateDir::new(g.root.as_deref(), id)?;
     let record = state.record()?;
-    let guard = state
-        .guard_pid()
-        .filter(|p| alive(*p) && is_guard_of(*p, state.path()));
+    let guard = state.live_guard();
     let status = match guard {
         Some(_) if state.exit().is_none() => {
             let reaper = Reaper::install()?;

@@ -1,5 +1,5 @@
-//! `start`: `runsc start`, then the guard is told, which arms the lifetime and leaves the
-//! sandbox's cgroups.
+//! `start`: the writable volumes' start manifest (`[audit.artifacts]`), `runsc start`, then the
+//! guard is told, which arms the lifetime and leaves the sandbox's cgroups.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -7,10 +7,17 @@ use std::os::unix::fs::OpenOptionsExt;
 use super::error::Result;
 use super::guard::STARTED;
 use super::{not_running, Opened};
-use crate::audit::{AuditEvent, AuditRecord};
+use crate::artifacts::{self, StartRecord};
+use crate::audit::{ArtifactsAudit, AuditEvent, AuditRecord};
+use crate::error::ShimError;
 
 pub async fn run(c: &Opened) -> Result<()> {
     let id = &c.record.id;
+    // Until our record is written: the guard writes the exit record after it.
+    let _start = c.state.lock_start()?;
+    // The writable volumes' start manifest, before the workload runs: one that cannot be
+    // written fails the start, as in the shim.
+    let manifest = start_manifest(c)?;
     c.runsc
         .start(id, None)
         .await
@@ -28,6 +35,21 @@ pub async fn run(c: &Opened) -> Result<()> {
     }
     let mut rec = AuditRecord::new(AuditEvent::Start, &c.record.subject);
     rec.pid = c.state.sandbox_pid().map(|p| p as u32);
+    rec.artifacts = manifest.as_ref().map(ArtifactsAudit::Start);
     c.audit_best_effort(&rec);
     Ok(())
+}
+
+fn start_manifest(c: &Opened) -> Result<Option<StartRecord>> {
+    let start = artifacts::record_start_of(
+        c.record.writable_binds.clone(),
+        &c.policy.audit.artifacts,
+        &c.record.audit_path,
+        &c.record.id,
+    )
+    .map_err(ShimError::from)?;
+    if let Some(start) = &start {
+        c.state.set_artifacts_start(start)?;
+    }
+    Ok(start)
 }

@@ -6,7 +6,10 @@
 //!
 //! Files: `state.json` (the [`Record`], written once by `create`), `guard.pid`, `sandbox.pid`
 //! (runsc's `--pid-file`), `notify` (a fifo: `start` tells the guard), `exit.json` (the guard's
-//! account of the exit).
+//! account of the exit), `runsc-delete.pid` and `runsc-deleted` (the `runsc delete` the guard
+//! starts at the exit, and its success), `start.lock` (held by `start` until its record is
+//! written; the guard takes it before the exit record), `artifacts-start.json` (the start
+//! manifest's record, for the guard's exit manifest).
 
 use std::collections::BTreeMap;
 use std::fs::{self, DirBuilder};
@@ -19,7 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{OciError, Result};
 use super::log::EngineLog;
-use crate::audit::Subject;
+use crate::artifacts::{StartRecord, WritableMount, WrittenManifest};
+use crate::audit::{open_locked, Subject};
 use crate::bundle::write_file_atomic;
 use crate::process::exit::Exit;
 
@@ -29,6 +33,10 @@ const GUARD_PID: &str = "guard.pid";
 const SANDBOX_PID: &str = "sandbox.pid";
 const NOTIFY: &str = "notify";
 const EXIT: &str = "exit.json";
+const RUNSC_DELETE_PID: &str = "runsc-delete.pid";
+const RUNSC_DELETED: &str = "runsc-deleted";
+const START_LOCK: &str = "start.lock";
+const ARTIFACTS_START: &str = "artifacts-start.json";
 
 /// Fixed at create.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -64,6 +72,10 @@ pub struct Record {
     /// The policy's name as egress refusals give it (`PolicySource::name`).
     #[serde(default)]
     pub policy_name: String,
+    /// The hardened spec's writable bind mounts: what the artifact manifests walk at `start`
+    /// and at the exit.
+    #[serde(default)]
+    pub writable_binds: Vec<WritableMount>,
 }
 
 impl Record {
@@ -211,13 +223,83 @@ impl StateDir {
         read_pid(&self.dir.join(SANDBOX_PID))
     }
 
-    pub fn guard_pid(&self) -> Option<i32> {
-        read_pid(&self.dir.join(GUARD_PID))
+    /// The guard's pid while that guard lives: a process that reused the number after it
+    /// (another start time) is not it.
+    pub fn live_guard(&self) -> Option<i32> {
+        self.live(GUARD_PID)
     }
 
-    pub fn set_guard_pid(&self, pid: i32) -> Result<()> {
-        write_file_atomic(&self.dir.join(GUARD_PID), pid.to_string().as_bytes())
-            .map_err(OciError::io("writing", self.dir.join(GUARD_PID)))
+    pub fn set_guard(&self, pid: i32, started: Option<u64>) -> Result<()> {
+        self.set_process(GUARD_PID, pid, started)
+    }
+
+    /// The `runsc delete` the guard started at the exit, while it runs.
+    pub fn live_runsc_delete(&self) -> Option<i32> {
+        self.live(RUNSC_DELETE_PID)
+    }
+
+    pub fn set_runsc_delete(&self, pid: i32, started: Option<u64>) -> Result<()> {
+        self.set_process(RUNSC_DELETE_PID, pid, started)
+    }
+
+    /// Written when the guard's `runsc delete` succeeded.
+    pub fn runsc_deleted_marker(&self) -> PathBuf {
+        self.dir.join(RUNSC_DELETED)
+    }
+
+    pub fn runsc_deleted(&self) -> bool {
+        self.runsc_deleted_marker().is_file()
+    }
+
+    /// A process recorded as `PID START_TIME` (`START_TIME`: field 22 of `/proc/PID/stat`), while
+    /// that process lives.
+    fn live(&self, name: &str) -> Option<i32> {
+        let text = fs::read_to_string(self.dir.join(name)).ok()?;
+        let mut words = text.split_whitespace();
+        let pid: i32 = words.next()?.parse().ok()?;
+        let started: u64 = words.next()?.parse().ok()?;
+        let stat = ProcStat::read(pid)?;
+        (stat.is_alive() && stat.start_time() == Some(started)).then_some(pid)
+    }
+
+    fn set_process(&self, name: &str, pid: i32, started: Option<u64>) -> Result<()> {
+        let text = match started {
+            Some(t) => format!("{pid} {t}\n"),
+            None => format!("{pid}\n"),
+        };
+        write_file_atomic(&self.dir.join(name), text.as_bytes())
+            .map_err(OciError::io("writing", self.dir.join(name)))
+    }
+
+    /// Held by `start` from `runsc start` until its audit record is written, and taken by the
+    /// guard before the exit record: a workload that exits at once (`true`) would otherwise
+    /// have its exit audited before its start. Released when the file is dropped.
+    pub fn lock_start(&self) -> Result<fs::File> {
+        let path = self.dir.join(START_LOCK);
+        open_locked(&path).map_err(OciError::io("locking", &path))
+    }
+
+    /// Keeps `start`'s manifest record for the guard, which diffs against it at the exit.
+    pub fn set_artifacts_start(&self, start: &StartRecord) -> Result<()> {
+        let bytes = serde_json::to_vec(start).expect("serialises");
+        write_file_atomic(&self.dir.join(ARTIFACTS_START), &bytes)
+            .map_err(OciError::io("writing", self.dir.join(ARTIFACTS_START)))
+    }
+
+    /// `start`'s manifest record, with the writable mounts it walked; `None` when it took none.
+    pub fn artifacts_start(&self, mounts: &[WritableMount]) -> Option<StartRecord> {
+        #[derive(Deserialize)]
+        struct Kept {
+            manifest: WrittenManifest,
+            complete: bool,
+        }
+        let kept: Kept =
+            serde_json::from_slice(&fs::read(self.dir.join(ARTIFACTS_START)).ok()?).ok()?;
+        Some(StartRecord {
+            mounts: mounts.to_vec(),
+            manifest: kept.manifest,
+            complete: kept.complete,
+        })
     }
 
     pub fn exit(&self) -> Option<ExitRecord> {
@@ -252,23 +334,45 @@ fn read_pid(path: &Path) -> Option<i32> {
 
 /// Is `pid` a live process (not a zombie)?
 pub fn alive(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state letter follows the command's closing parenthesis.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|state| state != 'Z' && state != 'X'),
-        Err(_) => false,
-    }
+    ProcStat::read(pid).is_some_and(|s| s.is_alive())
 }
 
-/// Is `pid` the guard of `dir` (not a process that reused its number)?
-pub fn is_guard_of(pid: i32, dir: &Path) -> bool {
-    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
-        return false;
-    };
-    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-    args.contains(&b"guard".as_slice()) && args.contains(&dir.as_os_str().as_encoded_bytes())
+/// When `pid` started, in clock ticks after boot: with the pid, it names one process for good.
+pub fn proc_start_time(pid: i32) -> Option<u64> {
+    ProcStat::read(pid)?.start_time()
+}
+
+/// `/proc/PID/stat` (`PID` a number or `self`), read once.
+pub(super) struct ProcStat {
+    /// What follows the command's closing parenthesis (the command may hold anything): the
+    /// fields from 3 on, as proc(5) numbers them.
+    rest: String,
+}
+
+impl ProcStat {
+    pub(super) fn read(pid: impl std::fmt::Display) -> Option<ProcStat> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (_, rest) = stat.rsplit_once(')')?;
+        Some(ProcStat {
+            rest: rest.to_string(),
+        })
+    }
+
+    /// Field `n` (numbered as in proc(5), from 3).
+    pub(super) fn field(&self, n: usize) -> Option<&str> {
+        self.rest.split_whitespace().nth(n.checked_sub(3)?)
+    }
+
+    /// Neither a zombie nor dead (field 3, the state).
+    fn is_alive(&self) -> bool {
+        self.field(3)
+            .is_some_and(|state| state != "Z" && state != "X")
+    }
+
+    /// Field 22: when the process started, in clock ticks after boot.
+    fn start_time(&self) -> Option<u64> {
+        self.field(22)?.parse().ok()
+    }
 }
 
 /// Writes a pid file as runc does: whole or not at all.
@@ -309,5 +413,25 @@ mod tests {
     fn a_live_process_is_alive_and_a_missing_one_is_not() {
         assert!(alive(std::process::id() as i32));
         assert!(!alive(i32::MAX));
+    }
+
+    #[test]
+    fn the_guard_is_known_by_pid_and_start_time_not_by_pid_alone() {
+        let root = tempfile::tempdir().unwrap();
+        let state = StateDir::new(Some(root.path()), "c1").unwrap();
+        fs::create_dir(state.path()).unwrap();
+        let me = std::process::id() as i32;
+        let started = proc_start_time(me);
+        assert!(started.is_some());
+        state.set_guard(me, started).unwrap();
+        assert_eq!(state.live_guard(), Some(me));
+        // The same number, another process (it started at another time).
+        state.set_guard(me, started.map(|t| t + 1)).unwrap();
+        assert_eq!(state.live_guard(), None);
+        // Without a start time there is nothing to tell a reused pid by.
+        state.set_guard(me, None).unwrap();
+        assert_eq!(state.live_guard(), None);
+        state.set_guard(i32::MAX, started).unwrap();
+        assert_eq!(state.live_guard(), None);
     }
 }

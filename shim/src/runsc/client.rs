@@ -243,6 +243,18 @@ impl Runsc {
         self.run(sub, None).await.map(drop)
     }
 
+    /// `runsc delete` as a command to run detached (no timeout, nobody here waits for it): for
+    /// a caller that is about to exit and leaves the wait to someone else.
+    pub fn delete_command(&self, id: &str, force: bool) -> Command {
+        let sub = Subcommand::Delete {
+            id: id.into(),
+            force,
+        };
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(argv(&self.global, &sub));
+        cmd
+    }
+
     /// `runsc exec`. Without `detach` this lasts as long as the process, so no timeout applies.
     pub async fn exec(&self, id: &str, opts: &ExecOpts, io: ProcessIo) -> Result<(), RunscError> {
         let timeout = opts.detach.then_some(self.timeout);
