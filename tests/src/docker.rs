@@ -135,6 +135,18 @@ impl Dockerd {
         &self.dir
     }
 
+    /// `docker run --rm --runtime RUNTIME --cidfile ... ARGS IMAGE sh -c SCRIPT`: the output and
+    /// the container's id.
+    pub fn run_rm(
+        &self,
+        runtime: &str,
+        args: &[&str],
+        script: &str,
+    ) -> Result<(crate::CommandOutput, String)> {
+        let runtime = ["--runtime".to_string(), runtime.to_string()];
+        engine::run_rm_script(self.docker(), self.dir(), &runtime, args, script)
+    }
+
     /// `/usr/bin/docker -H unix://<dir>/docker.sock`, with its own config directory.
     pub fn docker(&self) -> EngineCommand {
         let mut cmd = Command::new(DOCKER);

@@ -378,3 +378,29 @@ pub fn hostile_names_section(ns: &UpstreamNetns) -> String {
         &[ns.cidr()],
     )
 }
+
+/// A container's `egress-connection` audit records, in log order.
+#[derive(Debug)]
+pub struct Connections(pub Vec<Value>);
+
+impl Connections {
+    /// Those of container `id` among `records`.
+    pub fn of(records: &[Value], id: &str) -> Connections {
+        Connections(
+            records
+                .iter()
+                .filter(|r| r["event"] == "egress-connection" && r["container_id"] == id)
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// The verdicts for `host`, in order.
+    pub fn verdicts(&self, host: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|r| r["host"] == host)
+            .map(|r| r["verdict"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+}

@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use crate::error::{HarnessError, Result};
 use crate::ids::random_hex;
+use crate::image::TEST_IMAGE_REF;
 use crate::inspect;
 use crate::leaks::{Leaks, LEAK_GRACE};
 use crate::poll::poll_until;
-use crate::process::BoundedCommand;
+use crate::process::{BoundedCommand, CommandOutput};
 
 /// Default deadline of one engine call: a cold sandbox on a loaded 2-core machine takes
 /// seconds; anything near this is a hang.
@@ -156,6 +157,33 @@ impl EngineDir {
             .iter()
             .filter(|l| l["container_id"] == id)
             .filter_map(|l| l["event"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// The exit statuses in container `id`'s `exec-exit` records, in order. Panics unless
+    /// each exec's records come as `exec`, `exec-start`, `exec-exit`.
+    #[track_caller]
+    pub fn exec_exits(&self, id: &str) -> Vec<i64> {
+        let lines: Vec<serde_json::Value> = self
+            .audit_lines()
+            .into_iter()
+            .filter(|l| {
+                l["container_id"] == id
+                    && l["event"].as_str().is_some_and(|e| e.starts_with("exec"))
+            })
+            .collect();
+        let events: Vec<&str> = lines.iter().filter_map(|l| l["event"].as_str()).collect();
+        for (i, three) in events.chunks(3).enumerate() {
+            assert_eq!(
+                three,
+                ["exec", "exec-start", "exec-exit"],
+                "exec {i}: {events:?}"
+            );
+        }
+        lines
+            .iter()
+            .filter(|l| l["event"] == "exec-exit")
+            .map(|l| l["exit_status"].as_i64().unwrap_or(-1))
             .collect()
     }
 
@@ -333,6 +361,28 @@ fn unmount(path: &Path) -> std::io::Result<()> {
     } else {
         Err(std::io::Error::last_os_error())
     }
+}
+
+/// `ENGINE run --rm --cidfile FILE RUNTIME ARGS IMAGE sh -c SCRIPT` (`RUNTIME`: the arguments
+/// that pick the runtime): the output, and the container's id ("" when the engine wrote none).
+pub fn run_rm_script(
+    engine: EngineCommand,
+    dir: &EngineDir,
+    runtime: &[String],
+    args: &[&str],
+    script: &str,
+) -> Result<(CommandOutput, String)> {
+    let cid = dir
+        .path()
+        .join(format!("cid-{}", crate::ids::unique_id("c")));
+    let out = engine
+        .args(["run", "--rm", "--cidfile"])
+        .arg(&cid)
+        .args(runtime)
+        .args(args)
+        .args([TEST_IMAGE_REF, "sh", "-c", script])
+        .output()?;
+    Ok((out, read_cidfile(&cid).unwrap_or_default()))
 }
 
 /// The container id a `--cidfile` received.

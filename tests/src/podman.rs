@@ -50,6 +50,18 @@ impl Podman {
         &self.dir
     }
 
+    /// `podman run --rm --cidfile ... <runsc-hardened with policy> ARGS IMAGE sh -c SCRIPT`: the
+    /// output and the container's id.
+    pub fn run_rm(
+        &self,
+        policy: &Path,
+        args: &[&str],
+        script: &str,
+    ) -> Result<(crate::CommandOutput, String)> {
+        let runtime = self.hardened_args(policy);
+        engine::run_rm_script(self.podman(), &self.dir, &runtime, args, script)
+    }
+
     /// `podman` with this instance's storage and configuration.
     pub fn podman(&self) -> EngineCommand {
         let d = self.dir.path();

@@ -6,8 +6,8 @@
 
 use gvisor_hardened_tests::audit_tools::validate_against_schema;
 use gvisor_hardened_tests::docker::{assert_clean_docker_shutdown, DockerOptions, Dockerd};
-use gvisor_hardened_tests::egress::{hostile_names_section, UpstreamNetns};
-use gvisor_hardened_tests::engine::{read_cidfile, EngineDir};
+use gvisor_hardened_tests::egress::{hostile_names_section, Connections, UpstreamNetns};
+use gvisor_hardened_tests::engine::EngineDir;
 use gvisor_hardened_tests::podman::{assert_clean_podman_shutdown, Podman};
 use gvisor_hardened_tests::*;
 
@@ -58,18 +58,8 @@ fn assert_egress_worked(out: &CommandOutput, dir: &EngineDir, id: &str) {
     // No network of its own: the upstream's address is unreachable without the proxy.
     assert!(line(text, "direct").contains("EHOSTUNREACH"), "{text}");
 
-    let records = dir.audit_lines();
-    let connections: Vec<_> = records
-        .iter()
-        .filter(|r| r["event"] == "egress-connection" && r["container_id"] == id)
-        .collect();
-    let of = |host: &str| {
-        connections
-            .iter()
-            .filter(|r| r["host"] == host)
-            .map(|r| r["verdict"].as_str().unwrap().to_string())
-            .collect::<Vec<_>>()
-    };
+    let connections = Connections::of(&dir.audit_lines(), id);
+    let of = |host: &str| connections.verdicts(host);
     assert_eq!(
         of("upstream.example.test"),
         ["allowed", "allowed"],
@@ -108,17 +98,8 @@ fn a_docker_container_reaches_allowlisted_hosts_through_the_guards_proxy_and_not
     })
     .unwrap();
     d.import_test_image().unwrap();
-    let cid = d.dir().path().join("cid");
-    let out = d
-        .docker()
-        .args(["run", "--rm", "--runtime", POLICY, "--network", "none"])
-        .arg("--cidfile")
-        .arg(&cid)
-        .args([TEST_IMAGE_REF, "sh", "-c"])
-        .arg(SCRIPT.replace("UPSTREAM", &ns.inside_addr()))
-        .output()
-        .unwrap();
-    let id = read_cidfile(&cid).unwrap_or_default();
+    let script = SCRIPT.replace("UPSTREAM", &ns.inside_addr());
+    let (out, id) = d.run_rm(POLICY, &["--network", "none"], &script).unwrap();
     assert_egress_worked(&out, d.dir(), &id);
     d.assert_container_gone(&id);
     assert_clean_docker_shutdown(d);
@@ -133,17 +114,8 @@ fn a_podman_container_reaches_allowlisted_hosts_through_the_guards_proxy_and_not
         .dir()
         .write_policy(&format!("{POLICY}.toml"), &hostile_names_section(&ns))
         .unwrap();
-    let cid = p.dir().path().join("cid");
-    let out = p
-        .podman()
-        .args(["run", "--rm", "--cidfile"])
-        .arg(&cid)
-        .args(p.hardened_args(&policy))
-        .args(["--network", "none", TEST_IMAGE_REF, "sh", "-c"])
-        .arg(SCRIPT.replace("UPSTREAM", &ns.inside_addr()))
-        .output()
-        .unwrap();
-    let id = read_cidfile(&cid).unwrap_or_default();
+    let script = SCRIPT.replace("UPSTREAM", &ns.inside_addr());
+    let (out, id) = p.run_rm(&policy, &["--network", "none"], &script).unwrap();
     assert_egress_worked(&out, p.dir(), &id);
     p.assert_container_gone(&id);
     assert_clean_podman_shutdown(p);

@@ -5,7 +5,9 @@
 //! nothing leaves the machine.
 
 use gvisor_hardened_tests::audit_tools::assert_chain_intact_and_records_fit_the_schema;
-use gvisor_hardened_tests::egress::{egress_section, hostile_names_section, UpstreamNetns};
+use gvisor_hardened_tests::egress::{
+    egress_section, hostile_names_section, Connections, UpstreamNetns,
+};
 use gvisor_hardened_tests::fault::TestPolicy;
 use gvisor_hardened_tests::*;
 
@@ -72,18 +74,8 @@ fn a_ctr_container_reaches_allowlisted_hosts_through_the_shims_proxy_and_nothing
     assert!(line(text, "still-allowed").ends_with(BODY), "{text}");
 
     // One audit record per connection, with the verdict and the rule or reason.
-    let records = policy.audit_lines();
-    let connections: Vec<_> = records
-        .iter()
-        .filter(|r| r["event"] == "egress-connection" && r["container_id"] == id.as_str())
-        .collect();
-    let of = |host: &str| {
-        connections
-            .iter()
-            .filter(|r| r["host"] == host)
-            .map(|r| r["verdict"].as_str().unwrap().to_string())
-            .collect::<Vec<_>>()
-    };
+    let connections = Connections::of(&policy.audit_lines(), &id);
+    let of = |host: &str| connections.verdicts(host);
     assert_eq!(
         of("upstream.example.test"),
         ["allowed", "denied", "allowed"],
@@ -92,6 +84,7 @@ fn a_ctr_container_reaches_allowlisted_hosts_through_the_shims_proxy_and_nothing
     assert_eq!(of("elsewhere.example.test"), ["denied"]);
     assert_eq!(of("metadata.example.test"), ["denied"]);
     let metadata = connections
+        .0
         .iter()
         .find(|r| r["host"] == "metadata.example.test")
         .unwrap();
