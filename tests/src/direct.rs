@@ -414,7 +414,7 @@ fn mkfifo(path: &Path) -> Result<PathBuf> {
 }
 
 /// A minimal root filesystem: Debian's static busybox and a few applet links.
-fn make_busybox_rootfs(root: &Path) -> Result<()> {
+pub fn make_busybox_rootfs(root: &Path) -> Result<()> {
     for d in ["bin", "proc", "sys", "dev", "tmp", "etc", "var/tmp", "run"] {
         let p = root.join(d);
         fs::create_dir_all(&p).map_err(|e| HarnessError::io("creating", &p, e))?;

@@ -18,17 +18,7 @@ fn setup(opts: DockerOptions) -> Dockerd {
 /// `docker run --rm --runtime gvisor-hardened --cidfile ... ARGS IMAGE sh -c SCRIPT`: the
 /// output and the container id.
 fn run(d: &Dockerd, runtime: &str, args: &[&str], script: &str) -> (CommandOutput, String) {
-    let cid = d.dir().path().join(format!("cid-{}", unique_id("c")));
-    let out = d
-        .docker()
-        .args(["run", "--rm", "--runtime", runtime, "--cidfile"])
-        .arg(&cid)
-        .args(args)
-        .args([TEST_IMAGE_REF, "sh", "-c", script])
-        .output()
-        .unwrap();
-    let id = read_cidfile(&cid).unwrap_or_default();
-    (out, id)
+    d.run_rm(runtime, args, script).unwrap()
 }
 
 fn probe_lines(out: &CommandOutput) -> Vec<ProbeLine> {
@@ -169,6 +159,14 @@ fn docker_exec_tty_stop_start_top_stats_update_and_pause_work_hardened() {
         .unwrap();
     assert_eq!(tty.code(), 5, "{tty}");
     assert!(tty.stdout.contains("on-a-tty"), "{tty}");
+    let failed = d
+        .docker()
+        .args(["exec", &name, "sh", "-c", "exit 6"])
+        .output()
+        .unwrap();
+    assert_eq!(failed.code(), 6, "{failed}");
+    // Each exec's end is audited (by its exec guard) with the status Docker reported.
+    assert_eq!(d.dir().exec_exits(&id), [0, 0, 5, 6]);
 
     // docker top: the sandbox's host processes (runsc answers ps with guest pids, which ps(1)
     // on the host would match against the host's own pid 1).
@@ -478,6 +476,26 @@ fn agent_sandbox_runs_the_preset_with_git_hooks_read_only_and_env_files_masked()
         decisions.contains("protected") && decisions.contains(".git/hooks"),
         "{create}"
     );
-    d.assert_container_gone(create["container_id"].as_str().unwrap());
+    // What the agent changed in the project, as the manifests before and after the workload
+    // tell it (`[audit.artifacts]`): README edited, the masked and protected files untouched.
+    let id = create["container_id"].as_str().unwrap();
+    let start = d.dir().audit_record(id, "start").unwrap();
+    assert!(
+        start["artifacts"]["manifest"]["sha256"].is_string(),
+        "{start}"
+    );
+    let exit = d.dir().audit_record(id, "exit").unwrap();
+    let diff = &exit["artifacts"]["diff"];
+    assert_eq!(diff["modified"], 1, "{exit}");
+    assert!(
+        diff["modified_paths"].to_string().contains("README"),
+        "{exit}"
+    );
+    assert_eq!(
+        (diff["added"].as_u64(), diff["removed"].as_u64()),
+        (Some(0), Some(0)),
+        "{exit}"
+    );
+    d.assert_container_gone(id);
     assert_clean_docker_shutdown(d);
 }

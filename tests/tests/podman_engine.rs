@@ -15,23 +15,13 @@ fn setup() -> Podman {
 
 /// `podman run --rm` with runsc-hardened under the test policy: output and container id.
 fn run(p: &Podman, args: &[&str], script: &str) -> (CommandOutput, String) {
-    let cid = p.dir().path().join(format!("cid-{}", unique_id("c")));
-    let out = p
-        .podman()
-        .args(["run", "--rm", "--cidfile"])
-        .arg(&cid)
-        .args(p.hardened_args(&p.dir().policy()))
-        .args(if args.contains(&"--network") {
-            &[][..]
-        } else {
-            &["--network", "none"][..]
-        })
-        .args(args)
-        .args([TEST_IMAGE_REF, "sh", "-c", script])
-        .output()
-        .unwrap();
-    let id = read_cidfile(&cid).unwrap_or_default();
-    (out, id)
+    let network: &[&str] = if args.contains(&"--network") {
+        &[]
+    } else {
+        &["--network", "none"]
+    };
+    p.run_rm(&p.dir().policy(), &[network, args].concat(), script)
+        .unwrap()
 }
 
 #[test]
@@ -137,6 +127,14 @@ fn podman_exec_tty_stop_start_stats_and_update_work_hardened() {
         .unwrap();
     assert_eq!(tty.code(), 4, "{tty}");
     assert!(tty.stdout.contains("on-a-tty"), "{tty}");
+    let failed = p
+        .podman()
+        .args(["exec", &name, "sh", "-c", "exit 5"])
+        .output()
+        .unwrap();
+    assert_eq!(failed.code(), 5, "{failed}");
+    // Each exec's end is audited (by its exec guard) with the status Podman reported.
+    assert_eq!(p.dir().exec_exits(&id), [0, 0, 4, 5]);
 
     // podman stats reads the cgroup of the pid it was given: the guard stays in the sandbox's.
     let stats = p
@@ -306,28 +304,15 @@ fn podmans_pids_limit_is_a_guest_process_budget_and_the_lifetime_limit_holds() {
             "[lifetime]\nmax_runtime = \"2s\"\ngrace_period = \"1s\"\n",
         )
         .unwrap();
-    let cid = p.dir().path().join("cid-short");
-    let out = p
-        .podman()
-        .args(["run", "--rm", "--cidfile"])
-        .arg(&cid)
-        .args(p.hardened_args(&short))
-        .args([
-            "--network",
-            "none",
-            TEST_IMAGE_REF,
-            "sh",
-            "-c",
-            "trap '' TERM; sleep 600",
-        ])
-        .output()
+    let (out, id) = p
+        .run_rm(&short, &["--network", "none"], "trap '' TERM; sleep 600")
         .unwrap();
     assert_eq!(
         out.code(),
         137,
         "SIGTERM ignored, SIGKILL after the grace period: {out}"
     );
-    let id = read_cidfile(&cid).unwrap();
+    assert!(!id.is_empty(), "podman wrote the container's id: {out}");
     let exit = p.dir().audit_record(&id, "exit").unwrap();
     assert_eq!(exit["timed_out"], true, "{exit}");
     p.assert_container_gone(&id);

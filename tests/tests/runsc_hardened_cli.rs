@@ -2,8 +2,11 @@
 //! touches anything, what it answers for ids it does not know, and its runc-style version.
 
 use std::process::Command;
+use std::time::Duration;
 
 use gvisor_hardened_tests::engine::runsc_hardened_binary;
+use gvisor_hardened_tests::inspect;
+use gvisor_hardened_tests::poll::poll_until;
 use gvisor_hardened_tests::process::output_with_deadline;
 use gvisor_hardened_tests::*;
 
@@ -103,4 +106,205 @@ fn version_is_runc_shaped() {
         lines[1].starts_with("commit: ") && lines[2].starts_with("spec: "),
         "{out}"
     );
+}
+
+/// The engine's delete after an exit finds runsc's part already done: the guard ran `runsc
+/// delete` as the container ended (runsc's state for it is gone while runsc-hardened's is not),
+/// and `delete` then only audits, seals and cleans up, leaving nothing behind.
+#[test]
+fn runscs_container_is_deleted_at_the_exit_before_the_engine_asks() {
+    deleted_at_the_exit(None);
+    // As Podman's: the guard stays in the sandbox's cgroups to the end, so the `runsc delete`
+    // it starts must leave them first, or runsc could not remove them.
+    deleted_at_the_exit(Some("libpod"));
+}
+
+/// A private root, log, runsc root and audit log, with a policy naming them plus `extra`.
+struct Lab {
+    dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    log: std::path::PathBuf,
+    runsc_root: std::path::PathBuf,
+    audit: std::path::PathBuf,
+    policy_flag: String,
+}
+
+impl Lab {
+    fn new(extra: &str) -> Lab {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |n: &str| dir.path().join(n);
+        let (runsc_root, audit, policy) = (p("runsc-root"), p("audit.jsonl"), p("policy.toml"));
+        std::fs::write(
+            &policy,
+            format!("{extra}\n[audit]\npath = {audit:?}\n[runsc]\nroot = {runsc_root:?}\n"),
+        )
+        .unwrap();
+        Lab {
+            root: p("root"),
+            log: p("log.json"),
+            policy_flag: format!("--policy={}", policy.display()),
+            runsc_root,
+            audit,
+            dir,
+        }
+    }
+
+    /// A bundle running `true` on a busybox root; `manager` is the spec's
+    /// `io.container.manager` (Podman's `libpod`).
+    fn bundle(&self, id: &str, manager: Option<&str>) -> std::path::PathBuf {
+        let bundle = self.dir.path().join(format!("bundle-{id}"));
+        gvisor_hardened_tests::direct::make_busybox_rootfs(&bundle.join("rootfs")).unwrap();
+        let spec = serde_json::json!({
+            "ociVersion": "1.0.2",
+            "process": {"args": ["true"], "cwd": "/", "env": ["PATH=/bin"], "user": {"uid": 0, "gid": 0}},
+            "root": {"path": "rootfs"},
+            "linux": {
+                "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
+                "cgroupsPath": format!("/{id}"),
+            },
+            "annotations": manager
+                .map(|m| serde_json::json!({"io.container.manager": m}))
+                .unwrap_or_default(),
+        });
+        std::fs::write(bundle.join("config.json"), spec.to_string()).unwrap();
+        bundle
+    }
+
+    /// `create` as the engines run it; the container's stdio is the create's and nothing here
+    /// reads it.
+    fn create(&self, id: &str, bundle: &std::path::Path, pid_file: &std::path::Path) -> bool {
+        Command::new(runsc_hardened_binary().unwrap())
+            .arg("--root")
+            .arg(&self.root)
+            .arg("--log")
+            .arg(&self.log)
+            .args(["--log-format=json", &self.policy_flag, "create", "--bundle"])
+            .arg(bundle)
+            .arg("--pid-file")
+            .arg(pid_file)
+            .arg(id)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    }
+
+    /// Container `id`'s audit records.
+    fn records(&self, id: &str) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.audit)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|l| l["container_id"] == id)
+            .collect()
+    }
+}
+
+fn deleted_at_the_exit(manager: Option<&str>) {
+    let lab = Lab::new("");
+    let (root, log, runsc_root) = (&lab.root, &lab.log, &lab.runsc_root);
+    let id = unique_id("early-delete");
+    let bundle = lab.bundle(&id, manager);
+    let pid_file = lab.dir.path().join("guard.pid");
+    assert!(
+        lab.create(&id, &bundle, &pid_file),
+        "{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+    let guard: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let cmdline = std::fs::read(format!("/proc/{guard}/cmdline")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&cmdline).starts_with("runsc-hardened\0guard\0"),
+        "the forked guard names itself: {:?}",
+        String::from_utf8_lossy(&cmdline)
+    );
+    assert!(!inspect::runsc_state_files(runsc_root, Some(&id)).is_empty());
+    let started = call(root, log, &[&lab.policy_flag, "start", &id]);
+    assert!(started.success(), "{started}");
+    poll_until("the guard to see the exit", Duration::from_secs(30), || {
+        (!inspect::is_alive(guard)).then_some(())
+    })
+    .unwrap();
+    // The marker follows runsc delete's success.
+    let marker = root.join(&id).join("runsc-deleted");
+    poll_until("the guard's runsc delete", Duration::from_secs(30), || {
+        marker.is_file().then_some(())
+    })
+    .unwrap();
+    assert!(inspect::runsc_state_files(runsc_root, Some(&id)).is_empty());
+    let state = call(root, log, &["state", &id]);
+    assert!(state.stdout.contains("\"stopped\""), "{state}");
+    let deleted = call(root, log, &["delete", &id]);
+    assert!(deleted.success(), "{deleted}");
+    assert!(!root.join(&id).exists());
+    let lines = lab.records(&id);
+    let events: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["create", "start", "exit", "delete"]);
+    assert!(lines[3].get("error").is_none(), "{}", lines[3]);
+    let leaks = gvisor_hardened_tests::engine::container_leaks(&id, runsc_root, root);
+    assert!(leaks.is_empty(), "{leaks}");
+}
+
+/// An output bound or an idle timeout needs the container's streams, which the engine holds:
+/// runsc-hardened refuses the container, naming the setting, audits the refusal and leaves
+/// nothing behind, rather than run it without the limit.
+#[test]
+fn limits_only_the_shim_can_enforce_fail_the_create() {
+    for (extra, needle) in [
+        ("[output]\nmax_bytes = \"1Mi\"", "[output] max_bytes"),
+        ("[lifetime]\nidle_timeout = \"1m\"", "idle timeout"),
+    ] {
+        let lab = Lab::new(extra);
+        let id = unique_id("shim-only");
+        let bundle = lab.bundle(&id, None);
+        let original = std::fs::read(bundle.join("config.json")).unwrap();
+        let pid_file = lab.dir.path().join("guard.pid");
+        assert!(!lab.create(&id, &bundle, &pid_file), "{extra}");
+        let error = last_error(&lab.log);
+        assert!(
+            error.contains(needle) && error.contains("cannot enforce"),
+            "{error}"
+        );
+        let events: Vec<String> = lab
+            .records(&id)
+            .iter()
+            .map(|l| l["event"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(events, ["create", "create-failed"], "{extra}");
+        assert!(!pid_file.exists());
+        assert_eq!(
+            std::fs::read(bundle.join("config.json")).unwrap(),
+            original,
+            "the engine's spec is put back"
+        );
+        assert!(!bundle.join("config.original.json").exists());
+        let leaks = gvisor_hardened_tests::engine::container_leaks(&id, &lab.runsc_root, &lab.root);
+        assert!(leaks.is_empty(), "{extra}: {leaks}");
+    }
+}
+
+/// A create that fails after the guard made the sandbox (here: the engine's pid file cannot be
+/// written) ends the guard and the sandbox, audits `create-failed` and leaves nothing.
+#[test]
+fn a_create_failing_after_the_sandbox_exists_leaves_nothing() {
+    let lab = Lab::new("");
+    let id = unique_id("late-failure");
+    let bundle = lab.bundle(&id, Some("libpod"));
+    let pid_file = lab.dir.path().join("no-such-dir").join("guard.pid");
+    assert!(!lab.create(&id, &bundle, &pid_file));
+    let error = last_error(&lab.log);
+    assert!(error.contains("guard.pid"), "{error}");
+    let events: Vec<String> = lab
+        .records(&id)
+        .iter()
+        .map(|l| l["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(events, ["create", "create-failed"]);
+    gvisor_hardened_tests::engine::assert_container_gone(&id, &lab.runsc_root, &lab.root);
 }
