@@ -3,6 +3,13 @@
 //! `gvisor-hardened` (runsc-hardened with the test policy) and `runsc` (plain runsc, loopback
 //! only: the baseline). Stopped and removed on [`Dockerd::shutdown`] or drop; a system daemon
 //! is never touched. Always `/usr/bin/docker`: the machine image may put a newer CLI first.
+//!
+//! Nothing of the host's changes either, which takes two settings Docker does not make by
+//! default (both seen on a fresh machine, where the attack suite's host check caught them):
+//! dockerd's identity key goes in our directory (`deprecated-key-path`; else
+//! `/etc/docker/key.json`), and dockerd uses a private containerd of ours (the test harness's,
+//! with its `opt` plugin off) instead of starting its own, whose `opt` plugin creates
+//! `/opt/containerd` and which Docker gives no way to configure.
 
 use std::fs;
 use std::os::unix::net::UnixStream;
@@ -11,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::containerd::{Containerd, ContainerdOptions};
 use crate::engine::{
     self, remove_everything, EngineCommand, EngineDir, Forced, BASELINE, HARDENED,
 };
@@ -20,7 +28,9 @@ use crate::poll::poll_until;
 
 pub const DOCKER: &str = "/usr/bin/docker";
 pub const DOCKERD: &str = "/usr/sbin/dockerd";
-/// dockerd starts its own containerd and loads every plugin first.
+/// The containerd namespace dockerd keeps its containers in.
+const MOBY_NAMESPACE: &str = "moby";
+/// dockerd loads every plugin before it listens.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -36,6 +46,9 @@ pub struct DockerOptions {
 pub struct Dockerd {
     dir: EngineDir,
     child: Option<Child>,
+    /// The containerd dockerd runs its containers through (namespace `moby`), stopped after
+    /// dockerd.
+    containerd: Option<Containerd>,
     torn_down: bool,
 }
 
@@ -45,6 +58,11 @@ impl Dockerd {
         let runtime = engine::runsc_hardened_binary()?;
         let dir = EngineDir::create("dk")?;
         let d = dir.path().to_path_buf();
+        let containerd = Containerd::start(ContainerdOptions {
+            namespace: Some(MOBY_NAMESPACE.into()),
+            log_level: "info".into(),
+            ..ContainerdOptions::default()
+        })?;
         let mut runtimes = serde_json::Map::new();
         let hardened = |policy: &Path| serde_json::json!({"path": runtime, "runtimeArgs": [format!("--policy={}", policy.display())]});
         runtimes.insert(HARDENED.into(), hardened(&dir.policy()));
@@ -69,6 +87,8 @@ impl Dockerd {
             "storage-driver": "overlay2",
             "cgroup-parent": format!("/{}", Self::cgroup_parent_of(&d)),
             "runtimes": runtimes,
+            "containerd": containerd.address(),
+            "deprecated-key-path": d.join("key.json"),
         });
         let config_path = d.join("daemon.json");
         fs::write(&config_path, config.to_string())
@@ -100,6 +120,7 @@ impl Dockerd {
         let mut dockerd = Dockerd {
             dir,
             child: Some(child),
+            containerd: Some(containerd),
             torn_down: false,
         };
         dockerd.wait_ready()?;
@@ -221,6 +242,14 @@ impl Dockerd {
                 forced.errors.push("dockerd ignored SIGTERM".into());
                 let _ = child.kill();
                 let _ = child.wait();
+            }
+        }
+        if let Some(containerd) = self.containerd.take() {
+            let report = containerd.shutdown();
+            if !report.is_clean() {
+                forced
+                    .errors
+                    .push(format!("dockerd's containerd: {report}"));
             }
         }
         let parent = self.cgroup_parent();
