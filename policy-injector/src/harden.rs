@@ -36,6 +36,48 @@ pub struct Context {
     /// What the caller found on the host below the bind sources for `[mounts] protect` and
     /// `mask`. Empty when the policy has neither.
     pub host_tree: HostTree,
+    /// The git directories and gitlinks the caller found below the bind sources, for
+    /// `[mounts.workspace] git`. Empty when it is off.
+    pub git_tree: GitTree,
+}
+
+/// Git directories and `.git` files below bind sources (`[mounts.workspace] git`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GitTree {
+    /// Bind source as written in the spec -> what was found below it.
+    pub found: BTreeMap<String, Vec<GitEntry>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitEntry {
+    /// Relative to the bind source, `/`-separated, without `.` or `..`; empty for the bind's
+    /// root itself.
+    pub path: String,
+    pub kind: GitEntryKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GitEntryKind {
+    /// A git directory. Inside the sandbox `staging` (an absolute host path the caller will
+    /// fill with a copy of its control files) takes its place, and each of `live` (names from
+    /// [`crate::workspace::LIVE_DIRS`] that exist in it) is bound from the host on top.
+    Dir { staging: String, live: Vec<String> },
+    /// A `.git` file (a gitlink to a git directory elsewhere): bound read-only onto itself.
+    Link,
+}
+
+/// A git directory the hardened spec stages: the caller must fill `staging` before the
+/// sandbox starts, and carry back from it at exit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedGitDir {
+    /// The bind source as written in the spec.
+    pub bind_source: String,
+    /// Relative to the bind source (empty: the bind's root).
+    pub path: String,
+    pub staging: String,
+    /// Where the sandbox sees it.
+    pub destination: String,
+    pub live: Vec<String>,
 }
 
 /// The engines whose specs runsc-hardened adapts.
@@ -106,6 +148,8 @@ pub struct Hardened {
     /// What the shim must run for egress: `Some` when the allowlist is on for this sandbox
     /// (enforce mode only: audit mode runs the spec as written, without the forwarder).
     pub egress: Option<EgressPlan>,
+    /// The git directories whose staging copies the hardened spec binds (enforce mode only).
+    pub staged_git: Vec<StagedGitDir>,
 }
 
 /// The runsc flags the shim must pass, typed; the shim builds argv from them. Deserialize: a
@@ -190,6 +234,11 @@ pub fn harden_owned(spec: Value, policy: &Policy, ctx: &Context) -> Result<Harde
     };
     let runsc = runsc_flags(&spec, policy, pass.network);
     let egress = pass.egress.filter(|_| policy.mode == Mode::Enforce);
+    let staged_git = if policy.mode == Mode::Enforce {
+        pass.staged_git
+    } else {
+        Vec::new()
+    };
     Ok(Hardened {
         spec,
         runsc,
@@ -197,6 +246,7 @@ pub fn harden_owned(spec: Value, policy: &Policy, ctx: &Context) -> Result<Harde
         decisions: pass.decisions,
         mode: policy.mode,
         egress,
+        staged_git,
     })
 }
 

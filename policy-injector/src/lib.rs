@@ -9,6 +9,7 @@ pub mod audit_chain;
 pub mod decision;
 pub mod egress;
 pub mod error;
+pub mod git_config;
 mod glob;
 pub mod harden;
 mod json;
@@ -16,14 +17,15 @@ pub mod policy;
 pub mod quantity;
 mod rules;
 pub mod tree_glob;
+pub mod workspace;
 
 pub use decision::{Action, Decision, Rule};
 pub use egress::EgressPlan;
 pub use error::{HardenError, PolicyError, Rejection};
 pub use harden::{
     clamp_resources, harden, harden_owned, harden_process, ClampedResources, Context, Engine,
-    EngineContext, EntryKind, Hardened, HardenedProcess, HostTree, Lifetime, RunscFlags, TreeEntry,
-    TreeList,
+    EngineContext, EntryKind, GitEntry, GitEntryKind, GitTree, Hardened, HardenedProcess, HostTree,
+    Lifetime, RunscFlags, StagedGitDir, TreeEntry, TreeList,
 };
 pub use policy::{
     preset, EgressPolicy, Mode, NetworkMode, Policy, SecretEnvAction, TokenVolumeAction,

@@ -5,6 +5,7 @@ mod evidence;
 mod locate;
 mod sections;
 mod validate;
+mod workspace;
 
 pub use validate::ALLOWED_EXTRA_FLAGS;
 
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 pub use egress::EgressPolicy;
 pub use evidence::{ArtifactsPolicy, OutputPolicy, MIN_IDLE_TIMEOUT};
 pub use sections::*;
+pub use workspace::{WorkspaceExitAction, WorkspacePolicy};
 
 use crate::error::PolicyError;
 

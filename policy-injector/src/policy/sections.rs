@@ -131,6 +131,9 @@ pub struct MountsPolicy {
     pub protect: Vec<String>,
     /// Files inside binds (relative globs: `**/.env`) replaced by an empty read-only file.
     pub mask: Vec<String>,
+    /// Git directories in writable binds, and what the exit check does with what the sandbox
+    /// left (`[mounts.workspace]`).
+    pub workspace: super::WorkspacePolicy,
 }
 
 impl Default for MountsPolicy {
@@ -191,6 +194,7 @@ impl Default for MountsPolicy {
             kubelet_root: "/var/lib/kubelet".to_string(),
             protect: Vec::new(),
             mask: Vec::new(),
+            workspace: super::WorkspacePolicy::default(),
         }
     }
 }
@@ -395,6 +399,9 @@ impl Default for LifetimePolicy {
 pub struct EnvironmentPolicy {
     pub secret_patterns: Vec<String>,
     pub action: SecretEnvAction,
+    /// Variables every process (init and exec) gets when it does not set them itself; `HOME=/`
+    /// counts as not set.
+    pub defaults: BTreeMap<String, String>,
 }
 
 impl Default for EnvironmentPolicy {
@@ -415,6 +422,7 @@ impl Default for EnvironmentPolicy {
                 "DATABASE_URL",
             ]),
             action: SecretEnvAction::Report,
+            defaults: BTreeMap::new(),
         }
     }
 }

@@ -397,14 +397,58 @@ fn the_coding_agent_preset_is_the_recipe_plus_protected_and_masked_paths() {
         "builds run from /tmp and the build cache"
     );
     assert!(noexec("/home/agent/.cache") && noexec("/home/agent/.config"));
-    assert!(p.mounts.protect.contains(&".git/hooks".to_string()));
-    assert!(p.mounts.protect.contains(&".git/config".to_string()));
+    assert!(p.mounts.workspace.git);
+    assert_eq!(
+        p.mounts.workspace.at_exit,
+        crate::policy::WorkspaceExitAction::Quarantine
+    );
+    assert!(p.mounts.protect.contains(&".envrc".to_string()));
+    assert_eq!(p.environment.defaults["HOME"], "/home/agent");
+    assert!(p.environment.defaults.contains_key("GIT_CONFIG_GLOBAL"));
     assert!(p.mounts.mask.contains(&"**/.env".to_string()));
     // Secrets in a home directory stay out even though project roots under /home are open.
     assert!(p
         .mounts
         .denied_sources
         .contains(&"/home/*/.ssh/**".to_string()));
+}
+
+#[test]
+fn protected_paths_inside_git_directories_are_refused_while_git_protection_is_on() {
+    let e = err("[mounts]\nprotect = [\".git/config\"]\n");
+    assert!(e.to_string().contains("mounts.protect[0]"), "{e}");
+    assert!(e.to_string().contains("[mounts.workspace]"), "{e}");
+    let e = err("[mounts]\nmask = [\"**/.git/hooks\"]\n");
+    assert!(e.to_string().contains("mounts.mask[0]"), "{e}");
+    let p = Policy::from_toml_str(
+        "[mounts]\nprotect = [\".git/hooks\"]\n[mounts.workspace]\ngit = false\n",
+    )
+    .unwrap();
+    assert!(!p.mounts.workspace.git);
+}
+
+#[test]
+fn workspace_bounds_are_checked() {
+    for (src, key) in [
+        (
+            "[mounts.workspace]\nmax_repositories = 0\n",
+            "max_repositories",
+        ),
+        ("[mounts.workspace]\nmax_dirs = 0\n", "max_dirs"),
+        ("[mounts.workspace]\nmax_copy = \"0\"\n", "max_copy"),
+        ("[mounts.workspace]\nat_exit = \"delete\"\n", "at_exit"),
+    ] {
+        let e = err(src);
+        assert!(e.to_string().contains(key), "{src}: {e}");
+    }
+}
+
+#[test]
+fn environment_defaults_load_and_secret_names_are_refused() {
+    let p = Policy::from_toml_str("[environment]\ndefaults = { HOME = \"/home/a\" }\n").unwrap();
+    assert_eq!(p.environment.defaults["HOME"], "/home/a");
+    let e = err("[environment]\ndefaults = { GITHUB_TOKEN = \"x\" }\n");
+    assert!(e.to_string().contains("secret pattern"), "{e}");
 }
 
 #[test]

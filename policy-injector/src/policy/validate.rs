@@ -210,6 +210,7 @@ pub(crate) fn validate(p: &Policy) -> Result<(), Issue> {
     runsc(p)?;
     audit(p)?;
     super::evidence::validate(p)?;
+    super::workspace::validate(p)?;
     super::egress::validate(p)?;
     if !["error", "warn", "info", "debug", "trace"].contains(&p.log.level.as_str()) {
         return Err(invalid(
@@ -542,6 +543,23 @@ fn environment(p: &Policy) -> Result<(), Issue> {
             return Err(invalid(
                 format!("environment.secret_patterns[{i}]"),
                 format!("{pat:?} is not a usable name pattern"),
+            ));
+        }
+    }
+    for (name, value) in &p.environment.defaults {
+        let key = format!("environment.defaults.{name}");
+        if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+            return Err(invalid(key, "not a usable variable"));
+        }
+        if let Some(pat) = p
+            .environment
+            .secret_patterns
+            .iter()
+            .find(|pat| crate::glob::wildcard_match_ignore_case(pat, name))
+        {
+            return Err(invalid(
+                key,
+                format!("the name matches secret pattern {pat}: a policy plants no secrets"),
             ));
         }
     }

@@ -61,6 +61,8 @@ pub(crate) struct Pass<'a> {
     pub network: NetworkMode,
     pub lifetime: Lifetime,
     pub egress: Option<EgressPlan>,
+    /// Git directories the mounts rule staged (`[mounts.workspace] git`).
+    pub staged_git: Vec<crate::harden::StagedGitDir>,
 }
 
 impl<'a> Pass<'a> {
@@ -78,6 +80,7 @@ impl<'a> Pass<'a> {
                 idle_timeout: policy.lifetime.idle_timeout.map(|d| d.0),
             },
             egress: None,
+            staged_git: Vec::new(),
         }
     }
 

@@ -353,10 +353,14 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
     }
     let mut it = keep.into_iter();
     mounts.retain(|_| it.next().unwrap_or(true));
+    // Git's staging binds first: a protected or masked path inside a repository lands on top
+    // of the sandbox's copy, not under it.
+    git::add(mounts, &binds, pass);
     protect::add(mounts, &binds, &seen, pass);
     Ok(())
 }
 
+mod git;
 mod protect;
 
 #[cfg(test)]

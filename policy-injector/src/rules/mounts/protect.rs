@@ -27,7 +27,7 @@ pub(super) struct Bind {
     pub writable: bool,
 }
 
-fn mount(dest: &str, kind: &str, source: &str, options: &[&str]) -> Value {
+pub(super) fn mount(dest: &str, kind: &str, source: &str, options: &[&str]) -> Value {
     let mut m = Object::new();
     m.insert("destination".into(), Value::from(dest));
     m.insert("type".into(), Value::from(kind));
@@ -38,7 +38,7 @@ fn mount(dest: &str, kind: &str, source: &str, options: &[&str]) -> Value {
 }
 
 /// A relative path as the caller must give it: segments, no `.`, `..` or empty ones.
-fn is_clean_relative(path: &str) -> bool {
+pub(super) fn is_clean_relative(path: &str) -> bool {
     !path.is_empty()
         && path
             .split('/')
