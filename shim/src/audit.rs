@@ -146,6 +146,10 @@ pub struct AuditRecord<'a> {
     /// manifest, exit records the exit manifest and the diff.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<ArtifactsAudit<'a>>,
+    /// What the exit did about the writable binds' git directories and protected paths
+    /// (`[mounts.workspace]`): carried back, neutralised, quarantined.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<&'a crate::workspace::WorkspaceReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -192,6 +196,7 @@ impl<'a> AuditRecord<'a> {
             output_truncated: None,
             output: None,
             artifacts: None,
+            workspace: None,
             error: None,
         }
     }

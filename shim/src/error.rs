@@ -74,6 +74,9 @@ pub enum ShimError {
         #[source]
         source: ReaperError,
     },
+    /// `[mounts.workspace]` could not protect a writable bind's repositories as it must.
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::WorkspaceError),
     #[error("{0}")]
     Internal(String),
 }
@@ -103,6 +106,8 @@ impl ShimError {
             ShimError::Rejected(HardenError::Malformed { .. }) => Code::INVALID_ARGUMENT,
             // The node's policy, or runsc as installed, cannot serve the request as configured.
             ShimError::Policy(_) | ShimError::RunscConfig(_) => Code::FAILED_PRECONDITION,
+            ShimError::Workspace(crate::workspace::WorkspaceError::Io { .. }) => Code::INTERNAL,
+            ShimError::Workspace(_) => Code::FAILED_PRECONDITION,
             ShimError::Stdio(e) if e.is_bad_request() => Code::INVALID_ARGUMENT,
             ShimError::Cgroup(CgroupError::Exists { .. }) => Code::FAILED_PRECONDITION,
             // The policy names a signing key the node cannot use: fix the node, not the request.

@@ -37,3 +37,4 @@ pub mod service;
 pub mod stdio;
 pub mod task;
 pub mod token_volumes;
+pub mod workspace;

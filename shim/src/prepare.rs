@@ -23,6 +23,7 @@ use crate::error::{Result, ShimError};
 use crate::host_tree;
 use crate::policy_source::{self, sha256_hex, LoadedPolicy};
 use crate::runtime::{RuntimeFactory, SandboxRuntime};
+use crate::workspace::{self, StageRequest};
 
 pub const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
 
@@ -123,6 +124,64 @@ fn audit_early_failure(
     if let Err(e) = AuditLog::for_policy(&log_of.policy.audit, &log_of.sha256).append(&rec) {
         log::error!("container {}: {e}", req.id);
     }
+}
+
+/// The git directories and gitlinks below the binds the policy leaves writable. Which binds
+/// those are is the pure rule's decision: a first hardening pass without them answers it (a
+/// few tens of microseconds), and only those trees are searched. A spec the policy rejects
+/// searches nothing: the real pass rejects it again.
+fn find_git(
+    spec: &Value,
+    policy: &policy_injector::Policy,
+    ctx: &Context,
+) -> std::result::Result<workspace::Found, workspace::WorkspaceError> {
+    if policy.mode != Mode::Enforce || !policy.mounts.workspace.git {
+        return Ok(Default::default());
+    }
+    let Ok(first) = policy_injector::harden(spec, policy, ctx) else {
+        return Ok(Default::default());
+    };
+    let sources: Vec<String> = crate::artifacts::writable_binds(&first.spec)
+        .into_iter()
+        .map(|m| m.source.display().to_string())
+        .collect();
+    workspace::find(&sources, &policy.mounts.workspace, &ctx.container_id)
+}
+
+/// The paths the repositories' configs point at become protect entries of their bind: a
+/// read-only bind of each that exists (the pure rule's protect step).
+fn protect_references(
+    tree: &mut policy_injector::HostTree,
+    references: &BTreeMap<String, Vec<String>>,
+) {
+    for (source, paths) in references {
+        let entries = tree.found.entry(source.clone()).or_default();
+        for path in paths {
+            let Ok(meta) = std::fs::symlink_metadata(Path::new(source).join(path)) else {
+                continue;
+            };
+            let kind = if meta.file_type().is_symlink() {
+                policy_injector::EntryKind::Symlink
+            } else if meta.is_dir() {
+                policy_injector::EntryKind::Dir
+            } else if meta.is_file() {
+                policy_injector::EntryKind::File
+            } else {
+                policy_injector::EntryKind::Other
+            };
+            if !entries
+                .iter()
+                .any(|e| e.path == *path && e.list == policy_injector::TreeList::Protect)
+            {
+                entries.push(policy_injector::TreeEntry {
+                    path: path.clone(),
+                    kind,
+                    list: policy_injector::TreeList::Protect,
+                });
+            }
+        }
+    }
+    tree.found.retain(|_, v| !v.is_empty());
 }
 
 /// Bind sources as the host resolves them (symlinks followed), so the policy's denylist also
@@ -226,7 +285,7 @@ impl Inputs {
                 return Err(e);
             }
         };
-        let ctx = Context {
+        let mut ctx = Context {
             container_id: self.id.clone(),
             namespace: self.namespace.clone(),
             pod_namespace_paths,
@@ -237,6 +296,21 @@ impl Inputs {
             ),
             engine: self.engine.clone(),
             host_tree,
+            git_tree: Default::default(),
+        };
+        let references = match find_git(&self.spec, &self.policy.policy, &ctx) {
+            Ok(found) => {
+                ctx.git_tree = found.tree;
+                protect_references(&mut ctx.host_tree, &found.references);
+                found.references
+            }
+            Err(e) => {
+                let e = ShimError::from(e);
+                let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
+                rec.error = Some(e.to_string());
+                self.audit.append(&rec)?;
+                return Err(e);
+            }
         };
         let hardened = match harden_owned(self.spec, &self.policy.policy, &ctx) {
             Ok(h) => h,
@@ -255,6 +329,25 @@ impl Inputs {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
+        let staged = workspace::stage(&StageRequest {
+            container_id: &self.id,
+            bundle: &self.bundle,
+            policy: &self.policy.policy,
+            staged: &hardened.staged_git,
+            writable: crate::artifacts::writable_binds(&hardened.spec)
+                .into_iter()
+                .map(|m| (m.source, m.destination))
+                .collect(),
+            host_tree: &ctx.host_tree,
+            references: &references,
+        });
+        if let Err(e) = staged {
+            let e = ShimError::from(e);
+            let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
+            rec.error = Some(e.to_string());
+            self.audit.append(&rec)?;
+            return Err(e);
+        }
         let written = async {
             // The hardened spec replaces config.json; the original stays beside it.
             let final_bytes = serde_json::to_vec_pretty(&hardened.spec)
@@ -291,6 +384,7 @@ impl Inputs {
         let runtime = match written {
             Ok(runtime) => runtime,
             Err(e) => {
+                workspace::finish(&self.bundle, workspace::Ending::Failed);
                 let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
                 rec.error = Some(e.to_string());
                 if let Err(audit_err) = self.audit.seal(&rec) {

@@ -71,9 +71,13 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
     if let Err(e) = LinuxHost.unmount_rootfs(&bundle.join("rootfs")) {
         problems.push(e.to_string());
     }
+    // The dead shim may have died before the exit concluded the workspace: the sandbox is gone
+    // now (runsc delete above), so conclude it here.
+    let workspace = crate::workspace::finish(&bundle, crate::workspace::Ending::Ran);
     bundle::remove_shim_files(&bundle);
     if let Some(state) = &state {
         let mut rec = AuditRecord::new(AuditEvent::Delete, &state.subject);
+        rec.workspace = workspace.as_ref();
         rec.exit_status = Some(ExitStatus::killed().containerd_code());
         rec.error = Some(if problems.is_empty() {
             "shim exited unexpectedly; cleaned up by containerd's delete action".to_string()

@@ -19,11 +19,27 @@ pub struct WritableMount {
 /// That counts a mount with both as writable, whichever one the runtime honours: it is safer
 /// to record a volume that could not be written than to miss one that could. tmpfs and other
 /// non-bind mounts hold no host files and are not listed.
+///
+/// A bind whose source and destination both lie inside another listed bind's is part of that
+/// one and not listed again (a git directory's staging copy and data binds inside a project,
+/// `crate::workspace`): its files would be walked twice.
 pub fn writable_binds(spec: &Value) -> Vec<WritableMount> {
     let Some(mounts) = spec.get("mounts").and_then(Value::as_array) else {
         return Vec::new();
     };
-    mounts.iter().filter_map(writable_bind).collect()
+    let all: Vec<WritableMount> = mounts.iter().filter_map(writable_bind).collect();
+    let inside = |a: &WritableMount, b: &WritableMount| {
+        a != b
+            && a.source.starts_with(&b.source)
+            && std::path::Path::new(&a.destination).starts_with(&b.destination)
+    };
+    let mut out: Vec<WritableMount> = Vec::new();
+    for m in &all {
+        if !all.iter().any(|o| inside(m, o)) && !out.contains(m) {
+            out.push(m.clone());
+        }
+    }
+    out
 }
 
 fn writable_bind(m: &Value) -> Option<WritableMount> {
@@ -65,6 +81,21 @@ mod tests {
             .collect();
         assert_eq!(got, ["/data", "/work", "/both"]);
         assert_eq!(writable_binds(&spec)[1].source, PathBuf::from("/srv/ws"));
+    }
+
+    #[test]
+    fn binds_inside_another_writable_bind_are_part_of_it() {
+        let spec = json!({"mounts": [
+            {"destination": "/work", "type": "bind", "source": "/srv/p", "options": ["rbind", "rw"]},
+            {"destination": "/work/.git", "type": "bind", "source": "/srv/p/.git/gvisor-hardened/c1", "options": ["rbind", "rw"]},
+            {"destination": "/work/.git/objects", "type": "bind", "source": "/srv/p/.git/objects", "options": ["rbind", "rw"]},
+            {"destination": "/work/cache", "type": "bind", "source": "/srv/cache", "options": ["rbind", "rw"]}
+        ]});
+        let got: Vec<String> = writable_binds(&spec)
+            .into_iter()
+            .map(|m| m.destination)
+            .collect();
+        assert_eq!(got, ["/work", "/work/cache"]);
     }
 
     #[test]

@@ -80,6 +80,18 @@ pub struct Manifest {
     pub mounts: Vec<RootManifest>,
 }
 
+/// `<gitdir>/gvisor-hardened`, as `crate::workspace` makes it: a directory of that name owned
+/// by the runtime's user (root on a node; a sandbox has no capability to make one) with mode
+/// 0700.
+fn is_staging_parent(name: &[u8], st: &libc::stat) -> bool {
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    name == policy_injector::workspace::STAGING_DIR.as_bytes()
+        && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+        && st.st_uid == me
+        && st.st_mode & 0o777 == 0o700
+}
+
 /// Walks each mount within `bounds` (shared by all mounts) and returns what it saw. Never fails
 /// as a whole: a mount that cannot be opened carries its error, a file that cannot be read is
 /// named without a hash. Blocking: run it on a blocking thread.
@@ -231,6 +243,11 @@ impl<'b> Walker<'b> {
                     continue;
                 }
             };
+            if is_staging_parent(name_bytes, &st) {
+                // The runtime's own staging copies of git directories (crate::workspace): not
+                // what the sandbox left, and gone once the exit concludes.
+                continue;
+            }
             self.named += 1;
             let kind = EntryKind::from_mode(st.st_mode);
             let mut entry = Entry::new(RawPath(rel), kind, &st);

@@ -259,6 +259,7 @@ impl Container {
                 log::error!("container {}: {e}", self.id);
             }
         }
+        crate::workspace::finish(&self.bundle, crate::workspace::Ending::Failed);
         bundle::remove_shim_files(&self.bundle);
         let mut rec = self.record(AuditEvent::CreateFailed);
         rec.error = Some(err.to_string());

@@ -15,6 +15,7 @@ use crate::process::exit::Exit;
 use crate::process::state::Op;
 use crate::reaper::ExitStatus;
 use crate::runtime::KillTarget;
+use crate::workspace::{self, WorkspaceReport};
 
 /// How long Delete waits for a created-but-never-started sandbox to die after a forced delete.
 const REAP_AFTER_DELETE: Duration = Duration::from_secs(10);
@@ -39,7 +40,7 @@ impl Container {
         let exit = state
             .exit()
             .unwrap_or_else(|| Exit::killed(SystemTime::now()));
-        let cleanup = self.release().await;
+        let (cleanup, workspace) = self.release().await;
         let pid = self.init.pid();
         self.events()
             .delete(&self.id, pid, exit.status, exit.at)
@@ -47,6 +48,7 @@ impl Container {
         let mut rec = self.record(AuditEvent::Delete);
         rec.pid = Some(pid);
         rec.exit_status = Some(exit.status);
+        rec.workspace = workspace.as_ref();
         if let Err(e) = &cleanup {
             rec.error = Some(e.to_string());
         }
@@ -82,9 +84,11 @@ impl Container {
         Ok(())
     }
 
-    /// Removes runsc state, the rootfs mount, leftover cgroups and our files. Every step runs
-    /// even if an earlier one failed; the first error is returned.
-    pub(super) async fn release(&self) -> Result<()> {
+    /// Removes runsc state, the rootfs mount, leftover cgroups and our files, and concludes the
+    /// workspace if the exit did not (a container deleted before it ran, a shim torn down).
+    /// Every step runs even if an earlier one failed; the first error is returned, with the
+    /// workspace report when this concluded it.
+    pub(super) async fn release(&self) -> (Result<()>, Option<WorkspaceReport>) {
         self.stop_lifetime();
         // Before the sandbox goes and before its final audit record: its egress records stay
         // inside its trail.
@@ -108,11 +112,18 @@ impl Container {
         if let Err(e) = self.env.host.remove_cgroups(&self.cgroups_path, &self.id) {
             first.get_or_insert(e.into());
         }
+        // The sandbox is gone: nothing writes the binds any more.
+        let bundle = self.bundle.clone();
+        let workspace =
+            tokio::task::spawn_blocking(move || workspace::finish(&bundle, workspace::Ending::Ran))
+                .await
+                .unwrap_or_default();
         bundle::remove_shim_files(&self.bundle);
-        match first {
+        let result = match first {
             Some(e) => Err(e),
             None => Ok(()),
-        }
+        };
+        (result, workspace)
     }
 
     /// Shim shutdown on SIGTERM: kill and clean up whatever state the container is in.
@@ -127,10 +138,12 @@ impl Container {
             }
             let _ = tokio::time::timeout(REAP_AFTER_DELETE, self.init.wait()).await;
         }
-        if let Err(e) = self.release().await {
+        let (cleanup, workspace) = self.release().await;
+        if let Err(e) = cleanup {
             log::error!("container {}: teardown: {e}", self.id);
         }
         let mut rec = self.record(AuditEvent::Delete);
+        rec.workspace = workspace.as_ref();
         rec.error = Some("shim terminated".to_string());
         self.seal_best_effort(&rec);
     }

@@ -30,6 +30,7 @@ use crate::error::{Result, ShimError};
 use crate::idle::IdleThreshold;
 use crate::output_limit::{Interposer, OutputBudget, OutputReport};
 use crate::process::Process;
+use crate::workspace::{self, WorkspaceReport};
 
 /// How long the exit path waits for a process's output copy to reach the end of its streams.
 /// The pipe holds at most a MiB once the process is gone; what keeps a stream open longer is a
@@ -91,6 +92,7 @@ fn cpu_millis(spec: &Value) -> Option<u64> {
 pub(super) struct ExitEvidence {
     output: Option<OutputReport>,
     artifacts: Option<std::result::Result<ExitRecord, String>>,
+    workspace: Option<WorkspaceReport>,
 }
 
 impl ExitEvidence {
@@ -99,6 +101,7 @@ impl ExitEvidence {
             rec.set_output(report);
         }
         rec.artifacts = self.artifacts.as_ref().map(ArtifactsAudit::of_exit);
+        rec.workspace = self.workspace.as_ref();
     }
 }
 
@@ -162,15 +165,38 @@ impl Container {
                 None => None,
             }
         };
-        let artifacts = async {
+        // The manifest records what the sandbox left; then the workspace is concluded (what
+        // would run on the host is neutralised) before the exit is announced.
+        let volumes = async {
             if process.is_init() {
-                self.record_artifacts_exit().await
+                let artifacts = self.record_artifacts_exit().await;
+                (artifacts, self.conclude_workspace().await)
             } else {
-                None
+                (None, None)
             }
         };
-        let (output, artifacts) = tokio::join!(output, artifacts);
-        ExitEvidence { output, artifacts }
+        let (output, (artifacts, workspace)) = tokio::join!(output, volumes);
+        ExitEvidence {
+            output,
+            artifacts,
+            workspace,
+        }
+    }
+
+    /// `[mounts.workspace]` at the exit: see `crate::workspace`.
+    async fn conclude_workspace(&self) -> Option<WorkspaceReport> {
+        let bundle = self.bundle.clone();
+        let report =
+            tokio::task::spawn_blocking(move || workspace::finish(&bundle, workspace::Ending::Ran))
+                .await
+                .unwrap_or_else(|e| {
+                    log::error!("container {}: concluding the workspace: {e}", self.id);
+                    None
+                })?;
+        for e in &report.errors {
+            log::warn!("container {}: workspace: {e}", self.id);
+        }
+        Some(report)
     }
 
     async fn record_artifacts_exit(&self) -> Option<std::result::Result<ExitRecord, String>> {

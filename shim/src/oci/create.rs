@@ -142,6 +142,7 @@ pub async fn run(
             log.warn(&audit.to_string());
         }
         let _ = state.remove();
+        crate::workspace::finish(&bundle, crate::workspace::Ending::Failed);
         bundle::remove_shim_files(&bundle);
         bundle::restore_original_config(&bundle);
         return Err(e);

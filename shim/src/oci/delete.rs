@@ -68,8 +68,11 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
     if let Err(e) = remove_cgroups(&record).await {
         problems.push(e.to_string());
     }
+    // The guard concludes the workspace at the exit; a guard that was killed first did not.
+    let workspace = crate::workspace::finish(&record.bundle, crate::workspace::Ending::Ran);
     let exit = state.exit();
     let mut rec = AuditRecord::new(AuditEvent::Delete, &record.subject);
+    rec.workspace = workspace.as_ref();
     rec.pid = state.sandbox_pid().map(|p| p as u32);
     rec.exit_status = exit.as_ref().map(|e| e.status);
     if exit.is_none() {

@@ -328,7 +328,20 @@ impl Guard {
         // follows takes the guard out of them, and moving between v1 hierarchies costs ~7 ms
         // on the path from the sandbox's exit to the engine seeing it.
         let artifacts = self.exit_manifest().await;
-        let (code, cause) = self.conclude(status.unfold_runsc(), expired, artifacts.as_ref());
+        // Before the engine sees the exit: the developer's next git command runs on what this
+        // leaves (see crate::workspace).
+        let bundle = self.record.bundle.clone();
+        let workspace = tokio::task::spawn_blocking(move || {
+            crate::workspace::finish(&bundle, crate::workspace::Ending::Ran)
+        })
+        .await
+        .unwrap_or_default();
+        let (code, cause) = self.conclude(
+            status.unfold_runsc(),
+            expired,
+            artifacts.as_ref(),
+            workspace.as_ref(),
+        );
         // Not after an OOM kill, nor when the cgroup could not tell: runsc's delete removes the
         // sandbox's cgroups, and the engines' OOM watchers drop an OOM event whose cgroup is
         // already gone (measured: Docker's OOMKilled false for a memory bomb). The engine's
@@ -447,6 +460,7 @@ impl Guard {
         status: ExitStatus,
         expired: bool,
         artifacts: Option<&std::result::Result<ManifestExit, String>>,
+        workspace: Option<&crate::workspace::WorkspaceReport>,
     ) -> (u8, ExitCause) {
         let cause = if expired {
             ExitCause::Timeout
@@ -473,6 +487,7 @@ impl Guard {
         rec.pid = Some(self.sandbox_pid as u32);
         rec.set_exit(&exit);
         rec.artifacts = artifacts.map(ArtifactsAudit::of_exit);
+        rec.workspace = workspace;
         if let Err(e) = self.audit.append(&rec) {
             self.record
                 .log
