@@ -48,13 +48,14 @@ pub mod pty;
 pub mod public_targets;
 pub mod run;
 pub mod shim_binary;
+pub mod workspace;
 
 pub use containerd::{ConfigHook, Containerd, ContainerdOptions, ShutdownReport, Stop};
 pub use ctr::CtrCommand;
 pub use error::{HarnessError, Result};
 pub use events::Events;
 pub use ids::unique_id;
-pub use image::{TestImage, TEST_IMAGE_REF};
+pub use image::{TestImage, GIT_IMAGE_REF, TEST_IMAGE_REF};
 pub use leaks::{assert_clean_shutdown, assert_nothing_left, container_leaks, dir_leaks, Leaks};
 pub use poll::poll_until;
 pub use probe::{Outcome, ProbeLine, PROBE_IN_IMAGE};

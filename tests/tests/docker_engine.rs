@@ -381,7 +381,7 @@ fn agent_policy() -> String {
 }
 
 #[test]
-fn agent_sandbox_runs_the_preset_with_git_hooks_read_only_and_env_files_masked() {
+fn agent_sandbox_runs_the_preset_with_a_private_git_directory_and_env_files_masked() {
     let d = setup(DockerOptions {
         extra_policies: vec![("agent".into(), agent_policy())],
     });
@@ -418,6 +418,7 @@ fn agent_sandbox_runs_the_preset_with_git_hooks_read_only_and_env_files_masked()
     )
     .env("DOCKER_CONFIG", d.dir().path().join("cli"))
     .env("GVH_RUNTIME", "agent")
+    .env("GVH_AUDIT_LOG", d.dir().audit_log())
     .arg(TEST_IMAGE_REF)
     .arg(&project)
     .args(["sh", "-c", script]);
@@ -431,12 +432,12 @@ fn agent_sandbox_runs_the_preset_with_git_hooks_read_only_and_env_files_masked()
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(lines[0], "1000", "the project owner's uid: {out}");
     assert_eq!(lines[1], "wrote-readme", "the project is writable: {out}");
+    // The sandbox writes its private copy of the git directory; the host's never changes.
     for (i, what) in [(2, "a git hook"), (3, "git config")] {
         let line = ProbeLine::parse(lines[i]).unwrap();
-        assert_eq!(
-            line.errno(),
-            Some("EROFS"),
-            "{what} must stay read-only: {out}"
+        assert!(
+            line.is_ok(),
+            "{what} is writable in the sandbox's copy: {out}"
         );
     }
     // The mask is a read-only bind of an empty root-owned 0444 file: refused either way.
@@ -461,6 +462,17 @@ fn agent_sandbox_runs_the_preset_with_git_hooks_read_only_and_env_files_masked()
         "API_KEY=s3cr3t\n"
     );
     assert!(!project.join(".git/hooks/pre-commit").exists());
+    assert_eq!(
+        std::fs::read_to_string(project.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!project.join(".git/gvisor-hardened").exists());
+    // The script tells what the exit check kept out of the project.
+    assert!(
+        out.stderr
+            .contains("agent-sandbox: kept in the sandbox: config"),
+        "{out}"
+    );
     let create = d
         .dir()
         .audit_lines()
@@ -473,7 +485,7 @@ fn agent_sandbox_runs_the_preset_with_git_hooks_read_only_and_env_files_masked()
         "{create}"
     );
     assert!(
-        decisions.contains("protected") && decisions.contains(".git/hooks"),
+        decisions.contains("private copy of its control files"),
         "{create}"
     );
     // What the agent changed in the project, as the manifests before and after the workload
@@ -498,4 +510,28 @@ fn agent_sandbox_runs_the_preset_with_git_hooks_read_only_and_env_files_masked()
     );
     d.assert_container_gone(id);
     assert_clean_docker_shutdown(d);
+}
+
+#[test]
+fn agent_sandbox_refuses_a_root_owned_project_before_starting_anything() {
+    let project = tempfile::tempdir().unwrap();
+    let out = gvisor_hardened_tests::process::output_with_deadline(
+        std::process::Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../hack/agent-sandbox.sh"
+        ))
+        // No engine is reached: the check comes first.
+        .env("DOCKER", "/nonexistent/docker")
+        .arg(TEST_IMAGE_REF)
+        .arg(project.path())
+        .arg("true"),
+        None,
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr.contains("is owned by root") && out.stderr.contains("dubious ownership"),
+        "{out}"
+    );
 }

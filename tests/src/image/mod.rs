@@ -1,7 +1,10 @@
 //! The local test image: busybox-static, its applets, /etc/passwd and /etc/group, an empty
 //! /tmp and the sandbox probe, as an OCI layout archive built here (no registry).
 
+mod git;
 pub(crate) mod oci;
+
+pub use git::{git_rootfs_tar, GIT_IMAGE_REF};
 
 use std::collections::BTreeSet;
 use std::fs;
