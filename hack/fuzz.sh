@@ -2,7 +2,7 @@
 # Coverage-guided fuzzing of the policy parser and harden(), on the stable toolchain.
 #
 #   hack/fuzz.sh [SECONDS] [TARGET...]     # default: 60 s for each of policy_parse, harden_spec,
-#                                          # egress_http_head, egress_client_hello
+#                                          # egress_http_head, egress_client_hello, git_config
 #
 # The targets (fuzz/fuzz_targets/) link libFuzzer through the libfuzzer-sys crate; rustc's
 # SanitizerCoverage pass (-C passes=sancov-module, stable) provides the coverage feedback, so
@@ -18,7 +18,7 @@ command -v c++ >/dev/null 2>&1 || die "a C++ compiler is needed to build libFuzz
 SECONDS_EACH="${1:-60}"
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_parse harden_spec egress_http_head egress_client_hello)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(policy_parse harden_spec egress_http_head egress_client_hello git_config)
 [[ "$SECONDS_EACH" =~ ^[0-9]+$ ]] || die "SECONDS must be a number, got $SECONDS_EACH"
 
 FUZZ_DIR="$REPO_ROOT/fuzz"
@@ -60,6 +60,11 @@ seed() {
       # A TLS 1.2 record with a ClientHello naming api.example.test.
       printf '\x16\x03\x01\x00\x48\x01\x00\x00\x44\x03\x03%s\x00\x00\x02\x13\x01\x01\x00\x00\x19\x00\x00\x00\x15\x00\x13\x00\x00\x10api.example.test' \
         "$(head -c 32 /dev/zero | tr '\0' 'r')" >"$corpus/seed-hello"
+      ;;
+    git_config)
+      # seed NUL sandbox NUL host: a remote added, an fsmonitor planted, the host edited.
+      printf '[core]\n\tbare = false\n\0[core]\n\tbare = false\n\tfsmonitor = ./x\n[remote "o"]\n\turl = https://git.example.test/r\n\tfetch = +refs/heads/*:refs/remotes/o/*\n[branch "main"]\n\tremote = o\n\0# mine\n[core]\n\tbare = false\n[user]\n\tname = Dev\n' >"$corpus/seed-carry"
+      printf '[core "x"]\n\tk = "a \\" b" ; c\n[remote.up]\n\turl = ext::sh\n\tpushurl\n[include]\n\tpath = ../i\n' >"$corpus/seed-quotes"
       ;;
     *) die "unknown target $target" ;;
   esac
