@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# Builds the "current stack" (containerd 2.x, runsc, nerdctl, crictl) from Go modules at the
+# versions pinned in hack/versions.env, and prints where every binary of both stacks is.
+#
+#   hack/deps.sh [--print] [--only NAME]...
+#
+# Prints one `name=/absolute/path` line per binary on stdout and nothing else there (progress and
+# errors go to stderr), for callers to read with `while IFS== read -r name path`. The names:
+#   containerd ctr containerd-shim-runc-v2 runsc nerdctl crictl      (built here)
+#   containerd-1.6 ctr-1.6 containerd-shim-runc-v2-1.6 runsc-20221219 (Debian bookworm's packages)
+# Whatever is missing is built (or, for Debian's, installed) first; with nothing missing it
+# builds nothing and prints the same lines. `--print` is the default and is kept as the name the
+# acceptance checks use. `--only NAME` (repeatable) builds and prints just those names, so a test
+# that needs runsc alone does not wait for a cold containerd build.
+#
+# Cache layout, outside the checkout so that fresh clones and CI runs on the same machine share it:
+#   /var/cache/gvisor-hardened/<component>-<version>/bin/<binary>   the binaries
+#   /var/cache/gvisor-hardened/<component>-<version>/build-info     go version, wall time of the build
+#   /var/cache/gvisor-hardened/<component>-<version>/modules.txt    `go version -m`: deps, tags, flags
+#   /var/cache/gvisor-hardened/<component>-<version>/build.log      the go commands' output
+#   /var/cache/gvisor-hardened/<component>-<version>/module/        the go.mod/go.sum it resolved
+#   /var/cache/gvisor-hardened/go/{pkg/mod,cache}                   GOMODCACHE and GOCACHE
+# A component directory exists only once its build is complete: each build happens in a temporary
+# directory beside it and is renamed into place, so an interrupted build leaves nothing that a
+# later run would take for done. GVISOR_HARDENED_CACHE overrides the root (tests, other disks).
+# `rm -rf` of the root is a full reset (module cache files are made writable for that).
+set -euo pipefail
+
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# The machine's Go unless versions.env names a toolchain: `local` keeps the go command from
+# fetching a newer one on its own when a module asks for it, so any such need shows up as an error.
+GOTOOLCHAIN=local
+# shellcheck source=hack/versions.env
+source "$HACK_DIR/versions.env"
+export GOTOOLCHAIN
+
+CACHE_ROOT="${GVISOR_HARDENED_CACHE:-/var/cache/gvisor-hardened}"
+
+# One Go environment for every build, independent of the caller's: the module and build caches
+# are what make a rebuild after a version bump fast. -modcacherw lets `rm -rf` clear them.
+export GOPATH="$CACHE_ROOT/go"
+export GOMODCACHE="$CACHE_ROOT/go/pkg/mod"
+export GOCACHE="$CACHE_ROOT/go/cache"
+export GOFLAGS=-modcacherw
+# Every binary is static: they run inside other mount namespaces and next to Debian's libc-linked
+# binaries, and nothing below needs cgo (containerd's only cgo user is the btrfs snapshotter).
+export CGO_ENABLED=0
+GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
+
+# Every name this script prints, in the order it prints them.
+ALL_NAMES=(containerd ctr containerd-shim-runc-v2 runsc nerdctl crictl
+           containerd-1.6 ctr-1.6 containerd-shim-runc-v2-1.6 runsc-20221219)
+
+usage() {
+  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  exit "${1:-0}"
+}
+
+# The component that provides a printed name: one build (or one Debian check) per component.
+component_of() {
+  case "$1" in
+    containerd | ctr | containerd-shim-runc-v2) echo containerd ;;
+    runsc | nerdctl | crictl) echo "$1" ;;
+    containerd-1.6 | ctr-1.6 | containerd-shim-runc-v2-1.6 | runsc-20221219) echo debian ;;
+    *) return 1 ;;
+  esac
+}
+
+version_of() {
+  case "$1" in
+    containerd) echo "$CONTAINERD_VERSION" ;;
+    runsc) echo "$GVISOR_VERSION" ;;
+    nerdctl) echo "$NERDCTL_VERSION" ;;
+    crictl) echo "$CRICTL_VERSION" ;;
+  esac
+}
+
+binaries_of() {
+  case "$1" in
+    containerd) echo containerd ctr containerd-shim-runc-v2 ;;
+    *) echo "$1" ;;
+  esac
+}
+
+component_dir() { echo "$CACHE_ROOT/$1-$(version_of "$1")"; }
+
+path_of() {
+  local comp
+  comp="$(component_of "$1")"
+  case "$1" in
+    runsc-20221219) echo /usr/bin/runsc ;;
+    *-1.6) echo "/usr/bin/${1%-1.6}" ;;
+    *) echo "$(component_dir "$comp")/bin/$1" ;;
+  esac
+}
+
+# Runs a build step with its output appended to the build log. On failure it shows the log's
+# tail (the go command's last lines say what went wrong) and keeps a copy of the whole log, since
+# the temporary build directory it lives in is removed on exit.
+BUILD_LOG=
+FAILED_LOG=
+step() {
+  if ! "$@" >>"$BUILD_LOG" 2>&1; then
+    tail -n 30 "$BUILD_LOG" >&2
+    cp "$BUILD_LOG" "$FAILED_LOG"
+    die "failed: $* (full log: $FAILED_LOG)"
+  fi
+}
+
+# A throwaway main module that requires just one module at its pinned version, then `go build`
+# of the named packages from it. This is gVisor's documented way (`go get .../runsc@go`, then
+# `go build`), and the one way that works for all four: `go install pkg@version` is refused for
+# nerdctl (it looks up the module's version list for deprecations, which the proxy answers 403).
+# With no replace directives in these go.mod files, the build list is the module's own.
+# The module's own go.sum lines come from versions.env (see there why), so the download is checked
+# against the pinned hashes.
+# Args: scratch dir, module@version, zip hash, go.mod hash, packages to `go get` from that module.
+scratch_module() {
+  local dir=$1 mod=${2%@*} version=${2#*@} sum=$3 gomod_sum=$4 pkgs=() pkg
+  shift 4
+  if [ -z "$sum" ] || [ -z "$gomod_sum" ]; then
+    die "hack/versions.env lacks the hashes of $mod $version"
+  fi
+  for pkg in "$@"; do pkgs+=("$pkg@$version"); done
+  mkdir -p "$dir"
+  step "$GO" -C "$dir" mod init gvisor-hardened.local/deps
+  printf '%s %s %s\n%s %s/go.mod %s\n' "$mod" "$version" "$sum" "$mod" "$version" "$gomod_sum" \
+    >"$dir/go.sum"
+  step "$GO" -C "$dir" get "${pkgs[@]}"
+}
+
+# go build -o OUT PKG in the scratch module, static, without paths or VCS stamps of this machine.
+# Args: scratch dir, output, package, tags, extra -ldflags.
+go_build() {
+  local dir=$1 out=$2 pkg=$3 tags=$4 ldflags=$5
+  step "$GO" -C "$dir" build -trimpath -buildvcs=false -tags "$tags" \
+    -ldflags "-s -w $ldflags" -o "$out" "$pkg"
+}
+
+# Each build_* puts its binaries into $1/bin and its resolved go.mod/go.sum into $1/module.
+
+build_containerd() {
+  local out=$1 m=github.com/containerd/containerd/v2 v=$CONTAINERD_VERSION
+  scratch_module "$out/module" "$m@$v" "$CONTAINERD_SUM" "$CONTAINERD_GOMOD_SUM" \
+    "$m/cmd/containerd" "$m/cmd/ctr" "$m/cmd/containerd-shim-runc-v2"
+  # Tags as containerd's Makefile sets them: urfave_cli_no_docs drops the man-page generator;
+  # no_btrfs says outright what CGO_ENABLED=0 implies (no btrfs headers here, no btrfs disks);
+  # the shim also gets no_grpc (it speaks ttrpc only). The version is what the Makefile stamps.
+  local x="-X $m/version.Version=$v"
+  go_build "$out/module" "$out/bin/containerd" "$m/cmd/containerd" "urfave_cli_no_docs no_btrfs" "$x"
+  go_build "$out/module" "$out/bin/ctr" "$m/cmd/ctr" "urfave_cli_no_docs no_btrfs" "$x"
+  go_build "$out/module" "$out/bin/containerd-shim-runc-v2" "$m/cmd/containerd-shim-runc-v2" \
+    "urfave_cli_no_docs no_btrfs no_grpc" "$x"
+}
+
+build_runsc() {
+  local out=$1 m=gvisor.dev/gvisor v=$GVISOR_VERSION
+  scratch_module "$out/module" "$m@$v" "$GVISOR_SUM" "$GVISOR_GOMOD_SUM" "$m/runsc"
+  # A go-branch build has no release name; stamp the pinned pseudo-version so that
+  # `runsc --version` says exactly which commit runs.
+  go_build "$out/module" "$out/bin/runsc" "$m/runsc" "" "-X $m/runsc/version.version=$v"
+}
+
+build_nerdctl() {
+  local out=$1 m=github.com/containerd/nerdctl/v2 v=$NERDCTL_VERSION
+  scratch_module "$out/module" "$m@$v" "$NERDCTL_SUM" "$NERDCTL_GOMOD_SUM" "$m/cmd/nerdctl"
+  go_build "$out/module" "$out/bin/nerdctl" "$m/cmd/nerdctl" "" "-X $m/pkg/version.Version=$v"
+}
+
+build_crictl() {
+  local out=$1 m=sigs.k8s.io/cri-tools v=$CRICTL_VERSION
+  scratch_module "$out/module" "$m@$v" "$CRICTL_SUM" "$CRICTL_GOMOD_SUM" "$m/cmd/crictl"
+  # cri-tools' Makefile stamps the version without its leading v.
+  go_build "$out/module" "$out/bin/crictl" "$m/cmd/crictl" "" "-X $m/pkg/version.Version=${v#v}"
+}
+
+# A component directory counts as done only with every binary in it executable.
+is_complete() {
+  local dir=$1 b
+  [ -d "$dir" ] || return 1
+  for b in $(binaries_of "$2"); do [ -x "$dir/bin/$b" ] || return 1; done
+}
+
+TMP_DIR=
+cleanup() { if [ -n "$TMP_DIR" ]; then rm -rf "$TMP_DIR"; fi; }
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+ensure_built() {
+  local comp=$1 dir version start secs
+  dir="$(component_dir "$comp")"
+  version="$(version_of "$comp")"
+  is_complete "$dir" "$comp" && return 0
+  if [ -e "$dir" ]; then
+    # Not our rename's doing (that only ever moves complete builds): someone removed a binary.
+    log "$comp $version: cache entry incomplete, rebuilding"
+    mv "$dir" "$CACHE_ROOT/.tmp/stale-$comp-$version-$$"
+    rm -rf "$CACHE_ROOT/.tmp/stale-$comp-$version-$$"
+  fi
+  [ -x "$GO" ] || die "no Go toolchain to build $comp with (looked for go in PATH and /usr/local/go/bin/go)"
+  TMP_DIR="$(mktemp -d "$CACHE_ROOT/.tmp/$comp-$version.XXXXXX")"
+  mkdir -p "$TMP_DIR/bin"
+  BUILD_LOG="$TMP_DIR/build.log"
+  FAILED_LOG="$CACHE_ROOT/$comp-$version.failed.log"
+  log "building $comp $version (a cold build takes minutes)"
+  start=$(date +%s)
+  "build_$comp" "$TMP_DIR"
+  secs=$(($(date +%s) - start))
+  {
+    echo "component=$comp"
+    echo "version=$version"
+    echo "go=$("$GO" env GOVERSION)"
+    echo "built_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "wall_seconds=$secs"
+  } >"$TMP_DIR/build-info"
+  # What went into each binary (module versions, tags, ldflags), as the go command recorded it.
+  (cd "$TMP_DIR/bin" && "$GO" version -m ./*) >"$TMP_DIR/modules.txt"
+  rm -f "$FAILED_LOG"
+  chmod 755 "$TMP_DIR" # mktemp's 0700 would hide the binaries from other users
+  mv -T "$TMP_DIR" "$dir"
+  TMP_DIR=
+  log "built $comp $version in ${secs}s"
+}
+
+# Debian's compatibility stack: installed from the distribution if missing, and checked to be the
+# upstream versions its printed names promise.
+ensure_debian() {
+  local pkg want have
+  install_missing containerd runsc >&2
+  for pkg in containerd runsc; do
+    if [ "$pkg" = containerd ]; then want=$DEBIAN_CONTAINERD_VERSION; else want=$DEBIAN_RUNSC_VERSION; fi
+    have="$(dpkg-query -W -f='${Version}' "$pkg")"
+    case "$have" in
+      *"$want"*) ;;
+      *) die "Debian's $pkg is $have, but deps.sh prints it as version $want (hack/versions.env)" ;;
+    esac
+  done
+}
+
+main() {
+  local wanted=() arg name comp
+  while [ $# -gt 0 ]; do
+    arg=$1
+    shift
+    case "$arg" in
+      --print) ;;
+      --only)
+        [ $# -gt 0 ] || usage 2
+        component_of "$1" >/dev/null || die "--only: unknown name '$1' (one of: ${ALL_NAMES[*]})"
+        wanted+=("$1")
+        shift
+        ;;
+      -h | --help) usage 0 ;;
+      *) usage 2 ;;
+    esac
+  done
+  [ ${#wanted[@]} -gt 0 ] || wanted=("${ALL_NAMES[@]}")
+
+  mkdir -p "$CACHE_ROOT/.tmp"
+  # One deps.sh at a time per cache: parallel test scripts would otherwise build the same
+  # component twice. Holding the lock also makes leftovers of interrupted runs safe to delete.
+  exec 9>"$CACHE_ROOT/.lock"
+  if ! flock -n 9; then
+    log "waiting for another hack/deps.sh to finish"
+    flock 9
+  fi
+  rm -rf "${CACHE_ROOT:?}/.tmp/"*
+
+  # Each component once, in printing order.
+  local done_comps=" "
+  for name in "${ALL_NAMES[@]}"; do
+    [[ " ${wanted[*]} " == *" $name "* ]] || continue
+    comp="$(component_of "$name")"
+    [[ "$done_comps" == *" $comp "* ]] && continue
+    done_comps+="$comp "
+    if [ "$comp" = debian ]; then ensure_debian; else ensure_built "$comp"; fi
+  done
+
+  for name in "${ALL_NAMES[@]}"; do
+    [[ " ${wanted[*]} " == *" $name "* ]] || continue
+    printf '%s=%s\n' "$name" "$(path_of "$name")"
+  done
+}
+
+main "$@"
