@@ -22,7 +22,9 @@ pub(crate) fn ctr_command(
     namespace: &str,
     snapshotter: &str,
 ) -> CtrCommand {
-    let mut cmd = Command::new("ctr");
+    // The stack's ctr (crate::stack), as found first on the instance's PATH.
+    let ctr = crate::stack::bin("ctr").unwrap_or_else(|_| "ctr".into());
+    let mut cmd = Command::new(ctr);
     cmd.env("PATH", path_env)
         .env("CONTAINERD_SNAPSHOTTER", snapshotter)
         .arg("--address")

@@ -73,7 +73,7 @@ impl Dockerd {
         runtimes.insert(
             BASELINE.into(),
             // The global flags runsc-hardened passes under the default policy.
-            serde_json::json!({"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp"]}),
+            serde_json::json!({"path": crate::stack::bin("runsc")?, "runtimeArgs": ["--network=none", "--oci-seccomp"]}),
         );
         let config = serde_json::json!({
             "data-root": d.join("data"),
@@ -100,7 +100,9 @@ impl Dockerd {
             .try_clone()
             .map_err(|e| HarnessError::io("dup of", &log_path, e))?;
         let mut cmd = Command::new(DOCKERD);
-        cmd.arg("--config-file")
+        // runsc-hardened finds runsc on its PATH: the stack's (crate::stack).
+        cmd.env("PATH", crate::stack::path_env()?)
+            .arg("--config-file")
             .arg(&config_path)
             .stdin(Stdio::null())
             .stdout(log)

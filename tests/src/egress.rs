@@ -274,7 +274,7 @@ impl RunscSandbox {
     fn create_sandbox(&self) -> Result<()> {
         let log = self.dir.join("create.log");
         let file = fs::File::create(&log).map_err(|e| HarnessError::io("creating", &log, e))?;
-        let status = Command::new("runsc")
+        let status = Command::new(crate::stack::bin("runsc")?)
             .args(&self.global)
             .arg("create")
             .arg("--bundle")
@@ -305,7 +305,7 @@ impl RunscSandbox {
     pub fn runsc(&self, args: &[&str]) -> Result<Output> {
         let mut all: Vec<&str> = self.global.iter().map(String::as_str).collect();
         all.extend_from_slice(args);
-        run("runsc", &all)
+        run(&crate::stack::bin("runsc")?.display().to_string(), &all)
     }
 
     pub fn start(&self) -> Result<()> {
@@ -321,7 +321,7 @@ impl RunscSandbox {
         cmd.arg("-s")
             .arg("KILL")
             .arg(timeout.as_secs().to_string())
-            .arg("runsc");
+            .arg(crate::stack::bin("runsc")?);
         cmd.args(&self.global)
             .arg("exec")
             .arg("--process")
@@ -341,7 +341,10 @@ impl Drop for RunscSandbox {
     fn drop(&mut self) {
         let mut args: Vec<&str> = self.global.iter().map(String::as_str).collect();
         args.extend_from_slice(&["delete", "--force", &self.id]);
-        let _ = Command::new("runsc").args(&args).output();
+        if let Ok(runsc) = crate::stack::bin("runsc") {
+            let _ = Command::new(runsc).args(&args).output();
+        }
+        crate::inspect::release_runsc_null_netns(&self.dir);
         let _ = fs::remove_dir_all(&self.dir);
     }
 }

@@ -287,6 +287,7 @@ pub(crate) fn remove_everything(
             .then_some(())
     });
     forced.processes.extend(survivors);
+    inspect::release_runsc_null_netns(dir);
     let mut mounts = inspect::mounts_under(dir);
     mounts.sort_by_key(|m| std::cmp::Reverse(m.mount_point.as_os_str().len()));
     for m in &mounts {

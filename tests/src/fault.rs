@@ -207,7 +207,7 @@ impl RunscGate {
                 std::io::Error::last_os_error(),
             ));
         }
-        let runsc = which("runsc")?;
+        let runsc = crate::stack::bin("runsc")?;
         let (before, after) = match point {
             GatePoint::Before => ("gate", ""),
             GatePoint::After => ("", "gate"),
@@ -280,14 +280,6 @@ exec '{runsc}' "$@"
     pub fn waiting(&self) -> Vec<inspect::ProcInfo> {
         inspect::processes_mentioning(&self.script.to_string_lossy())
     }
-}
-
-fn which(name: &str) -> Result<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .ok_or_else(|| HarnessError::MissingBinary(name.to_string()))
 }
 
 /// The STATUS column of `ctr task ls` for task `id` (`RUNNING`, `STOPPED`, ...), or `None`

@@ -130,8 +130,38 @@ pub fn mounts() -> Vec<MountInfo> {
 pub fn mounts_under(dir: &Path) -> Vec<MountInfo> {
     mounts()
         .into_iter()
-        .filter(|m| m.mount_point.starts_with(dir))
+        .filter(|m| m.mount_point.starts_with(dir) && !is_runsc_null_netns(m))
         .collect()
+}
+
+/// The name of the mount a current runsc keeps in each of its roots (`--shared-root`, by
+/// default `--root`): one empty network namespace for all gofers started from that root,
+/// bind-mounted there for as long as the root exists. runsc 20221219 has none.
+pub const RUNSC_NULL_NETNS: &str = "null-netns";
+
+/// Whether `m` is a runsc root's shared null network namespace: runsc's own state for the
+/// whole root, not something a container left.
+pub fn is_runsc_null_netns(m: &MountInfo) -> bool {
+    m.fstype == "nsfs"
+        && m.mount_point
+            .file_name()
+            .is_some_and(|n| n == RUNSC_NULL_NETNS)
+}
+
+/// Unmounts the null network namespaces of runsc roots under `dir` (stacked ones too, as
+/// runsc's own clean-up does), so the directory can be removed.
+pub fn release_runsc_null_netns(dir: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    for m in mounts()
+        .into_iter()
+        .filter(|m| m.mount_point.starts_with(dir) && is_runsc_null_netns(m))
+    {
+        let Ok(c) = std::ffi::CString::new(m.mount_point.as_os_str().as_bytes()) else {
+            continue;
+        };
+        // SAFETY: `c` is a NUL-terminated path; umount2 only reads it.
+        while unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {}
+    }
 }
 
 /// Mounts whose mount point or source contains `needle` (e.g. a container id: the rootfs
@@ -211,6 +241,9 @@ pub fn runsc_state_files(root: &Path, id: Option<&str>) -> Vec<PathBuf> {
         for e in entries.flatten() {
             let path = e.path();
             let name = e.file_name().to_string_lossy().into_owned();
+            if name == RUNSC_NULL_NETNS {
+                continue;
+            }
             if id.is_none_or(|id| name.contains(id)) {
                 found.push(path.clone());
             }

@@ -48,6 +48,7 @@ pub mod pty;
 pub mod public_targets;
 pub mod run;
 pub mod shim_binary;
+pub mod stack;
 pub mod workspace;
 
 pub use containerd::{ConfigHook, Containerd, ContainerdOptions, ShutdownReport, Stop};

@@ -35,8 +35,9 @@ impl Podman {
         let conf = format!(
             "[engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n\
              runtime_supports_json = [\"{HARDENED}\", \"{BASELINE}\"]\n\
-             [engine.runtimes]\n{HARDENED} = [\"{}\"]\n{BASELINE} = [\"/usr/bin/runsc\"]\n",
-            runtime.display()
+             [engine.runtimes]\n{HARDENED} = [\"{}\"]\n{BASELINE} = [\"{}\"]\n",
+            runtime.display(),
+            crate::stack::bin("runsc")?.display()
         );
         let path = dir.path().join("containers.conf");
         fs::write(&path, conf).map_err(|e| HarnessError::io("writing", &path, e))?;
@@ -66,6 +67,10 @@ impl Podman {
     pub fn podman(&self) -> EngineCommand {
         let d = self.dir.path();
         let mut cmd = Command::new(PODMAN);
+        // runsc-hardened (through conmon) finds runsc on its PATH: the stack's (crate::stack).
+        if let Ok(path) = crate::stack::path_env() {
+            cmd.env("PATH", path);
+        }
         cmd.env("CONTAINERS_CONF", d.join("containers.conf"))
             .arg("--root")
             .arg(d.join("root"))

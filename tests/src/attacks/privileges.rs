@@ -229,7 +229,9 @@ fn raise_rlimit(lab: &Lab) -> Outcome {
 }
 
 fn proc_self_exe(lab: &Lab) -> Outcome {
-    let runsc = fs::metadata("/usr/bin/runsc").map_err(|e| Failed(format!("runsc: {e}")))?;
+    // The runsc the sandbox runs on (crate::stack), which it must not be able to change.
+    let runsc_path = crate::stack::bin("runsc").map_err(|e| Failed(format!("runsc: {e}")))?;
+    let runsc = fs::metadata(&runsc_path).map_err(|e| Failed(format!("runsc: {e}")))?;
     let ran = lab.run(Job::sh(
         "priv-selfexe",
         "/bin/sandbox-probe write /proc/self/exe pwned; readlink /proc/self/exe",
@@ -247,7 +249,7 @@ fn proc_self_exe(lab: &Lab) -> Outcome {
             ran.summary()
         )
     })?;
-    let after = fs::metadata("/usr/bin/runsc").map_err(|e| Failed(format!("runsc: {e}")))?;
+    let after = fs::metadata(&runsc_path).map_err(|e| Failed(format!("runsc: {e}")))?;
     use std::os::unix::fs::MetadataExt;
     ensure(
         after.mtime() == runsc.mtime()

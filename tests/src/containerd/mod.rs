@@ -1,4 +1,4 @@
-//! A private containerd 1.6 for one test: its own directory, root, state, sockets, PATH and
+//! A private containerd of the selected stack (`crate::stack`: 2.x or Debian's 1.6) for one test: its own directory, root, state, sockets, PATH and
 //! namespace; stopped and cleaned up on [`Containerd::shutdown`] or drop.
 
 mod config;
@@ -125,9 +125,8 @@ fn plugin_failure(log: &str, plugin: &str) -> Option<String> {
 impl Containerd {
     /// Starts a private containerd and waits until it serves its grpc socket.
     pub fn start(opts: ContainerdOptions) -> Result<Containerd> {
-        let system_path = std::env::var_os("PATH").unwrap_or_else(|| {
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
-        });
+        // The stack's containerd, ctr, runc shim and runsc first (crate::stack).
+        let system_path = crate::stack::path_env()?;
         for bin in REQUIRED_BINARIES {
             if find_on_path(bin, &system_path).is_none() {
                 return Err(HarnessError::MissingBinary(bin.to_string()));
@@ -157,7 +156,11 @@ impl Containerd {
             install_shim(shim, &c.layout.bin())?;
         }
         let config_path = c.layout.config();
-        let mut config_text = config::render(&c.layout, &opts);
+        let mut config_text = config::render(
+            &c.layout,
+            &opts,
+            crate::stack::Stack::selected().containerd2(),
+        );
         if let Some(hook) = &opts.config_hook {
             config_text = (hook.0)(&c.layout.dir, config_text).map_err(HarnessError::Config)?;
         }
@@ -183,7 +186,7 @@ impl Containerd {
         let log2 = log
             .try_clone()
             .map_err(|e| HarnessError::io("dup of", &log_path, e))?;
-        let mut cmd = Command::new("containerd");
+        let mut cmd = Command::new(crate::stack::bin("containerd")?);
         cmd.arg("--config")
             .arg(self.layout.config())
             .env("PATH", &self.path_env)
@@ -393,7 +396,10 @@ impl Containerd {
             .args(["images", "import"])
             .arg(image.path())
             .checked()?;
-        if !out.stdout.contains(image.reference()) {
+        // ctr 1.6 prints the reference as it imports; ctr 2.x prints a progress table (with the
+        // name cut into columns), so the image list is what tells.
+        let listed = self.ctr().args(["images", "ls", "-q"]).checked()?;
+        if !listed.stdout.lines().any(|l| l.trim() == image.reference()) {
             return Err(HarnessError::CommandFailed {
                 command: out.command,
                 status: format!("exit 0 but {} was not imported", image.reference()),

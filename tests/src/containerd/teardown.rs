@@ -200,7 +200,9 @@ impl Containerd {
         }
         report.killed_processes = survivors;
 
-        // 4. Mounts under the directory, deepest first.
+        // 4. Mounts under the directory, deepest first (runsc's root-wide null network
+        // namespaces are runsc's own state, released without counting as left behind).
+        inspect::release_runsc_null_netns(&dir);
         let mut mounts = inspect::mounts_under(&dir);
         mounts.sort_by_key(|m| std::cmp::Reverse(m.mount_point.as_os_str().len()));
         for m in &mounts {
@@ -227,6 +229,7 @@ impl Containerd {
             .filter(|_| self.owns_namespace)
         {
             let left = inspect::runsc_state_files(&root, None);
+            inspect::release_runsc_null_netns(&root);
             if root.exists() {
                 if let Err(e) = fs::remove_dir_all(&root) {
                     report

@@ -137,7 +137,39 @@ fn toml_path(p: &Path) -> String {
 
 /// The CRI plugin's tables: the settings this machine needs (notes/kubernetes.md), the local
 /// pause image, runc as the default runtime with its state in our directory, and our CNI dir.
-pub fn cri_tables(layout: &CriLayout, sandbox_image: &str) -> String {
+/// containerd 2.x (`containerd2`) splits them over `io.containerd.cri.v1.runtime` (runtimes,
+/// CNI, the kernel-facing settings), `io.containerd.cri.v1.images` (the pinned pause image) and
+/// `io.containerd.grpc.v1.cri` (the streaming server), in a version 3 config.
+pub fn cri_tables(layout: &CriLayout, sandbox_image: &str, containerd2: bool) -> String {
+    let runc_root = toml_path(&layout.runc_root());
+    let conf_dir = toml_path(&layout.cni_conf_dir());
+    if containerd2 {
+        let rt = "plugins.\"io.containerd.cri.v1.runtime\"";
+        return format!(
+            r#"
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "{sandbox_image}"
+[{rt}]
+  # Root on these machines lacks CAP_SYS_RESOURCE; there is no AppArmor or SELinux.
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  enable_selinux = false
+  [{rt}.containerd]
+    default_runtime_name = "{RUNC_HANDLER}"
+    [{rt}.containerd.runtimes.{RUNC_HANDLER}]
+      runtime_type = "io.containerd.runc.v2"
+      [{rt}.containerd.runtimes.{RUNC_HANDLER}.options]
+        Root = {runc_root}
+  [{rt}.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = {conf_dir}
+[plugins."io.containerd.grpc.v1.cri"]
+  # Streaming (Exec/Attach/PortForward URLs) on loopback, on a free port per instance.
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+"#
+        );
+    }
     format!(
         r#"
 [plugins."io.containerd.grpc.v1.cri"]
@@ -158,9 +190,7 @@ pub fn cri_tables(layout: &CriLayout, sandbox_image: &str) -> String {
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = {conf_dir}
-"#,
-        runc_root = toml_path(&layout.runc_root()),
-        conf_dir = toml_path(&layout.cni_conf_dir()),
+"#
     )
 }
 
@@ -252,7 +282,11 @@ pub fn prepare(
     )?;
 
     let mut text = base_config;
-    text.push_str(&cri_tables(&layout, sandbox_image));
+    text.push_str(&cri_tables(
+        &layout,
+        sandbox_image,
+        crate::stack::Stack::selected().containerd2(),
+    ));
     let mut doc = installer_config::parse(&text).map_err(|e| e.to_string())?;
     let version = installer_config::detect_version(&doc).map_err(|e| e.to_string())?;
 
@@ -271,7 +305,8 @@ pub fn prepare(
 
     let candidate = dir.join("config.candidate.toml");
     write(&candidate, &config)?;
-    let dump = Command::new("containerd")
+    let containerd = crate::stack::bin("containerd").map_err(|e| e.to_string())?;
+    let dump = Command::new(containerd)
         .arg("--config")
         .arg(&candidate)
         .args(["config", "dump"])
@@ -358,10 +393,15 @@ mod tests {
 
     #[test]
     fn cri_tables_register_runc_with_its_root_in_the_directory() {
-        let t = cri_tables(&layout(), "localhost/p:1");
-        assert!(t.contains("sandbox_image = \"localhost/p:1\""));
-        assert!(t.contains("Root = \"/tmp/gvh-0123456789ab/runc\""));
-        assert!(t.contains("restrict_oom_score_adj = true"));
-        assert!(t.contains("conf_dir = \"/tmp/gvh-0123456789ab/cni/conf\""));
+        for containerd2 in [false, true] {
+            let t = cri_tables(&layout(), "localhost/p:1", containerd2);
+            assert!(t.contains("\"localhost/p:1\""));
+            assert!(t.contains("Root = \"/tmp/gvh-0123456789ab/runc\""));
+            assert!(t.contains("restrict_oom_score_adj = true"));
+            assert!(t.contains("conf_dir = \"/tmp/gvh-0123456789ab/cni/conf\""));
+        }
+        let v3 = cri_tables(&layout(), "localhost/p:1", true);
+        assert!(v3.contains("[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc]"));
+        assert!(v3.contains("[plugins.\"io.containerd.cri.v1.images\".pinned_images]"));
     }
 }

@@ -42,7 +42,9 @@ pub fn check_merged(dump: &str, handlers: &[Handler]) -> Result<MergedSummary, M
     let disabled = disabled_plugins(&doc);
     let cri_ids: &[&str] = match version {
         ConfigVersion::V2 => &["io.containerd.grpc.v1.cri", "cri"],
-        ConfigVersion::V3 => &["io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri"],
+        ConfigVersion::V3 | ConfigVersion::V4 => {
+            &["io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri"]
+        }
     };
     for id in cri_ids {
         if disabled.iter().any(|d| d == id) {

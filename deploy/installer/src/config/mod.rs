@@ -14,9 +14,14 @@ pub enum ConfigVersion {
     /// containerd 1.x: `version = 2`, runtimes under `plugins."io.containerd.grpc.v1.cri"`.
     /// Imports replace whole plugin sections (the drop-in trap).
     V2,
-    /// containerd 2.x: `version = 3`, runtimes under `plugins."io.containerd.cri.v1.runtime"`.
-    /// Imports are merged deeply.
+    /// containerd 2.0-2.1: `version = 3`, runtimes under
+    /// `plugins."io.containerd.cri.v1.runtime"`. Imports are merged deeply.
     V3,
+    /// containerd 2.2 and later: `version = 4` (what `containerd config dump` and `config
+    /// default` print there), the same CRI layout as version 3; only the server's own
+    /// settings (`[grpc]`, `[ttrpc]`, `[debug]`, `[metrics]`) moved into plugins. containerd
+    /// 2.2+ still reads version 3 files, migrating them.
+    V4,
 }
 
 impl ConfigVersion {
@@ -24,7 +29,7 @@ impl ConfigVersion {
     pub fn cri_runtime_plugin(self) -> &'static str {
         match self {
             ConfigVersion::V2 => "io.containerd.grpc.v1.cri",
-            ConfigVersion::V3 => "io.containerd.cri.v1.runtime",
+            ConfigVersion::V3 | ConfigVersion::V4 => "io.containerd.cri.v1.runtime",
         }
     }
 
@@ -32,6 +37,7 @@ impl ConfigVersion {
         match self {
             ConfigVersion::V2 => 2,
             ConfigVersion::V3 => 3,
+            ConfigVersion::V4 => 4,
         }
     }
 
@@ -50,6 +56,7 @@ impl ConfigVersion {
         match self {
             ConfigVersion::V2 => "version 2 (containerd 1.x)",
             ConfigVersion::V3 => "version 3 (containerd 2.x)",
+            ConfigVersion::V4 => "version 4 (containerd 2.2+)",
         }
     }
 }
@@ -59,7 +66,7 @@ pub enum ConfigError {
     #[error("containerd config is not valid TOML: {0}")]
     Parse(#[from] toml_edit::TomlError),
     #[error(
-        "containerd config version {found} is not supported (need 2 for containerd 1.x or 3 for 2.x); \
+        "containerd config version {found} is not supported (need 2 for containerd 1.x, 3 or 4 for 2.x); \
          a config without `version` is version 1: migrate it with `containerd config migrate`"
     )]
     UnsupportedVersion { found: String },
@@ -79,6 +86,7 @@ pub fn detect_version(doc: &DocumentMut) -> Result<ConfigVersion, ConfigError> {
         Some(item) => match item.as_integer() {
             Some(2) => Ok(ConfigVersion::V2),
             Some(3) => Ok(ConfigVersion::V3),
+            Some(4) => Ok(ConfigVersion::V4),
             Some(n) => Err(ConfigError::UnsupportedVersion {
                 found: n.to_string(),
             }),
@@ -133,6 +141,14 @@ mod tests {
         assert_eq!(
             detect_version(&parse("version = 3\n").unwrap()).unwrap(),
             ConfigVersion::V3
+        );
+        assert_eq!(
+            detect_version(&parse("version = 4\n").unwrap()).unwrap(),
+            ConfigVersion::V4
+        );
+        assert_eq!(
+            ConfigVersion::V4.runtimes_path(),
+            ConfigVersion::V3.runtimes_path()
         );
     }
 

@@ -1,0 +1,258 @@
+//! The current runsc's platform, directfs and rootfs overlay under the hardened policy, side by
+//! side: what the policy README's `[runsc]` defaults rest on. A measurement, not a test: nothing
+//! here asserts a time.
+//!
+//! ```text
+//! cargo build -p containerd-shim-gvisor-hardened --bins
+//! cargo run -p gvisor-hardened-tests --example runsc-modes -- [ROUNDS=7]
+//! ```
+//!
+//! One private containerd with the hardened shim; every variant is a policy file that differs
+//! from the default policy only in `[runsc]` (the current runsc from `hack/deps.sh --print`,
+//! its platform, `directfs`, `overlay`) and in a writable workspace source. Each round runs every
+//! variant once, in an order rotated per round (interleaved, so load drifts hit all variants
+//! alike), and for each:
+//! - start-to-exit: `ctr run --rm IMAGE ID /bin/true`, timed around `ctr`;
+//! - in one sandbox, each step timed inside by busybox `time -p` (10 ms resolution):
+//!   writing 1000 small files into a bind-mounted writable workspace, `ls -la` of it, reading
+//!   them back, `find` over the image's root filesystem, writing 1000 files into the `/tmp`
+//!   scratch tmpfs, removing the workspace files.
+//!
+//! Prints the medians (and min/max) per variant and step, and the host owner of a file each
+//! variant created in the workspace. Needs root.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use gvisor_hardened_tests::stack::Stack;
+use gvisor_hardened_tests::*;
+
+struct Variant {
+    name: &'static str,
+    platform: &'static str,
+    /// `None`: runsc's own default (on for current releases).
+    directfs: Option<bool>,
+    overlay: &'static str,
+}
+
+const VARIANTS: &[Variant] = &[
+    Variant {
+        name: "systrap, directfs on, overlay auto",
+        platform: "systrap",
+        directfs: Some(true),
+        overlay: "auto",
+    },
+    Variant {
+        name: "systrap, directfs off, overlay auto",
+        platform: "systrap",
+        directfs: Some(false),
+        overlay: "auto",
+    },
+    Variant {
+        name: "systrap, directfs on, overlay none",
+        platform: "systrap",
+        directfs: Some(true),
+        overlay: "none",
+    },
+    Variant {
+        name: "systrap, directfs on, overlay root:self",
+        platform: "systrap",
+        directfs: Some(true),
+        overlay: "root:self",
+    },
+    Variant {
+        name: "ptrace, directfs on, overlay auto",
+        platform: "ptrace",
+        directfs: Some(true),
+        overlay: "auto",
+    },
+    Variant {
+        name: "ptrace, directfs off, overlay auto",
+        platform: "ptrace",
+        directfs: Some(false),
+        overlay: "auto",
+    },
+];
+
+const STEPS: &[&str] = &[
+    "start-to-exit (true)",
+    "write 1000 files (workspace bind)",
+    "ls -la (1000 entries, workspace bind)",
+    "read 1000 files (workspace bind)",
+    "find / -xdev (image rootfs)",
+    "write 1000 files (/tmp tmpfs)",
+    "rm 1000 files (workspace bind)",
+];
+
+/// The in-sandbox script: one `step N real SECONDS` line per timed step.
+const SCRIPT: &str = r#"set -e
+t() { n=$1; shift; busybox time -p "$@" 2>/tmp/t >/dev/null || { cat /tmp/t; exit 1; }; echo "step $n $(grep '^real' /tmp/t)"; }
+W='i=0; while [ $i -lt 1000 ]; do echo x > "$0/f$i"; i=$((i+1)); done'
+t 1 sh -c "$W" /work
+t 2 ls -la /work
+t 3 sh -c 'cat /work/f* >/dev/null'
+t 4 find / -xdev
+mkdir /tmp/s
+t 5 sh -c "$W" /tmp/s
+cp /work/f0 /work/owner-probe
+t 6 sh -c 'rm /work/f*'
+"#;
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn write_policy(dir: &Path, i: usize, v: &Variant, runsc: &Path, ws: &Path) -> Result<PathBuf> {
+    let directfs = match v.directfs {
+        Some(on) => format!("[runsc.extra_flags]\ndirectfs = \"{on}\"\n"),
+        None => String::new(),
+    };
+    let text = format!(
+        "version = 1\n\n[audit]\npath = \"{audit}\"\n\n[mounts]\nwritable_sources = [\"{ws}/**\"]\n\n\
+         [runsc]\npath = \"{runsc}\"\nplatform = \"{platform}\"\noverlay = \"{overlay}\"\n{directfs}",
+        audit = dir.join("audit.jsonl").display(),
+        ws = ws.display(),
+        runsc = runsc.display(),
+        platform = v.platform,
+        overlay = v.overlay,
+    );
+    let path = dir.join(format!("variant-{i}.toml"));
+    fs::write(&path, text)?;
+    Ok(path)
+}
+
+fn main() -> Result<()> {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .map(|s| s.parse())
+        .transpose()
+        .context("ROUNDS must be a number")?
+        .unwrap_or(7);
+    let runsc = Stack::Current.binary("runsc")?;
+    let c = Containerd::start(ContainerdOptions::with_shim(shim_binary()?))?;
+    let image = TestImage::ensure()?;
+    c.import(&image)?;
+    let dir = c.dir().join("runsc-modes");
+    let ws_root = dir.join("ws");
+    fs::create_dir_all(&ws_root)?;
+    let mut policies = Vec::new();
+    for (i, v) in VARIANTS.iter().enumerate() {
+        policies.push(write_policy(&dir, i, v, &runsc, &ws_root)?);
+    }
+    println!("runsc: {}", runsc.display());
+    println!(
+        "load before: {}",
+        fs::read_to_string("/proc/loadavg")?.trim()
+    );
+
+    // samples[variant][step]
+    let mut samples: Vec<BTreeMap<usize, Vec<f64>>> = vec![BTreeMap::new(); VARIANTS.len()];
+    let mut owners: BTreeMap<usize, String> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for round in 0..rounds {
+        for k in 0..VARIANTS.len() {
+            let i = (k + round) % VARIANTS.len();
+            let runtime = Runtime::hardened_with_policy(&policies[i]);
+            // Start to exit.
+            let id = unique_id("modes-true");
+            let run = Run::new(image.reference(), &id)
+                .runtime(runtime.clone())
+                .cmd(["/bin/true"]);
+            let t0 = Instant::now();
+            let out = c.run_output(&run)?;
+            let secs = t0.elapsed().as_secs_f64();
+            if out.success() {
+                samples[i].entry(0).or_default().push(secs);
+            } else {
+                failures.push(format!("{}: true: {}", VARIANTS[i].name, out.stderr.trim()));
+            }
+            // The file steps, in a fresh workspace directory.
+            let ws = ws_root.join(format!("r{round}-v{i}"));
+            fs::create_dir_all(&ws)?;
+            fs::set_permissions(&ws, fs::Permissions::from_mode(0o777))?;
+            let id = unique_id("modes-fs");
+            let mount = format!("type=bind,src={},dst=/work,options=rbind:rw", ws.display());
+            let run = Run::new(image.reference(), &id)
+                .runtime(runtime)
+                .flags(["--mount", &mount])
+                .sh(SCRIPT);
+            let out = c.run_output(&run)?;
+            let mut seen = 0;
+            for line in out.stdout.lines() {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if let ["step", n, "real", s] = f.as_slice() {
+                    samples[i].entry(n.parse()?).or_default().push(s.parse()?);
+                    seen += 1;
+                }
+            }
+            if !out.success() || seen != STEPS.len() - 1 {
+                failures.push(format!(
+                    "{}: fs steps: exit {}, stdout {:?}, stderr {:?}",
+                    VARIANTS[i].name,
+                    out.code(),
+                    out.stdout.trim(),
+                    out.stderr.trim()
+                ));
+            }
+            if let Ok(m) = fs::metadata(ws.join("owner-probe")) {
+                owners
+                    .entry(i)
+                    .or_insert_with(|| format!("{}:{}", m.uid(), m.gid()));
+            }
+        }
+        eprintln!("round {} of {rounds} done", round + 1);
+    }
+    println!(
+        "load after: {}",
+        fs::read_to_string("/proc/loadavg")?.trim()
+    );
+    println!();
+    print!("| step |");
+    for v in VARIANTS {
+        print!(" {} |", v.name);
+    }
+    println!();
+    println!("|---|{}", "---|".repeat(VARIANTS.len()));
+    for (s, step) in STEPS.iter().enumerate() {
+        print!("| {step} |");
+        for per in samples.iter_mut() {
+            match per.get_mut(&s) {
+                Some(v) if !v.is_empty() => {
+                    let (lo, hi) = (
+                        v.iter().cloned().fold(f64::MAX, f64::min),
+                        v.iter().cloned().fold(f64::MIN, f64::max),
+                    );
+                    let n = v.len();
+                    print!(" {:.2} s ({lo:.2}-{hi:.2}, n={n}) |", median(v));
+                }
+                _ => print!(" - |"),
+            }
+        }
+        println!();
+    }
+    println!();
+    for (i, owner) in &owners {
+        println!(
+            "host owner of a workspace file, {}: {owner}",
+            VARIANTS[*i].name
+        );
+    }
+    let report = c.shutdown();
+    if !failures.is_empty() {
+        bail!("{} runs failed:\n{}", failures.len(), failures.join("\n"));
+    }
+    if !report.is_clean() {
+        bail!("unclean shutdown: {report}");
+    }
+    Ok(())
+}
