@@ -1,8 +1,10 @@
 //! Pids, stats, update, pause and resume: the sandbox's resources as containerd sees them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use containerd_shim_protos::api::{PidsResponse, StatsResponse, UpdateTaskRequest};
+use containerd_shim_protos::shim::oci::ProcessDetails;
 use containerd_shim_protos::types::task::ProcessInfo;
 use policy_injector::clamp_resources;
 use serde_json::Value;
@@ -15,17 +17,31 @@ use crate::host::SandboxCgroups;
 use crate::process::state::Op;
 
 impl Container {
+    /// The pids inside the sandbox (`runsc ps`); an exec's carries its exec id, as runc's shim
+    /// and gVisor's own attach it (`ctr task ps` shows it). An exec's guest pid is the pid
+    /// `runsc ps` lists for it.
     pub async fn pids(&self) -> Result<PidsResponse> {
         let pids = self.runtime.ps(&self.id).await?;
-        let mut resp = PidsResponse::new();
-        resp.processes = pids
-            .into_iter()
-            .map(|pid| {
-                let mut info = ProcessInfo::new();
-                info.pid = pid;
-                info
-            })
+        let execs: HashMap<u32, String> = self
+            .execs
+            .lock()
+            .await
+            .iter()
+            .filter_map(|(id, p)| Some((u32::try_from(p.guest_pid()?).ok()?, id.clone())))
             .collect();
+        let mut resp = PidsResponse::new();
+        for pid in pids {
+            let mut info = ProcessInfo::new();
+            info.pid = pid;
+            if let Some(exec_id) = execs.get(&pid) {
+                let mut details = ProcessDetails::new();
+                details.exec_id = exec_id.clone();
+                let any = crate::packed::pack(&details)
+                    .map_err(|e| ShimError::Internal(format!("encoding ProcessDetails: {e}")))?;
+                info.info = Some(any).into();
+            }
+            resp.processes.push(info);
+        }
         Ok(resp)
     }
 
@@ -61,12 +77,15 @@ impl Container {
         })?;
         let clamped = clamp_resources(&resources, &self.policy.policy, &self.annotations)?;
         let bytes = serde_json::to_vec(&clamped.resources).expect("json");
-        if !self.runtime.update(&self.id, &bytes).await? {
-            // This runsc has no `update`: the limits go straight into the sandbox's cgroups.
-            let limits = Limits::from_linux_resources(&clamped.resources)
-                .map_err(|e| ShimError::InvalidArgument(e.to_string()))?;
-            self.sandbox_cgroups()?.update(&limits)?;
-        }
+        // The limits go into the sandbox's cgroups first, in an order cgroup v1 accepts (a
+        // higher memory limit after a higher memory+swap limit): `runsc update` (current
+        // releases; 20221219 has none) writes the limit first and fails with EINVAL when the new
+        // one is above the old memory+swap limit (measured: 64m, then 2Gi). It then only tells
+        // the sentry, with the cgroups already at those values.
+        let limits = Limits::from_linux_resources(&clamped.resources)
+            .map_err(|e| ShimError::InvalidArgument(e.to_string()))?;
+        self.sandbox_cgroups()?.update(&limits)?;
+        self.runtime.update(&self.id, &bytes).await?;
         let mut rec = self.record(AuditEvent::Update);
         rec.decisions = Some(&clamped.decisions);
         self.audit_best_effort(&rec);

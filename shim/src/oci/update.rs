@@ -1,7 +1,7 @@
 //! `update --resources FILE|- ID`: the new limits go through the policy again
 //! (`clamp_resources`: never above its ceilings or the container's own tighter annotations),
-//! then to runsc, or straight into the sandbox's cgroups where runsc has no `update`
-//! (20221219), as the shim does.
+//! then into the sandbox's cgroups and to `runsc update` where runsc has one (not 20221219),
+//! as the shim does.
 
 use std::io::Read;
 
@@ -40,16 +40,17 @@ pub async fn run(c: &Opened, source: &Source) -> Result<()> {
         })?;
     let clamped = clamp_resources(&resources, &c.policy, &c.record.annotations)?;
     let bytes = serde_json::to_vec(&clamped.resources).expect("serialises");
+    // Into the sandbox's cgroups first, in an order cgroup v1 accepts, then `runsc update` where
+    // runsc has one (it writes the memory limit before memory+swap, which cgroup v1 refuses
+    // with EINVAL when the limit grows past the old memory+swap: see the shim's update).
+    let limits = Limits::from_linux_resources(&clamped.resources)?;
+    let pid = c
+        .state
+        .sandbox_pid()
+        .ok_or_else(|| OciError::NotRunning(id.clone()))?;
+    update(&SandboxCgroup::of_pid(pid)?, &limits)?;
     match c.runsc.update(id, &bytes).await {
-        Ok(()) => {}
-        Err(RunscError::Unsupported(_)) => {
-            let limits = Limits::from_linux_resources(&clamped.resources)?;
-            let pid = c
-                .state
-                .sandbox_pid()
-                .ok_or_else(|| OciError::NotRunning(id.clone()))?;
-            update(&SandboxCgroup::of_pid(pid)?, &limits)?;
-        }
+        Ok(()) | Err(RunscError::Unsupported(_)) => {}
         Err(e) => return Err(not_running(e, id)),
     }
     let mut rec = AuditRecord::new(AuditEvent::Update, &c.record.subject);
