@@ -8,6 +8,10 @@ source "$(dirname "$0")/lib.sh"
 require_root
 ensure_packages
 ensure_rust
+# containerd 2.x and a current runsc (hack/deps.sh); GVH_STACK=compat runs it on Debian's
+# containerd 1.6 and runsc 20221219 instead.
+ensure_stack
+trap 'rm -f "$GVH_DEPS"' EXIT
 cd "$REPO_ROOT"
 log "building the shim and policy-injector (release)"
 cargo build --release -p containerd-shim-gvisor-hardened -p policy-injector --features policy-injector/cli

@@ -74,6 +74,34 @@ ensure_rust() {
   fi
 }
 
+# Go, for hack/deps.sh's builds of the current stack: the machine's (these machines carry Go
+# 1.26 at /usr/local/go), at least the version hack/versions.env's modules need. Debian's
+# golang-go (1.19) is too old for them and is not a fallback.
+ensure_go() {
+  if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+    export PATH="/usr/local/go/bin:$PATH"
+  fi
+  command -v go >/dev/null 2>&1 \
+    || die "Go 1.26 or newer is needed to build the current stack (hack/deps.sh); install it at /usr/local/go"
+  local v
+  v="$(go env GOVERSION)"
+  case "$v" in
+    go1.2[6-9]* | go1.[3-9][0-9]* | go[2-9]*) ;;
+    *) die "Go $v is too old for hack/deps.sh's modules (need 1.26 or newer)" ;;
+  esac
+}
+
+# The current stack (containerd 2.x, runsc, nerdctl, crictl), built into its cache outside the
+# checkout when missing, and the `name=/path` lines of both stacks in the file named by
+# GVH_DEPS (exported: the test harness and the demo read it instead of running deps.sh in every
+# test process).
+ensure_stack() {
+  ensure_go
+  export GVH_DEPS="${GVH_DEPS:-/tmp/gvh-deps.$$}"
+  log "the current stack (hack/deps.sh; a cold build takes minutes, a warm one a second)"
+  "$HACK_DIR/deps.sh" --print >"$GVH_DEPS"
+}
+
 # Python packages for the manifest checks and the audit-record schema test (jsonschema).
 ensure_python_tools() {
   if ! python3 -c 'import kubernetes_validate, jsonschema' 2>/dev/null; then

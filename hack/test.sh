@@ -8,6 +8,8 @@ require_root
 ensure_packages
 ensure_engines
 ensure_rust
+ensure_stack
+trap 'rm -f "$GVH_DEPS"' EXIT
 # Before the tests: the audit-record schema test validates with Python's jsonschema.
 ensure_python_tools
 cd "$REPO_ROOT"
@@ -23,12 +25,26 @@ log "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
 log "build"
 cargo build --workspace --bins "${features[@]}"
-log "tests (unit, integration, end to end, the attack catalogue)"
+# Two stacks (tests/src/stack.rs): everything on the current one (containerd 2.x, a current
+# runsc), then the core path on Debian's (containerd 1.6, runsc 20221219), the compatibility
+# stack: a ctr lifecycle, a CRI pod, egress, the Docker path and the attack table's spec-level
+# category.
+log "tests on the current stack (unit, integration, end to end, the attack catalogue)"
 redteam="$(mktemp /tmp/gvh-redteam.XXXXXX)"
-trap 'rm -f "$redteam"' EXIT
-GVH_REDTEAM_OUT="$redteam" cargo test --workspace --no-fail-fast "${features[@]}"
-log "red-team table"
+trap 'rm -f "$redteam" "$GVH_DEPS"' EXIT
+GVH_STACK=current GVH_REDTEAM_OUT="$redteam" cargo test --workspace --no-fail-fast "${features[@]}"
+log "red-team table (current stack)"
 "$REPO_ROOT/hack/redteam.sh" --results "$redteam"
+log "the core path on the compatibility stack (containerd 1.6, runsc 20221219)"
+compat_redteam="$(mktemp /tmp/gvh-redteam-compat.XXXXXX)"
+trap 'rm -f "$redteam" "$compat_redteam" "$GVH_DEPS"' EXIT
+GVH_STACK=compat cargo test -p gvisor-hardened-tests --no-fail-fast "${features[@]}" \
+  --test shim_smoke --test shim_task_api --test cri_hardened --test egress_shim \
+  --test docker_engine
+GVH_STACK=compat GVH_REDTEAM_OUT="$compat_redteam" \
+  cargo test -p gvisor-hardened-tests "${features[@]}" --test attacks -- spec_smuggling
+log "red-team table, spec-level category (compatibility stack)"
+"$REPO_ROOT/hack/redteam.sh" --results "$compat_redteam"
 log "fuzzing, bounded (policy parser and harden)"
 "$REPO_ROOT/hack/fuzz.sh" 60
 log "Kubernetes manifests (kustomize render, kubernetes-validate 1.30-1.37, own checks)"

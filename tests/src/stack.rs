@@ -165,3 +165,10 @@ pub fn path_env() -> Result<OsString> {
 pub fn bin(name: &str) -> Result<PathBuf> {
     Stack::selected().binary(name)
 }
+
+/// The kernel release gVisor's sentry reports in `uname`: `4.4.0` up to runsc 20221219,
+/// `4.19.0-gvisor` in current releases. A test that checks it is gVisor answering (not the
+/// host's kernel) takes either, on either stack.
+pub fn is_gvisor_release(release: &str) -> bool {
+    release == "4.4.0" || release.ends_with("-gvisor")
+}

@@ -90,7 +90,12 @@ fn default_policy_holds_from_inside_the_sandbox() {
     assert_eq!(connect.errno(), Some("EHOSTUNREACH"), "{connect:?}");
     assert!(net.ns_tcp_untouched(), "{target} accepted a connection");
     // gVisor's kernel answers, not the host's.
-    assert_eq!(uname.field("release"), Some("4.4.0"), "{uname:?}");
+    assert!(
+        uname
+            .field("release")
+            .is_some_and(gvisor_hardened_tests::stack::is_gvisor_release),
+        "{uname:?}"
+    );
     assert_nothing_left(&c, &id, &Runtime::hardened());
     assert_clean_shutdown(c);
 }
