@@ -258,11 +258,11 @@ const PLANTED: &[u8] = b"\
 [alias] st = !sh
 [uploadpack] packObjectsHook = x
 [protocol \"ext\"] allow = always
-[url \"ext::sh -c x\"] insteadOf = https://
-[http] proxy = http://evil
+[url \"ext::sh -c x\"] insteadOf = https://mirror.example.test/
+[http] proxy = http://proxy.example.test
 [extensions] worktreeConfig = true
 [remote \"origin\"]
-\turl = https://github.com/o/r.git
+\turl = https://git.example.test/o/r.git
 \tuploadpack = x
 \treceivepack = x
 \tvcs = x
@@ -387,7 +387,7 @@ fn changes_made_by_real_git_commands_are_carried_as_git_sees_them() {
     let config = |repo: &Path| repo.join(".git/config");
 
     git_ok(&git, top, &["init", "-q", "-b", "main", "host"]);
-    in_host(&["remote", "add", "origin", "https://github.com/o/r.git"]);
+    in_host(&["remote", "add", "origin", "https://git.example.test/o/r.git"]);
     in_host(&["config", "branch.main.remote", "origin"]);
     in_host(&["config", "branch.main.merge", "refs/heads/main"]);
     let seed = std::fs::read(config(&host_repo)).unwrap();
@@ -395,7 +395,7 @@ fn changes_made_by_real_git_commands_are_carried_as_git_sees_them() {
     // The sandbox's private copy, edited by git itself.
     git_ok(&git, top, &["init", "-q", "-b", "main", "sandbox"]);
     std::fs::write(config(&sandbox_repo), &seed).unwrap();
-    in_sandbox(&["remote", "add", "fork", "git@github.com:me/r.git"]);
+    in_sandbox(&["remote", "add", "fork", "git@git.example.test:me/r.git"]);
     in_sandbox(&["remote", "remove", "origin"]);
     in_sandbox(&["config", "branch.main.description", "agent's work\nline 2"]);
     in_sandbox(&["config", "core.fsmonitor", "sh -c x"]);
@@ -420,7 +420,7 @@ fn changes_made_by_real_git_commands_are_carried_as_git_sees_them() {
             .collect()
     };
     let fetch = "+refs/heads/*:refs/remotes/fork/*";
-    assert_eq!(get("remote.fork.url"), ["git@github.com:me/r.git"]);
+    assert_eq!(get("remote.fork.url"), ["git@git.example.test:me/r.git"]);
     assert_eq!(get("remote.fork.fetch"), [fetch]);
     assert!(get("remote.origin.url").is_empty());
     assert!(get("branch.main.remote").is_empty(), "untracked");

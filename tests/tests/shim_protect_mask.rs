@@ -9,18 +9,18 @@ fn protected_paths_stay_read_only_and_masked_files_read_empty_in_a_writable_bind
     let image = TestImage::ensure().unwrap();
     c.import(&image).unwrap();
     let project = c.dir().join("project");
-    std::fs::create_dir_all(project.join(".git/hooks")).unwrap();
+    std::fs::create_dir_all(project.join(".githooks")).unwrap();
     std::fs::write(project.join(".env"), "API_KEY=s3cr3t\n").unwrap();
     // The sandbox runs as nobody: permissions must not be what refuses the writes.
     use std::os::unix::fs::PermissionsExt;
-    for dir in [project.clone(), project.join(".git/hooks")] {
+    for dir in [project.clone(), project.join(".githooks")] {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     }
     let policy = c.dir().join("protect.toml");
     std::fs::write(
         &policy,
         format!(
-            "[mounts]\nwritable_sources = [{:?}]\nprotect = [\".git/hooks\"]\nmask = [\"**/.env\"]\n[audit]\npath = {:?}\n",
+            "[mounts]\nwritable_sources = [{:?}]\nprotect = [\".githooks\"]\nmask = [\"**/.env\"]\n[audit]\npath = {:?}\n",
             format!("{}/**", project.display()),
             c.dir().join("audit.jsonl").display().to_string()
         ),
@@ -36,7 +36,7 @@ fn protected_paths_stay_read_only_and_masked_files_read_empty_in_a_writable_bind
             &Run::new(image.reference(), &id)
                 .runtime(Runtime::hardened_with_policy(&policy))
                 .flags(["--mount", &mount])
-                .sh("sandbox-probe write /w/new; sandbox-probe write /w/.git/hooks/post-checkout; wc -c < /w/.env"),
+                .sh("sandbox-probe write /w/new; sandbox-probe write /w/.githooks/post-checkout; wc -c < /w/.env"),
         )
         .unwrap();
     assert_eq!(out.code(), 0, "{out}");
@@ -51,7 +51,7 @@ fn protected_paths_stay_read_only_and_masked_files_read_empty_in_a_writable_bind
         "{out}"
     );
     assert_eq!(lines[2].trim(), "0", "{out}");
-    assert!(!project.join(".git/hooks/post-checkout").exists());
+    assert!(!project.join(".githooks/post-checkout").exists());
     let audit = std::fs::read_to_string(c.dir().join("audit.jsonl")).unwrap();
     assert!(
         audit.contains("masked") && audit.contains(".env"),
