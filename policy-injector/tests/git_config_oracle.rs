@@ -387,7 +387,12 @@ fn changes_made_by_real_git_commands_are_carried_as_git_sees_them() {
     let config = |repo: &Path| repo.join(".git/config");
 
     git_ok(&git, top, &["init", "-q", "-b", "main", "host"]);
-    in_host(&["remote", "add", "origin", "https://git.example.test/o/r.git"]);
+    in_host(&[
+        "remote",
+        "add",
+        "origin",
+        "https://git.example.test/o/r.git",
+    ]);
     in_host(&["config", "branch.main.remote", "origin"]);
     in_host(&["config", "branch.main.merge", "refs/heads/main"]);
     let seed = std::fs::read(config(&host_repo)).unwrap();

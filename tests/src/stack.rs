@@ -143,7 +143,7 @@ fn make_bin_dir(stack: Stack) -> Result<PathBuf> {
     fs::create_dir_all(&bin).map_err(|e| HarnessError::io("creating", &bin, e))?;
     for (name, target) in targets {
         std::os::unix::fs::symlink(&target, bin.join(name))
-            .map_err(|e| HarnessError::io("linking", &bin.join(name), e))?;
+            .map_err(|e| HarnessError::io("linking", bin.join(name), e))?;
     }
     // Another test process may have made it meanwhile: theirs is the same.
     if fs::rename(&tmp, &dir).is_err() {
