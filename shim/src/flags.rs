@@ -17,6 +17,8 @@ pub enum Action {
     Serve,
     /// `-v` / `--version`.
     Version,
+    /// `-info` (containerd 2.x): read the runtime options on stdin, print a RuntimeInfo.
+    Info,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +57,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Flags, FlagsErr
         action: Action::Serve,
     };
     let mut version = false;
+    let mut info = false;
     let mut positional = Vec::new();
     let mut args = args
         .into_iter()
@@ -90,12 +93,16 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Flags, FlagsErr
             "socket" => flags.socket = value("socket")?,
             "debug" => flags.debug = inline.as_deref().map(|v| v != "false").unwrap_or(true),
             "v" | "version" => version = true,
+            // A boolean flag, as in containerd's shim package: `-info`, `-info=true`.
+            "info" => info = inline.as_deref().map(|v| v != "false").unwrap_or(true),
             _ => return Err(FlagsError::Unknown(arg)),
         }
     }
 
     flags.action = match positional.first().map(String::as_str) {
+        // containerd's shim package checks -v, then -info, before looking at the action.
         _ if version => Action::Version,
+        _ if info => Action::Info,
         None => Action::Serve,
         Some("start") => Action::Start,
         Some("delete") => Action::Delete,
@@ -151,6 +158,19 @@ mod tests {
     #[test]
     fn version_flag_wins_over_action() {
         assert_eq!(p(&["-v"]).unwrap().action, Action::Version);
+    }
+
+    #[test]
+    fn containerd_2_info_invocation_parses() {
+        // containerd 2.x runs `<shim> -info` with no other argument.
+        assert_eq!(p(&["-info"]).unwrap().action, Action::Info);
+        assert_eq!(p(&["--info=true"]).unwrap().action, Action::Info);
+        assert_eq!(p(&["-info=false"]).unwrap().action, Action::Serve);
+        assert_eq!(p(&["-info", "-v"]).unwrap().action, Action::Version);
+        assert_eq!(
+            p(&["-info", "-id", "x", "start"]).unwrap().action,
+            Action::Info
+        );
     }
 
     #[test]

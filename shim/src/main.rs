@@ -1,12 +1,13 @@
 //! containerd-shim-gvisor-hardened-v1: containerd's runtime `io.containerd.gvisor-hardened.v1`.
 //!
 //! Every task runs under gVisor's runsc, and every spec is hardened by policy-injector before
-//! runsc sees it. The binary has three modes, chosen by containerd's argv: `start` (launch or
-//! reuse the pod's server), `delete` (clean up after a dead shim), and the server itself.
+//! runsc sees it. The binary has four modes, chosen by containerd's argv: `start` (launch or
+//! reuse the pod's server), `delete` (clean up after a dead shim), `-info` (containerd 2.x asks
+//! what the runtime supports), and the server itself.
 
 use std::process::ExitCode;
 
-use containerd_shim_gvisor_hardened::actions::{delete, start};
+use containerd_shim_gvisor_hardened::actions::{delete, info, start};
 use containerd_shim_gvisor_hardened::{flags, server};
 
 use containerd_shim_protos::protobuf::Message;
@@ -22,11 +23,14 @@ fn main() -> ExitCode {
     let result = match flags.action {
         flags::Action::Version => {
             println!(
-                "containerd-shim-gvisor-hardened-v1 {} (runtime io.containerd.gvisor-hardened.v1)",
-                env!("CARGO_PKG_VERSION")
+                "containerd-shim-gvisor-hardened-v1 {} (runtime {})",
+                env!("CARGO_PKG_VERSION"),
+                info::RUNTIME_NAME
             );
             Ok(())
         }
+        flags::Action::Info => info::run(std::io::stdin().lock())
+            .and_then(|bytes| start::reply(&bytes).map_err(Into::into)),
         flags::Action::Start => start::run(&flags)
             .map_err(anyhow::Error::from)
             .and_then(|reply| start::reply(&reply).map_err(Into::into)),

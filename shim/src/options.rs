@@ -26,6 +26,16 @@ pub enum OptionsError {
     Malformed(String),
 }
 
+/// Whether `any` is the options type the shim reads (not one it accepts and ignores).
+pub fn is_read_by_the_shim(any: &Any) -> bool {
+    type_name(any) == RUNTIME_OPTIONS
+}
+
+/// The message name of a type url, with or without its `types.containerd.io/` prefix.
+fn type_name(any: &Any) -> &str {
+    any.type_url.rsplit('/').next().unwrap_or_default()
+}
+
 /// Decodes the options; `None` or an empty Any means "no options".
 pub fn decode(any: Option<&Any>) -> Result<RuntimeOptions, OptionsError> {
     let Some(any) = any else {
@@ -34,7 +44,7 @@ pub fn decode(any: Option<&Any>) -> Result<RuntimeOptions, OptionsError> {
     if any.type_url.is_empty() && any.value.is_empty() {
         return Ok(RuntimeOptions::default());
     }
-    let name = any.type_url.rsplit('/').next().unwrap_or_default();
+    let name = type_name(any);
     if RUNC_OPTIONS.contains(&name) {
         return Ok(RuntimeOptions::default());
     }
@@ -140,6 +150,22 @@ mod tests {
     fn runc_options_carry_no_policy() {
         let a = any("containerd.runc.v1.Options", vec![0x08, 0x01]);
         assert_eq!(decode(Some(&a)).unwrap().config_path, None);
+    }
+
+    #[test]
+    fn only_runtime_options_are_read_by_the_shim() {
+        assert!(is_read_by_the_shim(&any(
+            "runtimeoptions.v1.Options",
+            vec![]
+        )));
+        assert!(is_read_by_the_shim(&any(
+            "types.containerd.io/runtimeoptions.v1.Options",
+            vec![]
+        )));
+        assert!(!is_read_by_the_shim(&any(
+            "containerd.runc.v1.Options",
+            vec![]
+        )));
     }
 
     #[test]

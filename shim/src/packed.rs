@@ -14,6 +14,7 @@ use containerd_shim_protos::events::task::{
 };
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::Message;
+use containerd_shim_protos::shim::oci::ProcessDetails;
 
 /// A message with the fully qualified protobuf name containerd looks it up by.
 pub trait Named: Message {
@@ -40,6 +41,7 @@ named! {
     TaskResumed => "containerd.events.TaskResumed",
     cgroups_v1::Metrics => "io.containerd.cgroups.v1.Metrics",
     cgroups_v2::Metrics => "io.containerd.cgroups.v2.Metrics",
+    ProcessDetails => "containerd.runc.v1.ProcessDetails",
 }
 
 /// `message` encoded into an `Any` typed `M::TYPE_NAME`.
@@ -72,6 +74,7 @@ mod tests {
         name_matches_descriptor::<TaskResumed>();
         name_matches_descriptor::<cgroups_v1::Metrics>();
         name_matches_descriptor::<cgroups_v2::Metrics>();
+        name_matches_descriptor::<ProcessDetails>();
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use containerd_shim_protos::ttrpc::r#async::transport::Listener;
@@ -18,6 +19,11 @@ use crate::host::linux::LinuxHost;
 use crate::reaper::Reaper;
 use crate::runtime::runsc::RunscFactory;
 use crate::service::Shim;
+
+/// How long an exiting shim waits for containerd to answer the events still queued. containerd
+/// answers within milliseconds when it is up; when it is not (a SIGTERM while it restarts), the
+/// events would be lost anyway and the shim must not linger.
+const FLUSH_EVENTS_ON_EXIT: Duration = Duration::from_secs(5);
 
 fn listener(flags: &Flags) -> anyhow::Result<(UnixListener, Option<PathBuf>)> {
     if let Ok(fd) = std::env::var(LISTEN_FD_ENV) {
@@ -60,9 +66,10 @@ pub async fn serve(flags: Flags) -> anyhow::Result<()> {
     let events = ContainerdSink::connect(&ttrpc_address, flags.namespace.clone())
         .await
         .map_err(|e| anyhow::anyhow!("connecting to containerd events at {ttrpc_address}: {e}"))?;
+    let events = Arc::new(events);
     let shim = Arc::new(Shim::new(ShimEnv {
         namespace: flags.namespace.clone(),
-        events: Arc::new(events),
+        events: events.clone(),
         runtimes: Arc::new(RunscFactory::new(reaper)),
         host: Arc::new(LinuxHost),
         node_policy: PathBuf::from(crate::policy_source::NODE_POLICY_PATH),
@@ -90,9 +97,17 @@ pub async fn serve(flags: Flags) -> anyhow::Result<()> {
             shim.terminate_all().await;
         }
     }
+    // Calls under way finish first (they may publish), then what they published is delivered.
+    // containerd runs the `delete` action as soon as the connection closes: the socket goes
+    // before the wait for events, so that action does not find it half gone.
     let _ = server.shutdown().await;
     if let Some(path) = socket_path {
         let _ = std::fs::remove_file(path);
+    }
+    if !events.flush(FLUSH_EVENTS_ON_EXIT).await {
+        log::error!(
+            "events still unanswered by containerd after {FLUSH_EVENTS_ON_EXIT:?}; exiting without them"
+        );
     }
     Ok(())
 }

@@ -26,11 +26,16 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
     };
     crate::logger::init(Path::new("/nonexistent"), &flags.namespace, flags.debug);
     let state = BundleState::read(&bundle);
+    // The pid containerd knows the task by: it goes into the TaskExit and TaskDelete containerd
+    // publishes for the dead shim, as for runc's shim. Read before the shim files go.
+    let init_pid = crate::runsc::client::read_pid_file(&bundle.join(bundle::INIT_PID_FILE))
+        .ok()
+        .and_then(|pid| u32::try_from(pid).ok());
     let mut problems = Vec::new();
     if let Some(state) = &state {
         // --force kills a sandbox that still runs; a missing container is already clean.
         let args = crate::runsc::command::argv(
-            &crate::runsc::flags::GlobalFlags::new(&state.runsc_root),
+            &crate::runsc::flags::GlobalFlags::for_cleanup(&state.runsc_root),
             &crate::runsc::command::Subcommand::Delete {
                 id: flags.id.clone(),
                 force: true,
@@ -64,8 +69,13 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
     );
     let socket = Path::new(address.trim_start_matches("unix://"));
     if socket.exists() && std::os::unix::net::UnixStream::connect(socket).is_err() {
-        if let Err(e) = std::fs::remove_file(socket) {
-            problems.push(format!("socket {}: {e}", socket.display()));
+        match std::fs::remove_file(socket) {
+            // containerd 2.x runs this action after every shim exit, also a clean one: the
+            // exiting shim removes its own socket at the same time.
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                problems.push(format!("socket {}: {e}", socket.display()));
+            }
+            _ => {}
         }
     }
     if let Err(e) = LinuxHost.unmount_rootfs(&bundle.join("rootfs")) {
@@ -101,6 +111,7 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
         problems.join("; ")
     );
     let mut resp = DeleteResponse::new();
+    resp.pid = init_pid.unwrap_or_default();
     resp.exit_status = ExitStatus::killed().containerd_code();
     resp.exited_at = Some(crate::events::timestamp(SystemTime::now())).into();
     Ok(resp)

@@ -133,6 +133,20 @@ impl Runsc {
         Ok(Features::parse(&flags, &help, &platforms))
     }
 
+    /// The binary's OCI runtime features document (`runsc features`, runtime-spec
+    /// `features.md`). Releases without the subcommand (20221219) fail as for any unknown one.
+    pub async fn oci_features(
+        binary: &Path,
+        reaper: &Reaper,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, RunscError> {
+        let sub = Subcommand::Features;
+        let mut cmd = Command::new(binary);
+        cmd.args(sub.to_args());
+        let out = checked(&sub, run_piped(reaper, cmd, None, timeout, &sub).await?)?;
+        parse_json(sub.name(), &out)
+    }
+
     /// A client for `binary` with the flags the policy wants, reconciled with what the binary
     /// supports (fails closed, see [`Features::reconcile`]).
     pub fn new(

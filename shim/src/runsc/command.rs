@@ -76,6 +76,9 @@ pub enum Subcommand {
     Help {
         topic: Option<String>,
     },
+    /// `features`: the OCI runtime features document (JSON on stdout). Only in releases that
+    /// have it (20221219 has not).
+    Features,
 }
 
 impl Subcommand {
@@ -96,6 +99,7 @@ impl Subcommand {
             Subcommand::Update { .. } => "update",
             Subcommand::Flags => "flags",
             Subcommand::Help { .. } => "help",
+            Subcommand::Features => "features",
         }
     }
 
@@ -114,7 +118,7 @@ impl Subcommand {
             | Subcommand::Resume { id }
             | Subcommand::Wait { id, .. }
             | Subcommand::Update { id } => Some(id),
-            Subcommand::Flags | Subcommand::Help { .. } => None,
+            Subcommand::Flags | Subcommand::Help { .. } | Subcommand::Features => None,
         }
     }
 
@@ -202,7 +206,7 @@ impl Subcommand {
                 args.value("resources", "-");
                 args.word(id);
             }
-            Subcommand::Flags => {}
+            Subcommand::Flags | Subcommand::Features => {}
             Subcommand::Help { topic } => {
                 if let Some(topic) = topic {
                     args.word(topic);
@@ -392,8 +396,9 @@ mod tests {
     }
 
     #[test]
-    fn flags_and_help_args() {
+    fn flags_help_and_features_args() {
         assert_eq!(sub(Subcommand::Flags), ["flags"]);
+        assert_eq!(sub(Subcommand::Features), ["features"]);
         assert_eq!(sub(Subcommand::Help { topic: None }), ["help"]);
         assert_eq!(
             sub(Subcommand::Help {
@@ -416,6 +421,9 @@ mod tests {
                 "--oci-seccomp",
                 "--net-raw=false",
                 "--host-uds=none",
+                "--host-fifo=none",
+                "--character-device-policy=emulated-only",
+                "--directfs=false",
                 "start",
                 "c"
             ]

@@ -49,3 +49,25 @@ async fn an_update_is_clamped_by_the_policy_and_written_to_the_sandbox_cgroups()
     assert_eq!(bed.audit_events("c1").last().unwrap(), "update");
     bed.kill_delete_and_check("c1").await;
 }
+
+#[tokio::test]
+async fn pids_name_the_exec_each_guest_pid_belongs_to() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    bed.shim
+        .exec(super::exec::exec_request("c1", "e1", 0))
+        .await
+        .unwrap();
+    bed.shim.start("c1", "e1").await.unwrap();
+    let pids = bed.shim.pids("c1").await.unwrap().processes;
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert_eq!(pids[0].pid, 1);
+    assert!(pids[0].info.is_none(), "the init carries no details");
+    let any = pids[1].info.as_ref().expect("the exec's details");
+    assert_eq!(any.type_url, "containerd.runc.v1.ProcessDetails");
+    use containerd_shim_protos::protobuf::Message;
+    let details =
+        containerd_shim_protos::shim::oci::ProcessDetails::parse_from_bytes(&any.value).unwrap();
+    assert_eq!(details.exec_id, "e1");
+    bed.kill_delete_and_check("c1").await;
+}
