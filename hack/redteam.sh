@@ -38,7 +38,7 @@ awk -F'\t' -v status="$run_status" '
   BEGIN {
     order["filesystem"] = 1; order["privileges"] = 2; order["resources"] = 3
     order["network"] = 4; order["secrets"] = 5; order["spec-smuggling"] = 6
-    order["docker-engine"] = 7; order["egress"] = 8
+    order["docker-engine"] = 7; order["egress"] = 8; order["runsc-flags"] = 9
   }
   $1 == "GVH-REDTEAM" {
     # A "|" inside a cell would end it in Markdown.

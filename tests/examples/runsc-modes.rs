@@ -15,8 +15,8 @@
 //! - start-to-exit: `ctr run --rm IMAGE ID /bin/true`, timed around `ctr`;
 //! - in one sandbox, each step timed inside by busybox `time -p` (10 ms resolution):
 //!   writing 1000 small files into a bind-mounted writable workspace, `ls -la` of it, reading
-//!   them back, `find` over the image's root filesystem, writing 1000 files into the `/tmp`
-//!   scratch tmpfs, removing the workspace files.
+//!   them back, `cp -r` of them within the workspace, writing 1000 files into the `/tmp` scratch
+//!   tmpfs, removing the workspace files.
 //!
 //! Prints the medians (and min/max) per variant and step, and the host owner of a file each
 //! variant created in the workspace. Needs root.
@@ -34,48 +34,101 @@ use gvisor_hardened_tests::*;
 struct Variant {
     name: &'static str,
     platform: &'static str,
-    /// `None`: runsc's own default (on for current releases).
+    /// `None`: runsc's own default (on for current releases; 20221219 has no directfs).
     directfs: Option<bool>,
     overlay: &'static str,
+    /// Debian's runsc 20221219 instead of the current one.
+    old_runsc: bool,
+    /// Plain runc through containerd's runc shim (no policy, no gVisor): the floor.
+    runc: bool,
+    /// `[root] readonly = false`: the root filesystem takes writes (into the overlay).
+    writable_root: bool,
+}
+
+const fn hardened(
+    name: &'static str,
+    platform: &'static str,
+    directfs: Option<bool>,
+    overlay: &'static str,
+) -> Variant {
+    Variant {
+        name,
+        platform,
+        directfs,
+        overlay,
+        old_runsc: false,
+        runc: false,
+        writable_root: false,
+    }
+}
+
+const fn writable_root(name: &'static str, overlay: &'static str) -> Variant {
+    Variant {
+        writable_root: true,
+        ..hardened(name, "systrap", Some(true), overlay)
+    }
 }
 
 const VARIANTS: &[Variant] = &[
+    hardened(
+        "systrap, directfs on, overlay auto",
+        "systrap",
+        Some(true),
+        "auto",
+    ),
+    hardened(
+        "systrap, directfs off, overlay auto",
+        "systrap",
+        Some(false),
+        "auto",
+    ),
+    hardened(
+        "systrap, directfs on, overlay none",
+        "systrap",
+        Some(true),
+        "none",
+    ),
+    hardened(
+        "systrap, directfs on, overlay root:self",
+        "systrap",
+        Some(true),
+        "root:self",
+    ),
+    hardened(
+        "ptrace, directfs on, overlay auto",
+        "ptrace",
+        Some(true),
+        "auto",
+    ),
+    hardened(
+        "ptrace, directfs off, overlay auto",
+        "ptrace",
+        Some(false),
+        "auto",
+    ),
     Variant {
-        name: "systrap, directfs on, overlay auto",
-        platform: "systrap",
-        directfs: Some(true),
-        overlay: "auto",
-    },
-    Variant {
-        name: "systrap, directfs off, overlay auto",
-        platform: "systrap",
-        directfs: Some(false),
-        overlay: "auto",
-    },
-    Variant {
-        name: "systrap, directfs on, overlay none",
-        platform: "systrap",
-        directfs: Some(true),
-        overlay: "none",
-    },
-    Variant {
-        name: "systrap, directfs on, overlay root:self",
-        platform: "systrap",
-        directfs: Some(true),
-        overlay: "root:self",
-    },
-    Variant {
-        name: "ptrace, directfs on, overlay auto",
+        name: "runsc 20221219 (ptrace, gofer)",
         platform: "ptrace",
-        directfs: Some(true),
+        directfs: None,
         overlay: "auto",
+        old_runsc: true,
+        runc: false,
+        writable_root: false,
     },
     Variant {
-        name: "ptrace, directfs off, overlay auto",
-        platform: "ptrace",
-        directfs: Some(false),
+        name: "runc (no sandbox)",
+        platform: "",
+        directfs: None,
         overlay: "auto",
+        old_runsc: false,
+        runc: true,
+        writable_root: false,
     },
+    writable_root("systrap, directfs on, writable root, overlay auto", "auto"),
+    writable_root(
+        "systrap, directfs on, writable root, overlay root:self",
+        "root:self",
+    ),
 ];
 
 const STEPS: &[&str] = &[
@@ -83,23 +136,25 @@ const STEPS: &[&str] = &[
     "write 1000 files (workspace bind)",
     "ls -la (1000 entries, workspace bind)",
     "read 1000 files (workspace bind)",
-    "find / -xdev (image rootfs)",
+    "cp -r 1000 files (workspace bind)",
     "write 1000 files (/tmp tmpfs)",
-    "rm 1000 files (workspace bind)",
+    "rm -r 2000 files (workspace bind)",
+    "write 1000 files (root filesystem; writable-root variants)",
 ];
 
 /// The in-sandbox script: one `step N real SECONDS` line per timed step.
 const SCRIPT: &str = r#"set -e
 t() { n=$1; shift; busybox time -p "$@" 2>/tmp/t >/dev/null || { cat /tmp/t; exit 1; }; echo "step $n $(grep '^real' /tmp/t)"; }
 W='i=0; while [ $i -lt 1000 ]; do echo x > "$0/f$i"; i=$((i+1)); done'
-t 1 sh -c "$W" /work
-t 2 ls -la /work
-t 3 sh -c 'cat /work/f* >/dev/null'
-t 4 find / -xdev
-mkdir /tmp/s
+mkdir /work/a /tmp/s
+t 1 sh -c "$W" /work/a
+t 2 ls -la /work/a
+t 3 sh -c 'cat /work/a/* >/dev/null'
+t 4 cp -r /work/a /work/b
 t 5 sh -c "$W" /tmp/s
-cp /work/f0 /work/owner-probe
-t 6 sh -c 'rm /work/f*'
+cp /work/a/f0 /work/owner-probe
+t 6 rm -r /work/a /work/b
+if mkdir /srv/w 2>/dev/null; then t 7 sh -c "$W" /srv/w; fi
 "#;
 
 fn median(v: &mut [f64]) -> f64 {
@@ -117,8 +172,13 @@ fn write_policy(dir: &Path, i: usize, v: &Variant, runsc: &Path, ws: &Path) -> R
         Some(on) => format!("[runsc.extra_flags]\ndirectfs = \"{on}\"\n"),
         None => String::new(),
     };
+    let root = if v.writable_root {
+        "[root]\nreadonly = false\n\n"
+    } else {
+        ""
+    };
     let text = format!(
-        "version = 1\n\n[audit]\npath = \"{audit}\"\n\n[mounts]\nwritable_sources = [\"{ws}/**\"]\n\n\
+        "version = 1\n\n{root}[audit]\npath = \"{audit}\"\n\n[mounts]\nwritable_sources = [\"{ws}/**\"]\n\n\
          [runsc]\npath = \"{runsc}\"\nplatform = \"{platform}\"\noverlay = \"{overlay}\"\n{directfs}",
         audit = dir.join("audit.jsonl").display(),
         ws = ws.display(),
@@ -139,6 +199,7 @@ fn main() -> Result<()> {
         .context("ROUNDS must be a number")?
         .unwrap_or(7);
     let runsc = Stack::Current.binary("runsc")?;
+    let old_runsc = Stack::Compat.binary("runsc")?;
     let c = Containerd::start(ContainerdOptions::with_shim(shim_binary()?))?;
     let image = TestImage::ensure()?;
     c.import(&image)?;
@@ -147,9 +208,10 @@ fn main() -> Result<()> {
     fs::create_dir_all(&ws_root)?;
     let mut policies = Vec::new();
     for (i, v) in VARIANTS.iter().enumerate() {
-        policies.push(write_policy(&dir, i, v, &runsc, &ws_root)?);
+        let binary = if v.old_runsc { &old_runsc } else { &runsc };
+        policies.push(write_policy(&dir, i, v, binary, &ws_root)?);
     }
-    println!("runsc: {}", runsc.display());
+    println!("runsc: {} and {}", runsc.display(), old_runsc.display());
     println!(
         "load before: {}",
         fs::read_to_string("/proc/loadavg")?.trim()
@@ -162,7 +224,11 @@ fn main() -> Result<()> {
     for round in 0..rounds {
         for k in 0..VARIANTS.len() {
             let i = (k + round) % VARIANTS.len();
-            let runtime = Runtime::hardened_with_policy(&policies[i]);
+            let runtime = if VARIANTS[i].runc {
+                Runtime::Runc
+            } else {
+                Runtime::hardened_with_policy(&policies[i])
+            };
             // Start to exit.
             let id = unique_id("modes-true");
             let run = Run::new(image.reference(), &id)
@@ -195,7 +261,9 @@ fn main() -> Result<()> {
                     seen += 1;
                 }
             }
-            if !out.success() || seen != STEPS.len() - 1 {
+            let writes_root = VARIANTS[i].writable_root || VARIANTS[i].runc;
+            let expected = STEPS.len() - if writes_root { 1 } else { 2 };
+            if !out.success() || seen != expected {
                 failures.push(format!(
                     "{}: fs steps: exit {}, stdout {:?}, stderr {:?}",
                     VARIANTS[i].name,

@@ -45,6 +45,28 @@ fn egress_attacks_are_held() {
 }
 
 #[test]
+fn runsc_flags_that_weaken_the_sandbox_are_refused_on_every_path() {
+    assert_all_held(&run_category(Category::RunscFlags));
+}
+
+/// Every flag the policy's decision table calls weakening has its row, and no row is for a flag
+/// the table does not call weakening (but `--network=host`, which a policy key owns).
+#[test]
+fn the_runsc_flag_rows_are_the_weakening_flags_of_the_decision_table() {
+    use gvisor_hardened_tests::attacks::runsc_flags::CASES;
+    let mut rows: Vec<&str> = CASES.iter().map(|c| c.flag).collect();
+    let mut table: Vec<&str> = policy_injector::policy::runsc_flags::weakening_flags()
+        .map(|(f, _)| f)
+        .chain(["network"])
+        .collect();
+    rows.sort();
+    table.sort();
+    assert_eq!(rows, table);
+    let rows = gvisor_hardened_tests::attacks::runsc_flags::attacks();
+    assert_eq!(rows.len(), CASES.len(), "one row per case");
+}
+
+#[test]
 fn the_catalogue_has_at_least_30_attacks_with_unique_names() {
     let all = gvisor_hardened_tests::attacks::catalogue();
     assert!(all.len() >= 30, "{} attacks", all.len());

@@ -3,11 +3,12 @@
 mod egress;
 mod evidence;
 mod locate;
+pub mod runsc_flags;
 mod sections;
 mod validate;
 mod workspace;
 
-pub use validate::ALLOWED_EXTRA_FLAGS;
+pub use runsc_flags::{FlagDecision, ALLOWED_EXTRA_FLAGS};
 
 use serde::{Deserialize, Serialize};
 

@@ -4,65 +4,6 @@ use super::{locate, Policy};
 use crate::error::PolicyError;
 use crate::glob::{join, normalize, PathGlob};
 
-/// runsc flags a policy may add. Each tunes performance or compatibility; none weakens the
-/// sandbox boundary or hides what runsc does. The shim spells each of them as a typed flag and
-/// tests that it can represent every entry here.
-pub const ALLOWED_EXTRA_FLAGS: &[&str] = &[
-    "buffer-pooling",
-    "cpu-num-from-quota",
-    "dcache",
-    "directfs",
-    "fdlimit",
-    "file-access",
-    "file-access-mounts",
-    "gso",
-    "num-network-channels",
-    "software-gso",
-    "watchdog-action",
-];
-
-/// The values each allowed extra flag takes, checked when the policy loads so a typo fails
-/// `check-policy` rather than the first Create.
-fn extra_flag_value_ok(flag: &str, value: &str) -> bool {
-    let boolean = matches!(value, "true" | "false");
-    match flag {
-        "buffer-pooling" | "cpu-num-from-quota" | "directfs" | "gso" | "software-gso" => boolean,
-        "dcache" => value.parse::<i32>().is_ok_and(|n| n >= -1),
-        "fdlimit" => value.parse::<i32>().is_ok_and(|n| n >= -1),
-        "num-network-channels" => value.parse::<u32>().is_ok_and(|n| (1..=64).contains(&n)),
-        "file-access" | "file-access-mounts" => matches!(value, "exclusive" | "shared"),
-        "watchdog-action" => matches!(value, "log" | "panic"),
-        _ => false,
-    }
-}
-
-/// Flags that are refused with a specific reason (anything else off the allowlist is refused
-/// as unknown).
-const REFUSED_FLAGS: &[(&str, &str)] = &[
-    (
-        "allow-flag-override",
-        "it lets dev.gvisor.* annotations override runsc flags",
-    ),
-    (
-        "ignore-cgroups",
-        "runsc then enforces no memory or pids limit",
-    ),
-    ("network", "set [network] mode instead"),
-    ("net-raw", "raw sockets are always off"),
-    ("host-uds", "host Unix sockets are always off"),
-    ("host-fifo", "host FIFOs would cross the sandbox boundary"),
-    ("host-settings", "runsc would change host sysctls"),
-    ("root", "set [runsc] root instead"),
-    ("platform", "set [runsc] platform instead"),
-    ("overlay", "set [runsc] overlay instead"),
-    ("overlay2", "set [runsc] overlay instead"),
-    ("oci-seccomp", "it follows from the seccomp rule"),
-    ("rootless", "the runtime runs runsc as root"),
-    ("debug", "set [runsc] debug instead"),
-    ("debug-log", "set [runsc] debug_log_dir instead"),
-    ("log", "the shim owns runsc's log"),
-];
-
 const KNOWN_CAPS: &[&str] = &[
     "CAP_CHOWN",
     "CAP_DAC_OVERRIDE",
@@ -601,37 +542,7 @@ fn runsc(p: &Policy) -> Result<(), Issue> {
             "with a writable root and no overlay, container writes land in the host's copy of the rootfs",
         ));
     }
-    for (flag, value) in &r.extra_flags {
-        let key = format!("runsc.extra_flags.{flag}");
-        if let Some((_, why)) = REFUSED_FLAGS.iter().find(|(f, _)| f == flag) {
-            return Err(invalid(key, format!("flag --{flag} is not allowed: {why}")));
-        }
-        if flag.starts_with("TESTONLY")
-            || flag.starts_with("profile")
-            || flag.starts_with("debug")
-            || flag.starts_with("log")
-            || flag.starts_with("trace")
-        {
-            return Err(invalid(
-                key,
-                format!(
-                    "flag --{flag} is not allowed: debugging, profiling and test flags stay off"
-                ),
-            ));
-        }
-        if !ALLOWED_EXTRA_FLAGS.contains(&flag.as_str()) {
-            return Err(invalid(
-                key,
-                format!(
-                    "flag --{flag} is not on the allowlist ({})",
-                    ALLOWED_EXTRA_FLAGS.join(", ")
-                ),
-            ));
-        }
-        if !extra_flag_value_ok(flag, value) {
-            return Err(invalid(key, format!("bad value {value:?} for --{flag}")));
-        }
-    }
+    super::runsc_flags::check_extra_flags(p)?;
     check_abs_path("runsc.debug_log_dir", r.debug_log_dir.trim_end_matches('/'))?;
     Ok(())
 }

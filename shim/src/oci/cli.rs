@@ -117,6 +117,12 @@ pub enum CliError {
     },
     #[error("{command}: {what} is not supported by runsc-hardened")]
     Unsupported { command: String, what: String },
+    /// A runsc flag given to runsc-hardened (Docker's `runtimeArgs`, Podman's
+    /// `--runtime-flag`): refused, never passed on; the policy alone sets runsc's flags.
+    #[error(
+        "--{flag} is a runsc flag; runsc-hardened takes none from the engine (daemon.json runtimeArgs, podman --runtime-flag) and passes none on: {why}"
+    )]
+    RunscFlag { flag: String, why: String },
 }
 
 /// The words of one command (global or a subcommand's), consumed flag by flag.
@@ -229,7 +235,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Invocation, CliEr
                     command: Command::Version,
                 })
             }
-            _ => return Err(words.unknown(&flag)),
+            name => return Err(runsc_flag(name).unwrap_or_else(|| words.unknown(&flag))),
         }
     }
     let sub = words.words.next().ok_or(CliError::NoSubcommand)?;
@@ -253,6 +259,28 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Invocation, CliEr
         other => return Err(CliError::UnknownSubcommand(other.to_string())),
     };
     Ok(Invocation { global, command })
+}
+
+/// The refusal of a global flag that is one of runsc's (see `policy_injector`'s decision table),
+/// with the reason; `None` for a word runsc does not know either.
+fn runsc_flag(name: &str) -> Option<CliError> {
+    use policy_injector::policy::runsc_flags::{decision, FlagDecision, RUNSC_FLAGS};
+    if !RUNSC_FLAGS.iter().any(|(n, _)| *n == name) {
+        return None;
+    }
+    let why = match decision(name) {
+        FlagDecision::Allowed => {
+            "a policy may set it in [runsc] extra_flags (runsc-hardened --policy=FILE)".to_string()
+        }
+        d => format!(
+            "{} (runsc's flags come from the policy's [runsc] section)",
+            d.refusal().unwrap_or_default()
+        ),
+    };
+    Some(CliError::RunscFlag {
+        flag: name.to_string(),
+        why,
+    })
 }
 
 fn sub_words(command: &str, rest: Vec<String>) -> Words<'_> {
@@ -445,6 +473,37 @@ fn update(rest: Vec<String>) -> Result<Command, CliError> {
         id: one_id("update", w.rest())?,
         resources,
     })
+}
+
+/// Where the engine wants errors, read from `args` without parsing them: for a command line that
+/// failed to parse (Docker's wrapper puts daemon.json `runtimeArgs` before its own `--log`, so
+/// a refused flag comes before the log flags are read). Best effort: the last `--log` and
+/// `--log-format` given, in any of Go's spellings.
+pub fn log_flags_of(args: &[String]) -> (Option<PathBuf>, LogFormat) {
+    let (mut log, mut format) = (None, LogFormat::Text);
+    let mut words = args.iter();
+    while let Some(w) = words.next() {
+        if !w.starts_with('-') {
+            continue;
+        }
+        let body = w.trim_start_matches('-');
+        let (name, inline) = match body.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (body, None),
+        };
+        if name != "log" && name != "log-format" {
+            continue;
+        }
+        let Some(value) = inline.or_else(|| words.next().cloned()) else {
+            break;
+        };
+        if name == "log" {
+            log = Some(PathBuf::from(value));
+        } else if value == "json" {
+            format = LogFormat::Json;
+        }
+    }
+    (log, format)
 }
 
 /// `9`, `KILL`, `SIGKILL`, `sigkill`.

@@ -245,7 +245,8 @@ fn bad_command_lines_name_what_is_wrong() {
         ("", "no subcommand"),
         ("--root", "needs a value"),
         ("frobnicate c1", "unknown subcommand"),
-        ("--rootless true start c1", "unknown flag"),
+        ("--rootless true start c1", "--rootless is a runsc flag"),
+        ("--no-such-flag start c1", "unknown flag"),
         ("create --bundle /b", "one container id"),
         ("create --bundle /b a b", "one container id"),
         ("kill c1 NOPE", "bad value"),
@@ -258,6 +259,78 @@ fn bad_command_lines_name_what_is_wrong() {
         let err = parse(argv(line)).unwrap_err().to_string();
         assert!(err.contains(needle), "{line:?}: {err}");
     }
+}
+
+/// Docker's daemon.json `runtimeArgs` and Podman's `--runtime-flag NAME=VALUE` put runsc flags
+/// before the subcommand: each one runsc knows is refused, naming the flag and why, in every
+/// spelling, and nothing is parsed (so nothing reaches runsc).
+#[test]
+fn every_runsc_flag_from_an_engine_is_refused_with_its_reason() {
+    use policy_injector::policy::runsc_flags::RUNSC_FLAGS;
+    for (flag, _) in RUNSC_FLAGS {
+        // runc's own global flags, which the engines always pass: read, never passed to runsc.
+        if [
+            "root",
+            "log",
+            "log-format",
+            "debug",
+            "systemd-cgroup",
+            "version",
+        ]
+        .contains(flag)
+        {
+            continue;
+        }
+        for spelling in [
+            format!("--{flag}=true create --bundle /b c1"),
+            format!("-{flag}=true create --bundle /b c1"),
+            format!("--root /run/r --{flag} true start c1"),
+        ] {
+            let err = parse(argv(&spelling)).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                matches!(&err, CliError::RunscFlag { flag: f, .. } if f == flag),
+                "{spelling}: {text}"
+            );
+            assert!(
+                text.contains(&format!("--{flag} is a runsc flag")),
+                "{text}"
+            );
+        }
+    }
+    let text = parse(argv("--net-raw=true create --bundle /b c1"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("raw sockets") && text.contains("[runsc]"),
+        "{text}"
+    );
+    let text = parse(argv("--fdlimit=10 start c1"))
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("extra_flags"), "{text}");
+}
+
+/// Docker's runtime wrapper puts daemon.json `runtimeArgs` first: a refused runsc flag comes
+/// before `--log`, and the refusal must still reach the engine's log.
+#[test]
+fn the_log_flags_are_found_in_a_command_line_that_failed_to_parse() {
+    let line = argv("--net-raw=true --root /r --log /run/x/log.json --log-format json create c1");
+    assert!(parse(line.clone()).is_err());
+    assert_eq!(
+        log_flags_of(&line),
+        (Some(PathBuf::from("/run/x/log.json")), LogFormat::Json)
+    );
+    assert_eq!(
+        log_flags_of(&argv("-log=/l --host-uds all start c1")),
+        (Some(PathBuf::from("/l")), LogFormat::Text)
+    );
+    assert_eq!(
+        log_flags_of(&argv("--net-raw start c1")),
+        (None, LogFormat::Text)
+    );
+    // A trailing --log without its value names nothing.
+    assert_eq!(log_flags_of(&argv("start --log")), (None, LogFormat::Text));
 }
 
 #[test]

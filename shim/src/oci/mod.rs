@@ -47,11 +47,13 @@ pub fn version_text() -> String {
 
 /// Runs one invocation (the arguments after the program name); the process's exit code.
 pub fn main(args: Vec<String>) -> ExitCode {
-    let inv = match cli::parse(args) {
+    let inv = match cli::parse(args.clone()) {
         Ok(inv) => inv,
         Err(e) => {
-            // The log flags may be among what failed to parse: stderr, and the log if we can.
-            EngineLog::new(None, cli::LogFormat::Text).error(&e.to_string());
+            // The log flags may be among what failed to parse (or after it): the engine's log
+            // as far as the words name it, and stderr.
+            let (path, format) = cli::log_flags_of(&args);
+            EngineLog::new(path.as_deref(), format).error(&e.to_string());
             return ExitCode::from(2);
         }
     };

@@ -8,8 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 
 const OLD_FLAGS: &str = include_str!("fixtures/20221219/flags.txt");
 const OLD_HELP: &str = include_str!("fixtures/20221219/help.txt");
-const NEW_FLAGS: &str = include_str!("fixtures/synthetic-current/flags.txt");
-const NEW_HELP: &str = include_str!("fixtures/synthetic-current/help.txt");
+const NEW_FLAGS: &str = include_str!("fixtures/20260905-160fafc42237/flags.txt");
+const NEW_HELP: &str = include_str!("fixtures/20260905-160fafc42237/help.txt");
 
 /// A fake runsc: logs its argv to `args.log`, then runs `body` with `$sub` set to the subcommand
 /// (the first argument not starting with `--`).
@@ -65,6 +65,30 @@ async fn detect_reads_flags_from_stderr_and_help_from_stdout() {
 }
 
 #[tokio::test]
+async fn oci_features_parses_the_document_and_fails_where_runsc_has_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = fake(
+        dir.path(),
+        "[ \"$sub\" = features ] && echo '{\"ociVersionMax\":\"1.2.1\"}' && exit 0\necho \"unknown subcommand $sub\" >&2; exit 128",
+    );
+    let doc = Runsc::oci_features(&bin, &reaper::shared_for_tests(), DEFAULT_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(doc, serde_json::json!({"ociVersionMax": "1.2.1"}));
+    assert_eq!(args_log(dir.path()).trim(), "features");
+
+    let old = tempfile::tempdir().unwrap();
+    let bin = fake(old.path(), "echo \"unknown subcommand $sub\" >&2; exit 128");
+    let err = Runsc::oci_features(&bin, &reaper::shared_for_tests(), DEFAULT_TIMEOUT)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("unknown subcommand features"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn detect_without_a_platforms_topic_falls_back_to_the_flag_help() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("flags.txt"), OLD_FLAGS).unwrap();
@@ -100,7 +124,7 @@ async fn state_runs_with_the_global_flags_and_parses_json() {
     );
     assert_eq!(
         args_log(dir.path()),
-        "--root=/run/test-root --oci-seccomp --net-raw=false --host-uds=none state c1\n"
+        "--root=/run/test-root --platform=ptrace --oci-seccomp --net-raw=false --host-uds=none --host-fifo=none state c1\n"
     );
 }
 

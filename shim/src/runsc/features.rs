@@ -6,13 +6,13 @@
 //!
 //! [`Features::reconcile`] then checks the flags the policy wants against what the binary knows.
 //! It fails closed, except where leaving a flag out changes nothing in that release; each such
-//! decision is documented on the field it concerns and reported as an [`Adjustment`].
+//! decision is documented on the field it concerns and reported as an [`Adjustment`]. It also
+//! picks the platform when the policy leaves it open: systrap where this runsc has it, else
+//! ptrace. Every flag it returns is one the binary listed (tested on both releases' listings).
 
 use std::collections::BTreeSet;
 
-#[cfg(test)]
-use super::flags::Platform;
-use super::flags::{GlobalFlags, HostUds, Overlay};
+use super::flags::{GlobalFlags, HostUds, Overlay, Platform};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Features {
@@ -119,6 +119,24 @@ impl Features {
             }
         }
 
+        if flags.host_fifo.is_some() && !self.has_flag("host-fifo") {
+            // Only "none" is representable, and a release without the flag has no host FIFO
+            // access at all.
+            flags.host_fifo = None;
+            adjustments.push(Adjustment {
+                flag: "host-fifo",
+                reason: "not known to this runsc; it opens no host FIFO",
+            });
+        }
+        if flags.character_devices.is_some() && !self.has_flag("character-device-policy") {
+            // Only "emulated-only" is representable: what releases without the flag do.
+            flags.character_devices = None;
+            adjustments.push(Adjustment {
+                flag: "character-device-policy",
+                reason: "not known to this runsc; it serves only the sentry's emulated devices",
+            });
+        }
+
         if let Some(overlay) = flags.overlay {
             if !self.has_flag("overlay2") {
                 if overlay == Overlay::Off {
@@ -148,6 +166,15 @@ impl Features {
             });
         }
 
+        if flags.platform.is_none() {
+            // The policy leaves the platform to the runtime: systrap, the faster one, wherever
+            // this runsc has it (current releases; it needs nothing from the host that ptrace
+            // does not), else ptrace. Never kvm: it needs /dev/kvm and hangs under nested
+            // virtualisation. Named explicitly so the audit record says which one ran.
+            flags.platform = [Platform::Systrap, Platform::Ptrace]
+                .into_iter()
+                .find(|p| self.platforms.contains(p.as_str()));
+        }
         if let Some(platform) = flags.platform {
             if !self.platforms.contains(platform.as_str()) {
                 return Err(FeatureError::PlatformUnavailable {
@@ -160,6 +187,9 @@ impl Features {
                         .join(", "),
                 });
             }
+        }
+        if flags.platform.is_some() {
+            self.require("platform", "the platform is named explicitly")?;
         }
         if flags.network.is_some() {
             // none, sandbox and host exist in every release that has the flag.
@@ -266,197 +296,5 @@ fn platforms_from_flag_help(output: &str) -> BTreeSet<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::runsc::flags::ExtraFlag;
-
-    const OLD_FLAGS: &str = include_str!("fixtures/20221219/flags.txt");
-    const OLD_HELP: &str = include_str!("fixtures/20221219/help.txt");
-    const OLD_PLATFORMS: &str = include_str!("fixtures/20221219/platforms.txt");
-    const NEW_FLAGS: &str = include_str!("fixtures/synthetic-current/flags.txt");
-    const NEW_HELP: &str = include_str!("fixtures/synthetic-current/help.txt");
-    const NEW_PLATFORMS: &str = include_str!("fixtures/synthetic-current/platforms.txt");
-
-    fn old() -> Features {
-        Features::parse(OLD_FLAGS, OLD_HELP, OLD_PLATFORMS)
-    }
-
-    fn new() -> Features {
-        Features::parse(NEW_FLAGS, NEW_HELP, NEW_PLATFORMS)
-    }
-
-    #[test]
-    fn release_20221219_flags_are_parsed() {
-        let f = old();
-        for flag in [
-            "root",
-            "oci-seccomp",
-            "net-raw",
-            "host-uds",
-            "overlay2",
-            "network",
-            "platform",
-            "debug-log",
-            "log-format",
-            "ignore-cgroups",
-        ] {
-            assert!(f.has_flag(flag), "missing {flag}");
-        }
-        assert!(!f.has_flag("directfs"));
-        // Usage lines are not flags.
-        assert!(!f.has_flag("EXPERIMENTAL."));
-        assert!(!f.flags.iter().any(|n| n.starts_with('-')));
-        assert_eq!(f.flags.len(), 68); // `grep -c "^  -" flags.txt`
-    }
-
-    #[test]
-    fn release_20221219_has_no_update_and_no_systrap() {
-        let f = old();
-        assert!(f.has_subcommand("create"));
-        assert!(f.has_subcommand("wait"));
-        assert!(f.has_subcommand("events"));
-        assert!(!f.supports_update());
-        // Help topics are not subcommands.
-        assert!(!f.has_subcommand("platforms"));
-        assert_eq!(
-            f.platforms.iter().map(String::as_str).collect::<Vec<_>>(),
-            ["kvm", "ptrace"]
-        );
-        assert!(!f.has_platform(Platform::Systrap));
-    }
-
-    #[test]
-    fn current_release_has_systrap_directfs_and_update() {
-        let f = new();
-        assert!(f.has_flag("directfs"));
-        assert!(f.supports_update());
-        assert!(f.has_platform(Platform::Systrap));
-    }
-
-    #[test]
-    fn platforms_fall_back_to_the_flag_help_without_a_platforms_topic() {
-        let f = Features::parse(OLD_FLAGS, OLD_HELP, "");
-        assert_eq!(
-            f.platforms.iter().map(String::as_str).collect::<Vec<_>>(),
-            ["kvm", "ptrace"]
-        );
-        let f = Features::parse(NEW_FLAGS, NEW_HELP, "");
-        assert!(f.has_platform(Platform::Systrap));
-    }
-
-    #[test]
-    fn hardened_defaults_pass_unchanged_on_both_releases() {
-        let wanted = GlobalFlags::new("/run/gh");
-        for f in [old(), new()] {
-            let (flags, adj) = f.reconcile(&wanted).unwrap();
-            assert_eq!(flags, wanted);
-            assert!(adj.is_empty());
-        }
-    }
-
-    #[test]
-    fn directfs_is_dropped_where_unknown_and_kept_where_known() {
-        let mut wanted = GlobalFlags::new("/r");
-        wanted.directfs = Some(false);
-        let (flags, adj) = old().reconcile(&wanted).unwrap();
-        assert_eq!(flags.directfs, None);
-        assert_eq!(adj[0].flag, "directfs");
-        let (flags, adj) = new().reconcile(&wanted).unwrap();
-        assert_eq!(flags.directfs, Some(false));
-        assert!(adj.is_empty());
-    }
-
-    #[test]
-    fn systrap_on_the_old_release_fails_closed() {
-        let mut wanted = GlobalFlags::new("/r");
-        wanted.platform = Some(Platform::Systrap);
-        let err = old().reconcile(&wanted).unwrap_err();
-        assert_eq!(
-            err,
-            FeatureError::PlatformUnavailable {
-                wanted: "systrap".into(),
-                available: "kvm, ptrace".into()
-            }
-        );
-        assert!(new().reconcile(&wanted).is_ok());
-    }
-
-    #[test]
-    fn missing_oci_seccomp_fails_closed() {
-        let flags = OLD_FLAGS.replace("  -oci-seccomp\n", "");
-        let f = Features::parse(&flags, OLD_HELP, OLD_PLATFORMS);
-        assert!(matches!(
-            f.reconcile(&GlobalFlags::new("/r")),
-            Err(FeatureError::MissingFlag {
-                flag: "oci-seccomp",
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn missing_net_raw_fails_closed() {
-        let flags = OLD_FLAGS.replace("  -net-raw runsc exec\n", "");
-        let f = Features::parse(&flags, OLD_HELP, OLD_PLATFORMS);
-        assert!(matches!(
-            f.reconcile(&GlobalFlags::new("/r")),
-            Err(FeatureError::MissingFlag {
-                flag: "net-raw",
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn missing_host_uds_is_a_no_op_only_for_none() {
-        let flags = OLD_FLAGS.replace("  -host-uds value\n", "");
-        let f = Features::parse(&flags, OLD_HELP, OLD_PLATFORMS);
-        let (out, adj) = f.reconcile(&GlobalFlags::new("/r")).unwrap();
-        assert_eq!(out.host_uds, None);
-        assert_eq!(adj[0].flag, "host-uds");
-        let mut open = GlobalFlags::new("/r");
-        open.host_uds = Some(HostUds::Open);
-        assert!(f.reconcile(&open).is_err());
-    }
-
-    #[test]
-    fn overlay_needs_overlay2_unless_off() {
-        let flags = OLD_FLAGS.replace("  -overlay2 value\n", "");
-        let f = Features::parse(&flags, OLD_HELP, OLD_PLATFORMS);
-        let mut wanted = GlobalFlags::new("/r");
-        wanted.overlay = Some(Overlay::RootMemory);
-        assert!(matches!(
-            f.reconcile(&wanted),
-            Err(FeatureError::MissingFlag {
-                flag: "overlay2",
-                ..
-            })
-        ));
-        wanted.overlay = Some(Overlay::Off);
-        assert_eq!(f.reconcile(&wanted).unwrap().0.overlay, None);
-        // The real old release has it.
-        wanted.overlay = Some(Overlay::RootMemory);
-        assert!(old().reconcile(&wanted).is_ok());
-    }
-
-    #[test]
-    fn extra_flags_must_be_known_to_the_binary() {
-        let mut wanted = GlobalFlags::new("/r");
-        wanted.extra = vec![ExtraFlag::CpuNumFromQuota(true)];
-        assert!(old().reconcile(&wanted).is_ok());
-        // The synthetic current listing does not carry it.
-        assert_eq!(
-            new().reconcile(&wanted).unwrap_err(),
-            FeatureError::UnknownExtraFlag("cpu-num-from-quota")
-        );
-    }
-
-    #[test]
-    fn empty_flag_listing_is_an_error_not_a_pass() {
-        let f = Features::parse("", OLD_HELP, OLD_PLATFORMS);
-        assert_eq!(
-            f.reconcile(&GlobalFlags::new("/r")).unwrap_err(),
-            FeatureError::NoFlagsListed
-        );
-    }
-}
+#[path = "features_tests.rs"]
+mod tests;

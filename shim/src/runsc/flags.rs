@@ -72,6 +72,22 @@ flag_value! {
 }
 
 flag_value! {
+    /// `--host-fifo`: only "none" is representable (the other value, `open`, lets the sandbox
+    /// open host FIFOs in its bind mounts).
+    HostFifo {
+        None = "none",
+    }
+}
+
+flag_value! {
+    /// `--character-device-policy` (current releases): only "emulated-only" is representable
+    /// (`prefer-emulated` and `passthrough` open host character devices from the mounts).
+    CharacterDevices {
+        EmulatedOnly = "emulated-only",
+    }
+}
+
+flag_value! {
     /// `--overlay2={mount}:{medium}`.
     Overlay {
         /// No overlay; writes go where the mount says.
@@ -221,8 +237,9 @@ fn parse_bool(v: &str) -> Option<bool> {
     }
 }
 
-/// Top-level runsc flags. `None` means "leave runsc's default"; the security-relevant ones
-/// (`net_raw`, `host_uds`) are always emitted so the default of a given release does not matter.
+/// Top-level runsc flags. `None` means "leave runsc's default"; the ones that grant access
+/// (`net_raw`, `host_uds`, `host_fifo`, `character_devices`) are emitted with their closed value
+/// wherever the release has them, so no release's default decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GlobalFlags {
     /// `--root`: where runsc keeps its state.
@@ -235,6 +252,11 @@ pub struct GlobalFlags {
     pub net_raw: bool,
     /// `--host-uds`; `None` when the release has no such flag (its default is "no access").
     pub host_uds: Option<HostUds>,
+    /// `--host-fifo=none`; `None` when the release has no such flag (the same default).
+    pub host_fifo: Option<HostFifo>,
+    /// `--character-device-policy=emulated-only`; `None` where the release has no such flag
+    /// (20221219: only the sentry's emulated devices exist).
+    pub character_devices: Option<CharacterDevices>,
     pub overlay: Option<Overlay>,
     /// `--directfs`; `None` when not set or not known to the release.
     pub directfs: Option<bool>,
@@ -246,7 +268,8 @@ pub struct GlobalFlags {
 }
 
 impl GlobalFlags {
-    /// Hardened defaults: seccomp enforced, no raw sockets, no host Unix sockets.
+    /// Hardened defaults: seccomp enforced, no raw sockets, no host Unix sockets, FIFOs or
+    /// character devices.
     pub fn new(root: impl Into<PathBuf>) -> GlobalFlags {
         GlobalFlags {
             root: root.into(),
@@ -255,13 +278,32 @@ impl GlobalFlags {
             oci_seccomp: true,
             net_raw: false,
             host_uds: Some(HostUds::None),
+            host_fifo: Some(HostFifo::None),
+            character_devices: Some(CharacterDevices::EmulatedOnly),
             overlay: None,
-            directfs: None,
+            // The gofer mediates every file access unless the policy turns directfs on:
+            // with directfs the sentry runs as uid 0 with CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH,
+            // CAP_FOWNER, CAP_CHOWN and CAP_FSETID over a full identity uid map; without it, as
+            // uid 65534 with no capability (measured, policy-injector/README.md).
+            directfs: Some(false),
             debug: false,
             debug_log: None,
             log: None,
             log_format: None,
             extra: Vec::new(),
+        }
+    }
+
+    /// For a command run without asking the binary what it supports (the shim's `delete`
+    /// action, after the shim that knew is gone): `--root` and the flags every release has,
+    /// none of which such a command needs to be safe. [`GlobalFlags::new`]'s closed values for
+    /// flags only some releases know would make an older runsc refuse the whole command.
+    pub fn for_cleanup(root: impl Into<PathBuf>) -> GlobalFlags {
+        GlobalFlags {
+            host_fifo: None,
+            character_devices: None,
+            directfs: None,
+            ..GlobalFlags::new(root)
         }
     }
 
@@ -293,6 +335,12 @@ impl GlobalFlags {
         if let Some(host_uds) = self.host_uds {
             args.value("host-uds", host_uds.as_str());
         }
+        if let Some(host_fifo) = self.host_fifo {
+            args.value("host-fifo", host_fifo.as_str());
+        }
+        if let Some(devices) = self.character_devices {
+            args.value("character-device-policy", devices.as_str());
+        }
         if let Some(overlay) = self.overlay {
             args.value("overlay2", overlay.as_str());
         }
@@ -322,7 +370,10 @@ mod tests {
                 "--root=/run/gh/runsc/default",
                 "--oci-seccomp",
                 "--net-raw=false",
-                "--host-uds=none"
+                "--host-uds=none",
+                "--host-fifo=none",
+                "--character-device-policy=emulated-only",
+                "--directfs=false"
             ]
         );
     }
@@ -355,6 +406,8 @@ mod tests {
                 "--oci-seccomp",
                 "--net-raw=false",
                 "--host-uds=none",
+                "--host-fifo=none",
+                "--character-device-policy=emulated-only",
                 "--overlay2=root:memory",
                 "--directfs=false",
                 "--fdlimit=4096",
@@ -384,10 +437,26 @@ mod tests {
     }
 
     #[test]
-    fn seccomp_off_and_host_uds_unknown_are_omitted() {
+    fn cleanup_flags_are_the_ones_every_release_has() {
+        assert_eq!(
+            strings(GlobalFlags::for_cleanup("/r").to_args()),
+            [
+                "--root=/r",
+                "--oci-seccomp",
+                "--net-raw=false",
+                "--host-uds=none"
+            ]
+        );
+    }
+
+    #[test]
+    fn seccomp_off_and_closed_flags_unknown_to_the_release_are_omitted() {
         let mut g = GlobalFlags::new("/r");
         g.oci_seccomp = false;
         g.host_uds = None;
+        g.host_fifo = None;
+        g.character_devices = None;
+        g.directfs = None;
         assert_eq!(strings(g.to_args()), ["--root=/r", "--net-raw=false"]);
     }
 
@@ -407,24 +476,23 @@ mod tests {
     }
 
     #[test]
-    fn dangerous_flags_are_refused_by_the_allowlist() {
-        for name in [
-            "ignore-cgroups",
-            "--allow-flag-override",
-            "TESTONLY-unsafe-nonroot",
-            "rootless",
-            "net-raw",
-            "host-uds",
-            "profile",
-            "network",
-        ] {
-            assert!(
-                matches!(
-                    ExtraFlag::parse(name, "true"),
-                    Err(FlagError::NotAllowed(_))
-                ),
-                "{name} must be refused"
-            );
+    fn every_flag_the_policy_does_not_allow_is_unrepresentable() {
+        // The policy's decision table covers every flag of both releases; whatever it does not
+        // allow in extra_flags has no ExtraFlag, in any spelling.
+        use policy_injector::policy::runsc_flags::{FlagDecision, RUNSC_FLAGS};
+        for (name, decision) in RUNSC_FLAGS {
+            if *decision == FlagDecision::Allowed {
+                continue;
+            }
+            for spelling in [name.to_string(), format!("--{name}"), format!("-{name}")] {
+                assert!(
+                    matches!(
+                        ExtraFlag::parse(&spelling, "true"),
+                        Err(FlagError::NotAllowed(_))
+                    ),
+                    "{spelling} must be refused"
+                );
+            }
         }
     }
 

@@ -49,8 +49,15 @@ async fn installed_runsc_supports_the_hardening_flags() {
         assert!(f.has_subcommand(sub), "{sub}");
     }
     assert!(f.has_platform(Platform::Ptrace));
-    // The hardened defaults pass as they are.
-    assert!(h.runsc.adjustments().is_empty());
+    // The hardened defaults pass as they are, but for closed values of flags this release
+    // lacks (20221219: --character-device-policy, --directfs), left out as documented.
+    for a in h.runsc.adjustments() {
+        assert!(
+            !f.has_flag(a.flag),
+            "{} was left out but the binary has it",
+            a.flag
+        );
+    }
 }
 
 #[tokio::test]

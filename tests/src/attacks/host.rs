@@ -182,6 +182,8 @@ impl HostSnapshot {
             .collect();
         snap.mounts = inspect::mounts()
             .into_iter()
+            // A current runsc's shared null netns lives as long as its root: runsc's, not a leak.
+            .filter(|m| !inspect::is_runsc_null_netns(m))
             .filter(|m| mentions(&m.mount_point.to_string_lossy()) || mentions(&m.source))
             .map(|m| {
                 format!(

@@ -15,6 +15,7 @@ pub mod lab;
 pub mod network;
 pub mod privileges;
 pub mod resources;
+pub mod runsc_flags;
 pub mod secrets;
 pub mod smuggling;
 
@@ -69,6 +70,8 @@ pub enum Category {
     Docker,
     /// A sandbox with an egress allowlist trying to get anywhere else.
     Egress,
+    /// Each runsc flag that weakens the sandbox, through every path to runsc's command line.
+    RunscFlags,
 }
 
 impl Category {
@@ -82,6 +85,7 @@ impl Category {
             Category::Smuggling => "spec-smuggling",
             Category::Docker => "docker-engine",
             Category::Egress => "egress",
+            Category::RunscFlags => "runsc-flags",
         }
     }
 }
@@ -105,6 +109,7 @@ pub fn catalogue() -> Vec<Attack> {
     all.extend(secrets::attacks());
     all.extend(smuggling::attacks());
     all.extend(egress::attacks());
+    all.extend(runsc_flags::attacks());
     all
 }
 
