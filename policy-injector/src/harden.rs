@@ -216,7 +216,8 @@ pub fn harden(spec: &Value, policy: &Policy, ctx: &Context) -> Result<Hardened, 
 /// [`harden`] for a caller that owns the spec and does not need it afterwards (the shim): the
 /// rules rewrite it in place instead of a copy. Same result, byte for byte.
 pub fn harden_owned(spec: Value, policy: &Policy, ctx: &Context) -> Result<Hardened, HardenError> {
-    // Audit mode answers with the input unchanged, so only then is a copy kept.
+    // Audit mode answers with the input unchanged (but for runsc's own annotations, below),
+    // so only then is a copy kept.
     let original = (policy.mode == Mode::Audit).then(|| spec.clone());
     let Value::Object(mut out) = spec else {
         return Err(HardenError::malformed("spec", "expected a JSON object"));
@@ -230,7 +231,10 @@ pub fn harden_owned(spec: Value, policy: &Policy, ctx: &Context) -> Result<Harde
             }
             Value::Object(out)
         }
-        Some(original) => original,
+        Some(mut original) => {
+            strip_runsc_annotations(&mut original, policy);
+            original
+        }
     };
     let runsc = runsc_flags(&spec, policy, pass.network);
     let egress = pass.egress.filter(|_| policy.mode == Mode::Enforce);
@@ -248,6 +252,24 @@ pub fn harden_owned(spec: Value, policy: &Policy, ctx: &Context) -> Result<Harde
         egress,
         staged_git,
     })
+}
+
+/// Audit mode runs the workload as written, but under the runsc flags the policy pins (no
+/// raw sockets, no host sockets...): the annotations that configure runsc itself
+/// (`annotations.strip_prefixes`, `dev.gvisor.*`) are removed anyway, or a current runsc
+/// would take `dev.gvisor.flag.host-uds=all` and similar over those flags. The annotations
+/// rule's decisions already name each one.
+fn strip_runsc_annotations(spec: &mut Value, policy: &Policy) {
+    let Some(ann) = spec.get_mut("annotations").and_then(Value::as_object_mut) else {
+        return;
+    };
+    ann.retain(|k, _| {
+        !policy
+            .annotations
+            .strip_prefixes
+            .iter()
+            .any(|p| k.starts_with(p.as_str()))
+    });
 }
 
 fn runsc_flags(spec: &Value, policy: &Policy, network: NetworkMode) -> RunscFlags {
@@ -394,6 +416,28 @@ mod tests {
             .any(|d| d.rule == Rule::Root && d.action == Action::Set));
         // The flags describe the spec that runs: the unchanged one, which has no seccomp.
         assert!(!h.runsc.oci_seccomp);
+    }
+
+    #[test]
+    fn audit_mode_still_removes_the_annotations_that_configure_runsc() {
+        let mut spec = base_spec();
+        spec["annotations"] = json!({
+            "dev.gvisor.flag.host-uds": "all",
+            "dev.gvisor.internal.seccomp.c": "RuntimeDefault",
+            "io.kubernetes.cri.container-type": "container"
+        });
+        let h = harden(&spec, &audit(), &Context::default()).unwrap();
+        assert_eq!(
+            h.spec["annotations"],
+            json!({"io.kubernetes.cri.container-type": "container"})
+        );
+        let mut rest = h.spec.clone();
+        rest["annotations"] = spec["annotations"].clone();
+        assert_eq!(rest, spec, "nothing else changed");
+        assert!(h
+            .decisions
+            .iter()
+            .any(|d| d.rule == Rule::Annotations && d.field.contains("host-uds")));
     }
 
     #[test]

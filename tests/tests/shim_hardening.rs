@@ -87,7 +87,11 @@ fn default_policy_holds_from_inside_the_sandbox() {
         "{rlimits:?}"
     );
     assert_eq!(rlimits.field("CORE"), Some("0:0"), "{rlimits:?}");
-    assert_eq!(connect.errno(), Some("EHOSTUNREACH"), "{connect:?}");
+    // No route at all: runsc 20221219 answers EHOSTUNREACH, current releases ENETUNREACH.
+    assert!(
+        matches!(connect.errno(), Some("EHOSTUNREACH" | "ENETUNREACH")),
+        "{connect:?}"
+    );
     assert!(net.ns_tcp_untouched(), "{target} accepted a connection");
     // gVisor's kernel answers, not the host's.
     assert!(
@@ -106,12 +110,18 @@ fn only_loopback_exists_and_no_secrets_are_mounted() {
     let id = unique_id("net");
     let out = c
         .run_output(
-            &Run::new(image.reference(), &id)
-                .sh("ls /sys/class/net; ls /var/run/secrets/kubernetes.io 2>&1; cat /proc/version"),
+            &Run::new(image.reference(), &id).sh(
+                "sandbox-probe ifaces; ls /var/run/secrets/kubernetes.io 2>&1; cat /proc/version",
+            ),
         )
         .unwrap();
     let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(lines[0], "lo", "{out}");
+    // The interfaces as the kernel lists them (current runsc has no /sys/class/net).
+    assert_eq!(
+        ProbeLine::parse(lines[0]).unwrap().field("ifaces"),
+        Some("lo"),
+        "{out}"
+    );
     assert!(lines[1].contains("No such file"), "{out}");
     assert!(
         !out.stdout
@@ -244,11 +254,15 @@ fn denied_host_mount_is_rejected_naming_the_rule() {
             out.stderr.contains("rejected by policy: mounts"),
             "{src}: {out}"
         );
-        // containerd carries the shim's code through: a rejection is a failed precondition.
-        assert!(
-            out.stderr.trim_end().ends_with(": failed precondition"),
-            "{src}: {out}"
-        );
+        // containerd 1.x's ctr shows the code the shim returned: a rejection is a failed
+        // precondition. containerd 2.x's prints the message alone (the code is checked in the
+        // shim's error table tests).
+        if !gvisor_hardened_tests::stack::Stack::selected().containerd2() {
+            assert!(
+                out.stderr.trim_end().ends_with(": failed precondition"),
+                "{src}: {out}"
+            );
+        }
         let _ = c.ctr().args(["container", "delete", &id]).output();
         assert_nothing_left(&c, &id, &Runtime::hardened());
     }
