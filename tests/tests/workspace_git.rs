@@ -263,6 +263,20 @@ fn check_workflow_result(ws: &Workspace, project: &Path, out: &str) {
 /// The owner takes the submodule out first: the sandbox's `submodule update --init` clones it.
 const WORKFLOW_SETUP: &str = "git submodule deinit -q -f sub && rm -rf .git/modules/sub";
 
+/// A fresh project set up for [`WORKFLOW`], and the script to run in it.
+fn workflow_project(ws: &Workspace) -> (PathBuf, String) {
+    let (project, _) = ws.project("workflow").unwrap();
+    ws.owner_sh(&project, WORKFLOW_SETUP)
+        .unwrap()
+        .checked()
+        .unwrap();
+    let script = format!(
+        "REMOTES={}\n{WORKFLOW}",
+        sh_quote(&ws.remotes().display().to_string())
+    );
+    (project, script)
+}
+
 #[test]
 fn git_workflows_inside_reach_the_host_through_ctr() {
     let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
@@ -273,11 +287,7 @@ fn git_workflows_inside_reach_the_host_through_ctr() {
     let ws = Workspace::create(&root).unwrap();
     let policy = c.dir().join("agent.toml");
     std::fs::write(&policy, agent_policy(&ws.projects_root(), "")).unwrap();
-    let (project, _) = ws.project("workflow").unwrap();
-    ws.owner_sh(&project, WORKFLOW_SETUP)
-        .unwrap()
-        .checked()
-        .unwrap();
+    let (project, script) = workflow_project(&ws);
     let id = unique_id("ws-workflow");
     let mount = format!(
         "type=bind,src={},dst=/work,options=rbind:rw",
@@ -286,10 +296,6 @@ fn git_workflows_inside_reach_the_host_through_ctr() {
     let remotes = format!(
         "type=bind,src={0},dst={0},options=rbind:ro",
         ws.remotes().display()
-    );
-    let script = format!(
-        "REMOTES={}\n{WORKFLOW}",
-        sh_quote(&ws.remotes().display().to_string())
     );
     let out = c
         .run_output(
@@ -314,17 +320,9 @@ fn git_workflows_inside_reach_the_host_through_docker() {
     })
     .unwrap();
     import_git_image(&d);
-    let (project, _) = ws.project("workflow").unwrap();
-    ws.owner_sh(&project, WORKFLOW_SETUP)
-        .unwrap()
-        .checked()
-        .unwrap();
+    let (project, script) = workflow_project(&ws);
     let volume = format!("{}:/work", project.display());
     let remotes = format!("{0}:{0}:ro", ws.remotes().display());
-    let script = format!(
-        "REMOTES={}\n{WORKFLOW}",
-        sh_quote(&ws.remotes().display().to_string())
-    );
     let out = d
         .docker()
         .args([

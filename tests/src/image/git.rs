@@ -13,9 +13,8 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use super::oci::{self, Entry, ImageConfig};
-use super::{cache_dir, layer_entries, read, store_archive, TestImage, BUSYBOX};
+use super::{cache_dir, layer_entries, read, store_archive, store_layer, TestImage, BUSYBOX};
 use crate::error::{HarnessError, Result};
-use crate::ids::random_hex;
 use crate::probe::PROBE_PATH;
 
 /// Name under which the git image is imported.
@@ -56,15 +55,7 @@ pub fn git_rootfs_tar() -> Result<PathBuf> {
     }
     let layer = oci::tar_of(&entries()?)
         .map_err(|e| HarnessError::Image(format!("writing the git layer: {e}")))?;
-    let cache = cache_dir();
-    let hex = oci::sha256_hex(&layer);
-    let path = cache.join(format!("gvh-git-rootfs-{}.tar", &hex[..16]));
-    if !path.exists() {
-        fs::create_dir_all(&cache).map_err(|e| HarnessError::io("creating", &cache, e))?;
-        let tmp = cache.join(format!(".tmp-{}", random_hex(8)));
-        fs::write(&tmp, &layer).map_err(|e| HarnessError::io("writing", &tmp, e))?;
-        fs::rename(&tmp, &path).map_err(|e| HarnessError::io("renaming into", &path, e))?;
-    }
+    let path = store_layer("gvh-git-rootfs", &layer)?;
     *built = Some(path.clone());
     Ok(path)
 }

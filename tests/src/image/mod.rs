@@ -160,19 +160,24 @@ pub fn rootfs_tar() -> Result<PathBuf> {
     let probe = read(Path::new(PROBE_PATH))?;
     let layer = oci::tar_of(&layer_entries(busybox, probe))
         .map_err(|e| HarnessError::Image(format!("writing the layer: {e}")))?;
+    let path = store_layer(&format!("gvh-test-rootfs-v{FORMAT_VERSION}"), &layer)?;
+    *built = Some(path.clone());
+    Ok(path)
+}
+
+/// Writes a layer as a plain tarball into the cache as `<prefix>-<digest prefix>.tar` (unless
+/// that file exists: same name, same bytes) and returns its path, for `docker import`.
+pub(crate) fn store_layer(prefix: &str, layer: &[u8]) -> Result<PathBuf> {
     let cache = cache_dir();
-    let hex = oci::sha256_hex(&layer);
-    let path = cache.join(format!(
-        "gvh-test-rootfs-v{FORMAT_VERSION}-{}.tar",
-        &hex[..16]
-    ));
+    let hex = oci::sha256_hex(layer);
+    let path = cache.join(format!("{prefix}-{}.tar", &hex[..16]));
     if !path.exists() {
         fs::create_dir_all(&cache).map_err(|e| HarnessError::io("creating", &cache, e))?;
+        // Write then rename: parallel test binaries may build the same layer at once.
         let tmp = cache.join(format!(".tmp-{}", random_hex(8)));
-        fs::write(&tmp, &layer).map_err(|e| HarnessError::io("writing", &tmp, e))?;
+        fs::write(&tmp, layer).map_err(|e| HarnessError::io("writing", &tmp, e))?;
         fs::rename(&tmp, &path).map_err(|e| HarnessError::io("renaming into", &path, e))?;
     }
-    *built = Some(path.clone());
     Ok(path)
 }
 
