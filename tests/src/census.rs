@@ -44,8 +44,10 @@ impl Census {
             .filter(|p| Some(p.pid) != containerd)
             .filter(|p| p.cmdline.contains(&dir) || p.cmdline.contains(&root_s))
             .count();
+        // A current runsc's root-wide null-netns (crate::inspect) is runsc's, not a container's.
         let mounts = inspect::mounts()
             .into_iter()
+            .filter(|m| !inspect::is_runsc_null_netns(m))
             .filter(|m| {
                 m.mount_point.starts_with(c.dir())
                     || m.mount_point.to_string_lossy().contains(c.namespace())

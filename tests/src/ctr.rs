@@ -25,7 +25,10 @@ pub(crate) fn ctr_command(
     // The stack's ctr (crate::stack), as found first on the instance's PATH.
     let ctr = crate::stack::bin("ctr").unwrap_or_else(|_| "ctr".into());
     let mut cmd = Command::new(ctr);
+    // ctr 2.x prints containerd's "DEPRECATION: The support for cgroup v1 ..." warning on
+    // every call on a cgroup v1 host (these machines are); tests compare its stderr.
     cmd.env("PATH", path_env)
+        .env("CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS", "1")
         .env("CONTAINERD_SNAPSHOTTER", snapshotter)
         .arg("--address")
         .arg(address)

@@ -172,3 +172,24 @@ pub fn bin(name: &str) -> Result<PathBuf> {
 pub fn is_gvisor_release(release: &str) -> bool {
     release == "4.4.0" || release.ends_with("-gvisor")
 }
+
+/// How a sandbox with loopback only answers a connection to any other address: runsc 20221219
+/// says `EHOSTUNREACH` ("No route to host"), current releases `ENETUNREACH` ("Network is
+/// unreachable"). Both mean no route exists; a test of "unreachable" takes either.
+pub const NO_ROUTE_ERRNOS: [&str; 2] = ["EHOSTUNREACH", "ENETUNREACH"];
+
+/// The messages of [`NO_ROUTE_ERRNOS`], as tools print them.
+pub const NO_ROUTE_MESSAGES: [&str; 2] = ["No route to host", "Network is unreachable"];
+
+/// Whether `errno` is one of [`NO_ROUTE_ERRNOS`].
+pub fn is_no_route(errno: Option<&str>) -> bool {
+    errno.is_some_and(|e| NO_ROUTE_ERRNOS.contains(&e))
+}
+
+/// Whether `text` holds one of [`NO_ROUTE_ERRNOS`] or [`NO_ROUTE_MESSAGES`].
+pub fn mentions_no_route(text: &str) -> bool {
+    NO_ROUTE_ERRNOS
+        .iter()
+        .chain(NO_ROUTE_MESSAGES.iter())
+        .any(|m| text.contains(m))
+}

@@ -82,7 +82,7 @@ impl Host {
             self.sink.clone(),
         );
         let spawner = RunscExec {
-            runsc: "runsc".into(),
+            runsc: gvisor_hardened_tests::stack::bin("runsc").unwrap(),
             global_args: sb.global.iter().map(Into::into).collect(),
             container_id: sb.id.clone(),
             state_dir: sb.state_dir(),

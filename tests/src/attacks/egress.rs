@@ -72,7 +72,7 @@ pub fn attacks() -> Vec<Attack> {
         ),
         a(
             "egress: connect to the upstream's address without the proxy",
-            "EHOSTUNREACH: the sandbox still has no network of its own",
+            "no route (EHOSTUNREACH/ENETUNREACH): the sandbox still has no network of its own",
             direct,
         ),
         a(
@@ -199,8 +199,12 @@ fn direct(lab: &Lab) -> Outcome {
         "sandbox-probe connect UPSTREAM 8080 2000",
     )?;
     let line = ran.line()?;
-    ensure(line.errno() == Some("EHOSTUNREACH"), || ran.summary())?;
-    Ok(format!("connect {}:8080: EHOSTUNREACH", ns.inside_addr()))
+    ensure(crate::stack::is_no_route(line.errno()), || ran.summary())?;
+    Ok(format!(
+        "connect {}:8080: {}",
+        ns.inside_addr(),
+        line.errno().unwrap_or_default()
+    ))
 }
 
 /// The forwarder is the only way out: a host unix socket that the workload can see (mode 0666,

@@ -28,8 +28,8 @@ pub fn attacks() -> Vec<Attack> {
         run,
     };
     vec![
-        a("connect to a live server on another network (a test netns over a veth)", "EHOSTUNREACH; the server sees nothing", outside),
-        a("connect to the host's own address (its end of a test veth)", "EHOSTUNREACH; the host listener sees nothing", host_address),
+        a("connect to a live server on another network (a test netns over a veth)", "no route (EHOSTUNREACH/ENETUNREACH); the server sees nothing", outside),
+        a("connect to the host's own address (its end of a test veth)", "no route (EHOSTUNREACH/ENETUNREACH); the host listener sees nothing", host_address),
         a("connect to a service on the host's loopback", "ECONNREFUSED (the sandbox's own loopback); host listener sees nothing", host_loopback),
         a("DNS lookup (a live UDP :53 recorder on a test netns, and the default resolver)", "fails: no route / refused; no query arrives; nothing resolved", dns),
         a("open a raw socket", "EPERM", raw_socket),
@@ -58,6 +58,9 @@ fn connect_args(addr: SocketAddr) -> [String; 4] {
     ]
 }
 
+/// What [`connect_fails`] expects for "no route": either runsc's (crate::stack).
+const NO_ROUTE: &str = "EHOSTUNREACH/ENETUNREACH";
+
 /// Runs the probe's connect to `addr` (a live target, reachable from the host) and expects
 /// `errno` and an untouched target.
 fn connect_fails(
@@ -71,9 +74,12 @@ fn connect_fails(
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let ran = lab.run(Job::probe(prefix, &args))?;
     let line = ran.line()?;
-    ensure(line.errno() == Some(errno), || {
-        format!("expected {errno}: {}", ran.summary())
-    })?;
+    let matches = if errno == NO_ROUTE {
+        crate::stack::is_no_route(line.errno())
+    } else {
+        line.errno() == Some(errno)
+    };
+    ensure(matches, || format!("expected {errno}: {}", ran.summary()))?;
     ensure(untouched(), || {
         format!("the target {addr} accepted a connection")
     })?;
@@ -88,7 +94,7 @@ fn test_netns() -> Result<TestNetns, Failed> {
 
 fn outside(lab: &Lab) -> Outcome {
     let net = test_netns()?;
-    connect_fails(lab, "net-out", net.ns_tcp(), "EHOSTUNREACH", || {
+    connect_fails(lab, "net-out", net.ns_tcp(), NO_ROUTE, || {
         net.ns_tcp_untouched()
     })
 }
@@ -97,7 +103,7 @@ fn outside(lab: &Lab) -> Outcome {
 /// primary one, and owned by the test.
 fn host_address(lab: &Lab) -> Outcome {
     let net = test_netns()?;
-    connect_fails(lab, "net-hostip", net.host_tcp(), "EHOSTUNREACH", || {
+    connect_fails(lab, "net-hostip", net.host_tcp(), NO_ROUTE, || {
         net.host_tcp_untouched()
     })
 }
@@ -132,7 +138,7 @@ fn dns(lab: &Lab) -> Outcome {
         format!("a name resolved: {}", ran.summary())
     })?;
     ensure(
-        all.contains("No route to host") && all.contains("Connection refused"),
+        crate::stack::mentions_no_route(&all) && all.contains("Connection refused"),
         || format!("unexpected failure: {}", ran.summary()),
     )?;
     let arrived = net.datagrams();
@@ -144,7 +150,7 @@ fn dns(lab: &Lab) -> Outcome {
         )
     })?;
     Ok(format!(
-        "{} (live recorder, a host datagram reached it first): No route to host, no query arrived; default (127.0.0.1): Connection refused",
+        "{} (live recorder, a host datagram reached it first): no route, no query arrived; default (127.0.0.1): Connection refused",
         net.dns()
     ))
 }
@@ -185,13 +191,13 @@ fn foreign_netns(lab: &Lab) -> Outcome {
     ensure(l[0].field("ifaces") == Some("lo"), || {
         format!("interfaces: {}", ran.summary())
     })?;
-    ensure(l[1].errno() == Some("EHOSTUNREACH"), || {
+    ensure(crate::stack::is_no_route(l[1].errno()), || {
         format!("connect into the namespace's network: {}", ran.summary())
     })?;
     ensure(net.ns_tcp_untouched(), || {
         format!("the namespace's server {target} accepted a connection")
     })?;
-    Ok(format!("accepted (path on namespaces.allowed_paths); inside: ifaces=lo; {target} (the namespace's live server): EHOSTUNREACH, untouched"))
+    Ok(format!("accepted (path on namespaces.allowed_paths); inside: ifaces=lo; {target} (the namespace's live server): no route, untouched"))
 }
 
 /// Host sockets listening on `port` in the network namespace whose /proc/<pid>/net is `net`.
