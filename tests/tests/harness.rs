@@ -355,9 +355,14 @@ fn events_report_a_task_exit_with_its_status() {
         .wait_for("/tasks/exit", &id, std::time::Duration::from_secs(30))
         .unwrap();
     assert!(exit.contains("\"exit_status\":5"), "{exit}");
-    events
-        .wait_for("/tasks/delete", &id, std::time::Duration::from_secs(30))
-        .unwrap();
+    // containerd 1.6's runc shim publishes /tasks/delete for `ctr run --rm`; 2.4's did not in
+    // any run here (the exit, snapshot and container events come, the delete event never does).
+    // The hardened shim publishes it on both (shim_task_api.rs).
+    if !gvisor_hardened_tests::stack::Stack::selected().containerd2() {
+        events
+            .wait_for("/tasks/delete", &id, std::time::Duration::from_secs(30))
+            .unwrap();
+    }
     drop(events);
     assert_nothing_left(&c, &id, &Runtime::Baseline);
     assert_clean_shutdown(c);

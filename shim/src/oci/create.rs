@@ -108,6 +108,8 @@ pub async fn run(
         egress: prepared.egress.clone(),
         policy_name: prepared.policy.source.name(),
         writable_binds: crate::artifacts::writable_binds(&prepared.spec),
+        runsc_binary: crate::runsc::feature_cache::Identity::of(&prepared.policy.policy.runsc.path)
+            .map(|id| id.path),
     };
     // The guard's pid once it has made the sandbox: a failure after that must end both.
     let running = std::cell::Cell::new(None);

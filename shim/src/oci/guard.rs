@@ -514,6 +514,16 @@ async fn load(state_dir: &Path, reaper: &Reaper) -> Result<(StateDir, Record, Po
 
 /// The runsc client of a container, as its policy configured it at create.
 pub fn runsc_for(record: &Record, policy: &Policy, reaper: &Reaper) -> Result<Runsc> {
+    let resolved;
+    let policy = match &record.runsc_binary {
+        Some(binary) => {
+            let mut p = policy.clone();
+            p.runsc.path = binary.display().to_string();
+            resolved = p;
+            &resolved
+        }
+        None => policy,
+    };
     Ok(client_with(
         policy,
         &record.runsc,

@@ -76,6 +76,11 @@ pub struct Record {
     /// and at the exit.
     #[serde(default)]
     pub writable_binds: Vec<WritableMount>,
+    /// The runsc binary as `create` resolved it (the policy's `[runsc] path`, looked up on the
+    /// engine's PATH then): every later call runs the same one, whatever PATH the engine or a
+    /// person calling runsc-hardened by hand has, since `features` describe that binary.
+    #[serde(default)]
+    pub runsc_binary: Option<PathBuf>,
 }
 
 impl Record {
