@@ -19,6 +19,13 @@
 //! the idle detector needs. A terminal's output, which the shim copies anyway, goes through the
 //! same copy: one stream (the pty merges stdout and stderr), the marker line on the terminal.
 //! Without a budget nothing of this happens and the fifos go to runsc as above.
+//!
+//! A client may name a logging program (`binary://`, `log_binary`) instead of fifos: its pipes
+//! then take the fifos' place, with or without a budget, and the exit waits for it to finish.
+
+mod log_binary;
+
+pub use log_binary::{LoggerCommand, LOGGER_EXIT_DEADLINE, SCHEME as BINARY_LOG_SCHEME};
 
 use std::fs::{File, OpenOptions};
 use std::io::IoSliceMut;
@@ -57,6 +64,8 @@ pub enum StdioError {
     Interpose(std::io::Error),
     #[error("resizing the terminal: {0}")]
     Resize(std::io::Error),
+    #[error("log URI {uri}: {reason}")]
+    LogUri { uri: String, reason: String },
 }
 
 impl StdioError {
@@ -66,6 +75,8 @@ impl StdioError {
         match self {
             StdioError::NotAFifo { .. } => true,
             StdioError::Fifo { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+            // The client named a logger that is no absolute program, or that does not start.
+            StdioError::LogUri { .. } => true,
             _ => false,
         }
     }
@@ -174,6 +185,15 @@ fn pipe() -> Result<(File, File), StdioError> {
 /// What runsc receives as its own stdin/stdout/stderr; `None` is /dev/null.
 pub use crate::runsc::client::ProcessIo as RunscStdio;
 
+/// Who a `binary://` logger is started for, and how: through the runtime (the shim's reaper
+/// must own every child).
+#[derive(Clone)]
+pub struct LogContext {
+    pub container_id: String,
+    pub namespace: String,
+    pub runtime: std::sync::Arc<dyn crate::runtime::SandboxRuntime>,
+}
+
 /// The shim's side of a process's streams, alive as long as the process.
 #[derive(Default)]
 pub struct Streams {
@@ -189,6 +209,13 @@ pub struct Streams {
     /// The copy of stdout/stderr (or of the terminal) against the budget, until the exit path
     /// takes it to wait for its report.
     interposer: Mutex<Option<Interposer>>,
+    /// Set once (a container's init), before the streams are opened: a `binary://` stdout may
+    /// start a logger. Without it such a URI is refused.
+    logging: OnceLock<LogContext>,
+    /// The exit of the logger started for this process, waited for before the exit is reported.
+    logger_exit: Mutex<Option<crate::runtime::ExitWatch>>,
+    /// A terminal size asked for before the terminal existed (locked after `console`).
+    pending_size: Mutex<Option<(u32, u32)>>,
 }
 
 impl Streams {
@@ -200,6 +227,34 @@ impl Streams {
         }
     }
 
+    /// A `binary://` stdout of this process starts its logger for `ctx`. Call it before the
+    /// streams are opened; the first context stays.
+    pub fn log_with(&self, ctx: LogContext) {
+        let _ = self.logging.set(ctx);
+    }
+
+    /// Starts the logger `stdout` names, if it is a `binary://` URI; its pipes replace both
+    /// fifos (the stderr path is not read then, as in containerd's runc shim).
+    fn start_logger(&self, stdout: &str) -> Result<Option<log_binary::LoggerPipes>, StdioError> {
+        if !stdout.starts_with(log_binary::SCHEME) {
+            return Ok(None);
+        }
+        let ctx = self.logging.get().ok_or_else(|| StdioError::LogUri {
+            uri: stdout.to_string(),
+            reason: "a logging program is only started for a container's own process, not an exec"
+                .into(),
+        })?;
+        let pipes = log_binary::start(stdout, &ctx.container_id, &ctx.namespace, |cmd| {
+            let exit = ctx
+                .runtime
+                .spawn_logger(cmd)
+                .map_err(std::io::Error::other)?;
+            *self.logger_exit.lock().unwrap() = Some(exit);
+            Ok(())
+        })?;
+        Ok(Some(pipes))
+    }
+
     /// The interposed output copy, for the exit path to wait on (once).
     pub fn take_output(&self) -> Option<Interposer> {
         self.interposer.lock().unwrap().take()
@@ -208,22 +263,31 @@ impl Streams {
     /// Prepares non-terminal streams; returns what runsc must get.
     pub fn open_pipes(&self, paths: &StdioPaths) -> Result<RunscStdio, StdioError> {
         let mut runsc = RunscStdio::default();
+        // Where each output stream goes: the client's fifo, or the logger's pipe.
+        let (mut log_out, mut log_err) = match self.start_logger(&paths.stdout)? {
+            Some(p) => (Some(p.stdout), Some(p.stderr)),
+            None => (None, None),
+        };
+        let logged = log_out.is_some();
+        let mut to_client = |what: &'static str, path: &str| -> Result<Option<File>, StdioError> {
+            match (what, logged) {
+                ("stdout", true) => Ok(log_out.take()),
+                (_, true) => Ok(log_err.take()),
+                _ if path.is_empty() => Ok(None),
+                _ => open_fifo(what, path, true, true).map(Some),
+            }
+        };
         match self.budget.get() {
             None => {
-                if !paths.stdout.is_empty() {
-                    runsc.stdout = Some(open_fifo("stdout", &paths.stdout, true, true)?.into());
-                }
-                if !paths.stderr.is_empty() {
-                    runsc.stderr = Some(open_fifo("stderr", &paths.stderr, true, true)?.into());
-                }
+                runsc.stdout = to_client("stdout", &paths.stdout)?.map(Into::into);
+                runsc.stderr = to_client("stderr", &paths.stderr)?.map(Into::into);
             }
             Some(budget) => {
                 // runsc writes to pipes; the copy moves their bytes to the fifos.
-                let pair = |what: &'static str, path: &str| -> Result<_, StdioError> {
-                    if path.is_empty() {
+                let mut pair = |what: &'static str, path: &str| -> Result<_, StdioError> {
+                    let Some(to_client) = to_client(what, path)? else {
                         return Ok((None, None));
-                    }
-                    let to_client = open_fifo(what, path, true, true)?;
+                    };
                     let (from_sandbox, for_runsc) =
                         output_limit::sandbox_pipe().map_err(StdioError::Pipe)?;
                     Ok((
@@ -274,7 +338,11 @@ impl Streams {
     pub fn attach_console(&self, master: File, paths: &StdioPaths) -> Result<(), StdioError> {
         let master = Arc::new(master);
         if !paths.stdout.is_empty() {
-            let mut out = open_fifo("stdout", &paths.stdout, true, true)?;
+            // A terminal has one stream: the logger's stderr pipe closes unused.
+            let mut out = match self.start_logger(&paths.stdout)? {
+                Some(pipes) => pipes.stdout,
+                None => open_fifo("stdout", &paths.stdout, true, true)?,
+            };
             let mut m = clone_file(&master)?;
             match self.budget.get() {
                 Some(budget) => {
@@ -306,29 +374,30 @@ impl Streams {
                 let _ = std::io::copy(&mut source, &mut m);
             });
         }
-        *self.console.lock().unwrap() = Some(master);
+        let mut console = self.console.lock().unwrap();
+        if let Some((width, height)) = self.pending_size.lock().unwrap().take() {
+            set_size(&master, width, height)?;
+        }
+        *console = Some(master);
         Ok(())
     }
 
-    pub fn resize(&self, width: u32, height: u32) -> Result<(), StdioError> {
+    /// Resizes the terminal. `has_terminal`: the process was created with one. Until runsc sent
+    /// it (an exec's terminal exists from Start on; `nerdctl exec -t` resizes between Exec and
+    /// Start), the size is kept and applied when it arrives.
+    pub fn resize(&self, width: u32, height: u32, has_terminal: bool) -> Result<(), StdioError> {
         let console = self.console.lock().unwrap();
-        let Some(master) = console.as_ref() else {
-            return Err(StdioError::Resize(std::io::Error::new(
+        match console.as_ref() {
+            Some(master) => set_size(master, width, height),
+            None if has_terminal => {
+                *self.pending_size.lock().unwrap() = Some((width, height));
+                Ok(())
+            }
+            None => Err(StdioError::Resize(std::io::Error::new(
                 std::io::ErrorKind::Unsupported,
                 "process has no terminal",
-            )));
-        };
-        let size = libc::winsize {
-            ws_row: height as u16,
-            ws_col: width as u16,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // SAFETY: TIOCSWINSZ reads a winsize struct we own.
-        if unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &size) } < 0 {
-            return Err(StdioError::Resize(std::io::Error::last_os_error()));
+            ))),
         }
-        Ok(())
     }
 
     /// Waits until the output copiers drained what the process wrote (terminal output), so the
@@ -338,6 +407,18 @@ impl Streams {
         for h in handles {
             let _ = h.join();
         }
+        // A logger exits once the process's last writer is gone and it wrote what it read.
+        // Called from a blocking thread of the runtime, which may block on a future.
+        let exit = self.logger_exit.lock().unwrap().take();
+        if let Some(exit) = exit {
+            let waited = tokio::runtime::Handle::current()
+                .block_on(async { tokio::time::timeout(LOGGER_EXIT_DEADLINE, exit).await });
+            if waited.is_err() {
+                log::warn!(
+                    "the logging program did not exit within {LOGGER_EXIT_DEADLINE:?} of its process; reporting the exit anyway"
+                );
+            }
+        }
     }
 
     /// Releases everything the shim holds for this process.
@@ -345,6 +426,20 @@ impl Streams {
         self.close_stdin();
         self.console.lock().unwrap().take();
     }
+}
+
+fn set_size(master: &File, width: u32, height: u32) -> Result<(), StdioError> {
+    let size = libc::winsize {
+        ws_row: height as u16,
+        ws_col: width as u16,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads a winsize struct we own.
+    if unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &size) } < 0 {
+        return Err(StdioError::Resize(std::io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 fn clone_file(f: &File) -> Result<File, StdioError> {
@@ -522,5 +617,26 @@ mod tests {
         let mut buf = [0u8; 16];
         let n = client.read(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"out\n");
+    }
+
+    #[test]
+    fn a_size_asked_for_before_the_terminal_exists_is_applied_when_it_arrives() {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let io = Streams::default();
+        assert!(io.resize(80, 24, false).is_err());
+        io.resize(132, 43, true).unwrap();
+        io.attach_console(File::from(pty.master), &StdioPaths::default())
+            .unwrap();
+        let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+        // SAFETY: TIOCGWINSZ fills a winsize struct we own.
+        assert_eq!(
+            unsafe { libc::ioctl(pty.slave.as_raw_fd(), libc::TIOCGWINSZ, &mut size) },
+            0
+        );
+        assert_eq!((size.ws_col, size.ws_row), (132, 43));
+        // Once it exists, a resize applies at once.
+        io.resize(100, 30, true).unwrap();
+        unsafe { libc::ioctl(pty.slave.as_raw_fd(), libc::TIOCGWINSZ, &mut size) };
+        assert_eq!((size.ws_col, size.ws_row), (100, 30));
     }
 }

@@ -119,9 +119,11 @@ fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
         .collect()
 }
 
-/// The mounts of this process's mount namespace (the host's, for the test process).
+/// The mounts of the calling thread's mount namespace (the host's, for the test process;
+/// `/proc/self` would be the main thread's even on a thread that entered a namespace of its
+/// own, as `nerdctl::with_node_policy` does).
 pub fn mounts() -> Vec<MountInfo> {
-    fs::read_to_string("/proc/self/mountinfo")
+    fs::read_to_string("/proc/thread-self/mountinfo")
         .map(|t| parse_mountinfo(&t))
         .unwrap_or_default()
 }

@@ -6,6 +6,15 @@
 //! (loopback only with `--network=none`) and Docker runs, stops, restarts and removes
 //! containers without the hook (measured with `--network none` and with no network flag; the
 //! Docker tests prove it on every run).
+//!
+//! The same for nerdctl's own pair, `nerdctl [GLOBAL FLAGS] internal oci-hook createRuntime`
+//! and `... postStop`, which nerdctl writes into every spec it makes, whatever the runtime: they
+//! set up (and tear down) CNI networking in the container's network namespace, which the sandbox
+//! does not use, re-acquire and release the container's name, write `--pidfile` and the start
+//! time `nerdctl inspect` shows. Without them `nerdctl run`, `exec`, `ps`, `rm` and `compose`
+//! work (tests/tests/nerdctl.rs); what is lost is `--pidfile`, `State.StartedAt`, and the name
+//! being released at the container's exit rather than at `nerdctl rm`. Removing a hook never
+//! runs anything on the host, so a hook that only looks like nerdctl's gains nothing.
 
 use serde_json::Value;
 
@@ -67,6 +76,68 @@ fn remove_docker_setkey(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Ha
     Ok(())
 }
 
+/// nerdctl's own hook for `event` in the stage that runs it: `{"path": P, "args": [P,
+/// "--flag=value"..., "internal", "oci-hook", EVENT]}` with P an absolute path to a file named
+/// `nerdctl` (what nerdctl's `withNerdctlOCIHook` writes, rootful).
+fn is_nerdctl_hook(hook: &Value, event: &str) -> bool {
+    let path = hook.get("path").and_then(Value::as_str).unwrap_or_default();
+    let Some(args) = hook.get("args").and_then(Value::as_array) else {
+        return false;
+    };
+    let args: Vec<&str> = args.iter().filter_map(Value::as_str).collect();
+    let n = args.len();
+    path.starts_with('/')
+        && path.rsplit('/').next() == Some("nerdctl")
+        && n == hook["args"].as_array().map_or(0, Vec::len)
+        && n >= 4
+        && args[0] == path
+        && args[n - 3..] == ["internal", "oci-hook", event]
+        && args[1..n - 3]
+            .iter()
+            .all(|a| a.starts_with("--") && a.contains('='))
+}
+
+/// Removes nerdctl's `createRuntime` and `postStop` hooks (and the lists, once empty).
+fn remove_nerdctl_hooks(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), HardenError> {
+    let Some(hooks) = json::opt_object_mut(spec, "hooks", "")? else {
+        return Ok(());
+    };
+    let mut removed = Vec::new();
+    for (stage, event) in [("createRuntime", "createRuntime"), ("poststop", "postStop")] {
+        let Some(list) = json::opt_array_mut(hooks, stage, "hooks")? else {
+            continue;
+        };
+        let mut i = 0;
+        while i < list.len() {
+            if is_nerdctl_hook(&list[i], event) {
+                removed.push((stage, list.remove(i)));
+            } else {
+                i += 1;
+            }
+        }
+        if list.is_empty() {
+            hooks.remove(stage);
+        }
+    }
+    if hooks.is_empty() {
+        spec.remove("hooks");
+    }
+    for (stage, hook) in removed {
+        // The audit keeps path and args only: nerdctl copies its caller's whole environment
+        // into the hook's `env`, which may hold the user's secrets.
+        let shown = serde_json::json!({"path": hook["path"], "args": hook["args"]});
+        pass.record(
+            Rule::Hooks,
+            format!("hooks.{stage}"),
+            Action::Removed,
+            Some(shown),
+            None,
+            "nerdctl's own oci-hook: CNI setup in a network namespace the sandbox does not use, and nerdctl's bookkeeping",
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), HardenError> {
     if !pass.policy.hooks.reject {
         return Ok(());
@@ -74,6 +145,7 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
     if pass.ctx.engine.as_ref().map(|e| e.engine) == Some(Engine::Docker) {
         remove_docker_setkey(spec, pass)?;
     }
+    remove_nerdctl_hooks(spec, pass)?;
     let Some(hooks) = json::opt_object(spec, "hooks", "")? else {
         return Ok(());
     };
@@ -178,6 +250,76 @@ mod tests {
             rejections_with(&spec, &Policy::default(), &docker()).len(),
             1
         );
+    }
+
+    fn nerdctl(event: &str) -> serde_json::Value {
+        let bin = "/usr/local/bin/nerdctl";
+        json!({"path": bin, "args": [bin, "--address=/run/containerd/containerd.sock",
+            "--data-root=/var/lib/nerdctl", "--namespace=default", "internal", "oci-hook", event],
+            "env": ["PATH=/usr/bin"]})
+    }
+
+    #[test]
+    fn nerdctls_own_hooks_are_removed_and_recorded() {
+        let mut spec = base_spec();
+        spec["hooks"] =
+            json!({"createRuntime": [nerdctl("createRuntime")], "poststop": [nerdctl("postStop")]});
+        let h = harden_ok(&spec);
+        assert!(h.spec.get("hooks").is_none(), "{}", h.spec);
+        assert_eq!(count(&h, Rule::Hooks, crate::Action::Removed), 2);
+        // The caller's environment, copied into the hook by nerdctl, is not in the record.
+        assert!(!format!("{:?}", h.decisions).contains("PATH=/usr/bin"));
+    }
+
+    #[test]
+    fn hooks_that_only_resemble_nerdctls_stay_rejected() {
+        let bin = "/usr/local/bin/nerdctl";
+        let cases = [
+            // the right hook in the wrong stage
+            ("prestart", nerdctl("createRuntime")),
+            ("poststop", nerdctl("createRuntime")),
+            ("createRuntime", nerdctl("postStop")),
+            // another program, a relative path, argv[0] not the path
+            (
+                "createRuntime",
+                json!({"path": "/usr/bin/evil", "args": ["/usr/bin/evil", "internal", "oci-hook", "createRuntime"]}),
+            ),
+            (
+                "createRuntime",
+                json!({"path": "nerdctl", "args": ["nerdctl", "internal", "oci-hook", "createRuntime"]}),
+            ),
+            (
+                "createRuntime",
+                json!({"path": bin, "args": ["/usr/bin/evil", "internal", "oci-hook", "createRuntime"]}),
+            ),
+            // an argument that is not a global --flag=value, extra arguments, no arguments
+            (
+                "createRuntime",
+                json!({"path": bin, "args": [bin, "run", "internal", "oci-hook", "createRuntime"]}),
+            ),
+            (
+                "createRuntime",
+                json!({"path": bin, "args": [bin, "internal", "oci-hook", "createRuntime", "x"]}),
+            ),
+            ("createRuntime", json!({"path": bin})),
+            (
+                "createRuntime",
+                json!({"path": bin, "args": [bin, 1, "internal", "oci-hook", "createRuntime"]}),
+            ),
+        ];
+        for (stage, hook) in cases {
+            let mut spec = base_spec();
+            spec["hooks"] = json!({ stage: [hook.clone()] });
+            let r = rejections(&spec);
+            assert_eq!(r.len(), 1, "{stage} {hook}");
+            assert_eq!(r[0].field, format!("hooks.{stage}"), "{hook}");
+        }
+        // Beside nerdctl's pair, any other hook is still refused.
+        let mut spec = base_spec();
+        spec["hooks"] = json!({"createRuntime": [nerdctl("createRuntime"), {"path": "/bin/x"}],
+            "poststop": [nerdctl("postStop")]});
+        let r = rejections(&spec);
+        assert_eq!((r.len(), r[0].field.as_str()), (1, "hooks.createRuntime"));
     }
 
     #[test]

@@ -139,6 +139,11 @@ impl Container {
             self.rootfs_mounted.store(true, Ordering::SeqCst);
         }
         self.init.io.bound_by(self.evidence.output.as_ref());
+        self.init.io.log_with(stdio::LogContext {
+            container_id: self.id.clone(),
+            namespace: self.env.namespace.clone(),
+            runtime: self.runtime.clone(),
+        });
         let (console, streams) = stdio::for_runsc(
             &self.init.io,
             &self.init.stdio,

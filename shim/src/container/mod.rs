@@ -224,7 +224,8 @@ impl Container {
     }
 
     pub async fn resize_pty(&self, exec_id: &str, width: u32, height: u32) -> Result<()> {
-        Ok(self.process(exec_id).await?.io.resize(width, height)?)
+        let p = self.process(exec_id).await?;
+        Ok(p.io.resize(width, height, p.stdio.terminal)?)
     }
 
     pub async fn close_stdin(&self, exec_id: &str) -> Result<()> {

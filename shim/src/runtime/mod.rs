@@ -86,6 +86,15 @@ pub trait SandboxRuntime: Send + Sync {
     /// Applies new resources through runsc itself; `Ok(false)` when this runsc cannot (then the
     /// shim writes the sandbox's cgroup files).
     async fn update(&self, id: &str, resources: &[u8]) -> Result<bool, RunscError>;
+    /// Starts a logging program on the host for a `binary://` stdio URI (`crate::stdio`),
+    /// through the reaper, which must own every child of the shim. The default refuses: only
+    /// the real runtime starts host programs.
+    fn spawn_logger(&self, cmd: std::process::Command) -> Result<ExitWatch, ReaperError> {
+        Err(ReaperError::Spawn {
+            program: cmd.get_program().to_string_lossy().into_owned(),
+            source: std::io::Error::from(std::io::ErrorKind::Unsupported),
+        })
+    }
     /// Starts the egress forwarder inside container `id` (started: runsc refuses an exec before)
     /// with `process` (its OCI process), keeping its files in `state_dir`.
     fn forwarder(

@@ -255,6 +255,12 @@ impl SandboxRuntime for RunscRuntime {
         Ok(Box::pin(async move { exit.await.unfold_runsc() }))
     }
 
+    fn spawn_logger(&self, cmd: std::process::Command) -> Result<ExitWatch, ReaperError> {
+        let spawned = self.reaper.spawn(cmd)?;
+        log::info!("started logging program, pid {}", spawned.pid);
+        Ok(Box::pin(spawned.exit))
+    }
+
     async fn start(&self, id: &str, stdio: Option<RunscStdio>) -> Result<(), RunscError> {
         self.client.start(id, stdio).await
     }

@@ -127,6 +127,8 @@ async fn an_exec_with_a_terminal_gets_it_over_the_console_socket_and_can_resize_
     bed.shim.exec(req).await.unwrap();
     // Without a terminal there is nothing to resize.
     assert!(bed.shim.resize_pty("c1", "", 80, 24).await.is_err());
+    // Before Start the terminal does not exist yet: the size waits for it (nerdctl exec -t).
+    bed.shim.resize_pty("c1", "e1", 100, 30).await.unwrap();
     bed.shim.start("c1", "e1").await.unwrap();
     bed.shim.resize_pty("c1", "e1", 132, 43).await.unwrap();
     bed.fake.exit_exec("c1", "e1", exited(0));
