@@ -39,6 +39,9 @@ pub struct Context {
     /// The git directories and gitlinks the caller found below the bind sources, for
     /// `[mounts.workspace] git`. Empty when it is off.
     pub git_tree: GitTree,
+    /// The platform runsc will run the sandbox on (`systrap`, `ptrace`, `kvm`), as the caller
+    /// resolved it; `None`: unknown, sized as ptrace (the larger host-task count per process).
+    pub runsc_platform: Option<String>,
 }
 
 /// Git directories and `.git` files below bind sources (`[mounts.workspace] git`).

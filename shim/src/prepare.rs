@@ -297,7 +297,20 @@ impl Inputs {
             engine: self.engine.clone(),
             host_tree,
             git_tree: Default::default(),
+            runsc_platform: None,
         };
+        // The pids limit depends on the platform runsc will use (systrap needs ~2 host tasks a
+        // guest process, ptrace ~9): asked of the runtime before the spec is hardened.
+        match runtimes.platform(&self.policy.policy).await {
+            Ok(p) => ctx.runsc_platform = p,
+            Err(e) => {
+                let e = ShimError::from(e);
+                let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
+                rec.error = Some(e.to_string());
+                self.audit.append(&rec)?;
+                return Err(e);
+            }
+        }
         let references = match find_git(&self.spec, &self.policy.policy, &ctx) {
             Ok(found) => {
                 ctx.git_tree = found.tree;

@@ -358,6 +358,39 @@ fn tightening_annotation_lowers_the_memory_ceiling_and_a_looser_one_is_rejected(
     assert_clean_shutdown(c);
 }
 
+/// The guest-process budget is a count of guest processes on either platform: the host pids
+/// limit is sized with the platform's host tasks per process (ptrace ~9, systrap ~2), so 100
+/// processes never fit in a budget of 16 (with ptrace's factor under systrap they did).
+#[test]
+fn a_pids_budget_of_16_stops_100_processes_on_either_platform() {
+    let (c, image) = setup();
+    let id = unique_id("pids");
+    let out = c
+        .run_output(
+            &Run::new(image.reference(), &id)
+                .flags(["--annotation", "gvisor-hardened.dev/pids=16"])
+                .probe(["fork", "100"]),
+        )
+        .unwrap();
+    assert!(
+        !out.stdout.contains("ok forked=100"),
+        "100 processes ran in a budget of 16: {out}"
+    );
+    assert_nothing_left(&c, &id, &Runtime::hardened());
+    // A small workload still fits.
+    let id2 = unique_id("pids");
+    let out = c
+        .run_output(
+            &Run::new(image.reference(), &id2)
+                .flags(["--annotation", "gvisor-hardened.dev/pids=16"])
+                .probe(["fork", "8"]),
+        )
+        .unwrap();
+    assert!(out.stdout.contains("ok forked=8"), "{out}");
+    assert_nothing_left(&c, &id2, &Runtime::hardened());
+    assert_clean_shutdown(c);
+}
+
 #[test]
 fn policy_can_turn_on_runsc_debug_logs() {
     let (c, image) = setup();

@@ -207,7 +207,10 @@ pub struct ResourcesPolicy {
     /// Guest processes; the host pids limit is `pids_base + pids_per_process * processes`.
     pub processes: u64,
     pub pids_base: u64,
+    /// Host tasks per guest process under ptrace (and kvm).
     pub pids_per_process: u64,
+    /// Host tasks per guest process under systrap, which needs far fewer.
+    pub pids_per_process_systrap: u64,
 }
 
 impl Default for ResourcesPolicy {
@@ -218,6 +221,7 @@ impl Default for ResourcesPolicy {
             processes: 512,
             pids_base: 32,
             pids_per_process: 12,
+            pids_per_process_systrap: 3,
         }
     }
 }

@@ -342,14 +342,23 @@ fn resources(p: &Policy) -> Result<(), Issue> {
             "0 processes leaves nothing to run",
         ));
     }
-    if r.pids_per_process == 0 {
-        return Err(invalid(
-            "resources.pids_per_process",
-            "every guest process costs host tasks under runsc; 0 would size the limit wrongly",
-        ));
+    for (key, v) in [
+        ("resources.pids_per_process", r.pids_per_process),
+        (
+            "resources.pids_per_process_systrap",
+            r.pids_per_process_systrap,
+        ),
+    ] {
+        if v == 0 {
+            return Err(invalid(
+                key,
+                "every guest process costs host tasks under runsc; 0 would size the limit wrongly",
+            ));
+        }
     }
     let total = r
         .pids_per_process
+        .max(r.pids_per_process_systrap)
         .checked_mul(r.processes)
         .and_then(|v| v.checked_add(r.pids_base))
         .filter(|v| *v <= i64::MAX as u64);

@@ -4,8 +4,9 @@
 //! - Memory: limit = min(ceiling, annotation, spec); swap = limit (no swap); reservation <= limit.
 //! - CPU: quota/period clamped to the ceiling; no quota gives the ceiling over a 100ms period.
 //! - Processes: the guest budget B = min(policy, annotation, spec pids.limit read as a guest
-//!   count) becomes `pids.limit = pids_base + pids_per_process * B`, because runsc's own host
-//!   tasks live in the same pids cgroup. B is written back as an annotation so that hardening a
+//!   count) becomes `pids.limit = pids_base + per_process * B`, because runsc's own host tasks
+//!   live in the same pids cgroup; `per_process` is `pids_per_process_systrap` when the caller
+//!   says runsc runs on systrap (`Context::runsc_platform`), else `pids_per_process`. B is written back as an annotation so that hardening a
 //!   hardened spec reads the same budget again.
 //!
 //! `-1` (unlimited) and `0` (unset, for runc) count as "no value"; anything below -1 is garbage
@@ -263,7 +264,16 @@ fn unified(res: &mut Object, path: &str, pass: &mut Pass<'_>) -> Result<(), Hard
 fn pids(res: &mut Object, path: &str, pass: &mut Pass<'_>) -> Result<Option<u64>, HardenError> {
     let path_pids = format!("{path}.pids");
     let p = &pass.policy.resources;
-    let (base, per) = (i128::from(p.pids_base), i128::from(p.pids_per_process));
+    // systrap runs a guest process on ~2 host tasks, ptrace on ~9: one factor for both would
+    // make the budget either ~5x too loose under systrap or crash ptrace sandboxes early.
+    let systrap = pass.ctx.runsc_platform.as_deref() == Some("systrap");
+    let per_process = if systrap {
+        p.pids_per_process_systrap
+    } else {
+        p.pids_per_process
+    };
+    let platform = pass.ctx.runsc_platform.as_deref().unwrap_or("ptrace");
+    let (base, per) = (i128::from(p.pids_base), i128::from(per_process));
     let mut budget = i128::from(p.processes);
     if let Some(a) = pass.tightening.pids {
         budget = budget.min(i128::from(a));
@@ -287,7 +297,7 @@ fn pids(res: &mut Object, path: &str, pass: &mut Pass<'_>) -> Result<Option<u64>
     let new_limit = (base + per * budget).min(i128::from(i64::MAX));
     if limit != Some(new_limit) {
         let reason = format!(
-            "a budget of {budget} guest processes: {base} + {per} host tasks per guest process under runsc"
+            "a budget of {budget} guest processes: {base} + {per} host tasks per guest process under runsc on {platform}"
         );
         write(
             pids,

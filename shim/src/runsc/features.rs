@@ -80,6 +80,16 @@ impl Features {
         self.has_subcommand("update")
     }
 
+    /// The platform when the policy leaves it to the runtime: systrap, the faster one, wherever
+    /// this runsc has it (current releases; it needs nothing from the host that ptrace does
+    /// not), else ptrace. Never kvm: it needs /dev/kvm and hangs under nested virtualisation.
+    /// [`reconcile`](Self::reconcile) names it explicitly, so the audit record says which ran.
+    pub fn default_platform(&self) -> Option<Platform> {
+        [Platform::Systrap, Platform::Ptrace]
+            .into_iter()
+            .find(|p| self.platforms.contains(p.as_str()))
+    }
+
     /// Checks `wanted` against this runsc and returns the flags to actually pass, plus what was
     /// left out and why. Fails closed on anything that would weaken the sandbox.
     pub fn reconcile(
@@ -167,13 +177,7 @@ impl Features {
         }
 
         if flags.platform.is_none() {
-            // The policy leaves the platform to the runtime: systrap, the faster one, wherever
-            // this runsc has it (current releases; it needs nothing from the host that ptrace
-            // does not), else ptrace. Never kvm: it needs /dev/kvm and hangs under nested
-            // virtualisation. Named explicitly so the audit record says which one ran.
-            flags.platform = [Platform::Systrap, Platform::Ptrace]
-                .into_iter()
-                .find(|p| self.platforms.contains(p.as_str()));
+            flags.platform = self.default_platform();
         }
         if let Some(platform) = flags.platform {
             if !self.platforms.contains(platform.as_str()) {

@@ -115,4 +115,11 @@ pub trait RuntimeFactory: Send + Sync {
         namespace: &str,
         bundle: &Path,
     ) -> Result<Arc<dyn SandboxRuntime>, RunscConfigError>;
+
+    /// The platform the sandbox will run on under `policy`, before anything is created: the
+    /// hardening sizes the pids limit by it (`Context::runsc_platform`). The policy's own
+    /// choice unless a runtime knows better.
+    async fn platform(&self, policy: &Policy) -> Result<Option<String>, RunscConfigError> {
+        Ok((!policy.runsc.platform.is_empty()).then(|| policy.runsc.platform.clone()))
+    }
 }

@@ -204,6 +204,14 @@ pub fn client_with(
 
 #[async_trait::async_trait]
 impl RuntimeFactory for RunscFactory {
+    async fn platform(&self, policy: &Policy) -> Result<Option<String>, RunscConfigError> {
+        if !policy.runsc.platform.is_empty() {
+            return Ok(Some(policy.runsc.platform.clone()));
+        }
+        let features = self.features(&policy.runsc.path).await?;
+        Ok(features.default_platform().map(|p| p.as_str().to_string()))
+    }
+
     async fn runtime(
         &self,
         policy: &Policy,

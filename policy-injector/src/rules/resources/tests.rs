@@ -152,3 +152,28 @@ fn clamp_resources_rejects_a_looser_annotation() {
     let err = crate::clamp_resources(&json!({}), &Policy::default(), &ann).unwrap_err();
     assert!(err.to_string().contains("gvisor-hardened.dev/cpu"), "{err}");
 }
+
+#[test]
+fn the_pids_budget_uses_systraps_factor_when_runsc_runs_on_systrap() {
+    let mut spec = base_spec();
+    spec["annotations"] = json!({"gvisor-hardened.dev/pids": "16"});
+    let ctx = crate::harden::Context {
+        runsc_platform: Some("systrap".into()),
+        ..crate::harden::Context::default()
+    };
+    let h = harden_with(&spec, &Policy::default(), &ctx).unwrap();
+    assert_eq!(
+        h.spec["linux"]["resources"]["pids"]["limit"],
+        json!(32 + 3 * 16)
+    );
+    let ptrace = harden_with(
+        &spec,
+        &Policy::default(),
+        &crate::harden::Context::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        ptrace.spec["linux"]["resources"]["pids"]["limit"],
+        json!(32 + 12 * 16)
+    );
+}
