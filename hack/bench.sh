@@ -2,9 +2,18 @@
 # Benchmarks: our shim against containerd's Go shim driving runsc (the runsc-baseline wrapper)
 # and against plain runc, on one private containerd (never the system one).
 #
-#   hack/bench.sh [--publish] [--no-criterion] [DRIVER OPTIONS...]
+#   hack/bench.sh [--publish] [--no-criterion] [--no-wait] [DRIVER OPTIONS...]
+#   GVH_STACK=compat hack/bench.sh ...   # Debian's containerd 1.6 + runsc 20221219 (default:
+#                                        # the current stack, containerd 2.x + a current runsc)
 #
-# Measures start-to-exit latency of `ctr run --rm IMAGE ID true` (runtimes interleaved), shim
+# The stack is picked by GVH_STACK (tests/src/stack.rs); the baseline wrapper gives the stack's
+# runsc the platform and flags our shim passes (tests/baseline/runsc-baseline). Before
+# measuring it waits for the 1-minute load average to drop below 1.5 (hack/bench/quiet.sh;
+# --no-wait skips that).
+#
+# Measures start-to-exit latency of `ctr run --rm IMAGE ID true` (runtimes interleaved), the
+# tool-call latency of `ctr task exec ID true` into a running sandbox, a syscall-heavy workload
+# (create and `find` a few thousand files) per platform, shim
 # and per-sandbox memory and start latency at 1/10/30 concurrent sandboxes, churn at
 # concurrency 1 and 4, `docker run` and `podman run` through runsc-hardened against plain
 # runsc on the same engine (interleaved) with the guard's memory, a container writing 1 GiB to
@@ -13,8 +22,9 @@
 # criterion benches, and the output interposer's criterion bench (1 GiB through pipes with and
 # without it).
 # Prints the tables and writes target/bench/{results.json,summary.md,latency.svg,egress.*} and
-# target/bench-output-limit.md. --publish copies them to hack/bench/ (what the README shows);
-# a run with --only egress publishes egress.md and egress.json only.
+# target/bench-output-limit.md. --publish copies them to hack/bench/ (what the README shows) as
+# results-<stack>.json, summary-<stack>.md, latency-<stack>.svg; a run with --only egress
+# publishes egress.md and egress.json only.
 # DRIVER OPTIONS go to tests/examples/bench (e.g. --runs 40, --levels 1,10,
 # --only latency); see the top of tests/examples/bench/main.rs.
 #
@@ -22,14 +32,17 @@
 # interleaved across runtimes and each needs a fresh container id.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$HACK_DIR/bench/quiet.sh"
 
 publish=0
 criterion=1
+wait=1
 driver_args=()
 for a in "$@"; do
   case "$a" in
     --publish) publish=1 ;;
     --no-criterion) criterion=0 ;;
+    --no-wait) wait=0 ;;
     *) driver_args+=("$a") ;;
   esac
 done
@@ -53,6 +66,10 @@ ensure_packages
 ensure_engines
 ensure_bench_packages
 ensure_rust
+stack="${GVH_STACK:-current}"
+if [ "$stack" = current ]; then
+  ensure_stack
+fi
 cd "$REPO_ROOT"
 target=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 
@@ -72,7 +89,10 @@ if [ "$criterion" = 1 ]; then
   cat "$target/bench-output-limit.md"
 fi
 
-log "machine load before: $(uptime)"
+if [ "$wait" = 1 ]; then
+  wait_for_quiet
+fi
+log "stack: $stack; machine load before: $(uptime)"
 "$target/release/examples/bench" \
   --shim "$target/release/containerd-shim-gvisor-hardened-v1" \
   --out "$target/bench" "${driver_args[@]}"
@@ -87,7 +107,11 @@ if [ "$publish" = 1 ]; then
     log "published egress.md and egress.json to hack/bench/ (the other sections were not run)"
     exit 0
   fi
-  cp "$target/bench/latency.svg" "$target/bench/results.json" "$target/bench/summary.md" "$HACK_DIR/bench/"
+  cp "$target/bench/results.json" "$HACK_DIR/bench/results-$stack.json"
+  cp "$target/bench/summary.md" "$HACK_DIR/bench/summary-$stack.md"
+  if [ -f "$target/bench/latency.svg" ]; then
+    cp "$target/bench/latency.svg" "$HACK_DIR/bench/latency-$stack.svg"
+  fi
   if [ -f "$target/bench-output-limit.md" ]; then
     cp "$target/bench-output-limit.md" "$HACK_DIR/bench/output-limit.md"
   fi

@@ -43,8 +43,17 @@ fn meminfo_kib(key: &str) -> Option<u64> {
         .ok()
 }
 
+/// The selected stack's binary `name` (`runsc`, `containerd`), or `name` on PATH.
+fn stack_binary(name: &str) -> String {
+    gvisor_hardened_tests::stack::bin(name)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| name.to_string())
+}
+
 #[derive(Debug, Clone)]
 pub struct Machine {
+    /// `current` or `compat` (`GVH_STACK`, tests/src/stack.rs).
+    pub stack: &'static str,
     pub cpu_model: String,
     pub cpus: usize,
     pub mem_total_kib: u64,
@@ -69,13 +78,14 @@ impl Machine {
             })
             .unwrap_or_default();
         Machine {
+            stack: gvisor_hardened_tests::stack::Stack::selected().name(),
             cpu_model: cpuinfo_field(&cpuinfo, "model name").unwrap_or_else(|| "unknown".into()),
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
             mem_total_kib: meminfo_kib("MemTotal:").unwrap_or(0),
             kernel: version_of("uname", &["-r"]),
             os,
-            runsc: version_of("runsc", &["--version"]),
-            containerd: version_of("containerd", &["--version"]),
+            runsc: version_of(&stack_binary("runsc"), &["--version"]),
+            containerd: version_of(&stack_binary("containerd"), &["--version"]),
             runc: version_of("runc", &["--version"]),
             shim_binary: shim.display().to_string(),
             shim_binary_bytes: fs::metadata(shim).map_or(0, |m| m.len()),
@@ -85,7 +95,8 @@ impl Machine {
     /// One line for the table header and the README.
     pub fn one_line(&self) -> String {
         format!(
-            "{} ({} CPUs), {:.0} GiB RAM, {}, kernel {}; {}; {}; {}",
+            "{} stack: {} ({} CPUs), {:.0} GiB RAM, {}, kernel {}; {}; {}; {}",
+            self.stack,
             self.cpu_model,
             self.cpus,
             self.mem_total_kib as f64 / (1024.0 * 1024.0),
@@ -99,6 +110,7 @@ impl Machine {
 
     pub fn to_json(&self) -> Value {
         json!({
+            "stack": self.stack,
             "cpu_model": self.cpu_model,
             "cpus": self.cpus,
             "mem_total_kib": self.mem_total_kib,

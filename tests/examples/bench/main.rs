@@ -11,7 +11,10 @@
 //!   --churn-runs N       sandboxes per churn batch (20)
 //!   --churn-rounds N     batches per runtime and concurrency (2)
 //!   --criterion DIR      criterion's output (target/criterion) to include the policy figures
-//!   --only LIST          any of latency,scaling,churn,pods,engines,output,egress (all by default)
+//!   --only LIST          any of latency,exec,scaling,churn,pods,syscalls,engines,output,egress
+//!                        (all by default)
+//!   --exec-runs N        timed `ctr task exec ID true` per runtime into a running sandbox (30)
+//!   --syscall-rounds N   rounds of the syscall-heavy workload (create + find) per runtime (7)
 //!   --output-runs N      timed 1 GiB-to-stdout runs per output policy (3)
 //!   --engine-runs N      timed runs per runtime and engine, Docker and Podman (20)
 //!   --guards N           running containers whose guard memory is measured (5)
@@ -37,6 +40,7 @@ mod egress_recipe;
 mod egress_report;
 mod egress_upstream;
 mod engines;
+mod exec;
 mod latency;
 mod machine;
 mod output;
@@ -47,6 +51,7 @@ mod report;
 mod scaling;
 mod stats;
 mod svg;
+mod syscalls;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -61,6 +66,8 @@ struct Args {
     out: PathBuf,
     runs: usize,
     warmup: usize,
+    exec_runs: usize,
+    syscall_rounds: usize,
     levels: Vec<usize>,
     concurrency: Vec<usize>,
     churn_runs: usize,
@@ -96,6 +103,8 @@ fn parse_args() -> BenchResult<Args> {
         out: workspace.join("target").join("bench"),
         runs: 30,
         warmup: 2,
+        exec_runs: 30,
+        syscall_rounds: 7,
         levels: vec![1, 10, 30],
         concurrency: vec![1, 4],
         churn_runs: 20,
@@ -110,9 +119,11 @@ fn parse_args() -> BenchResult<Args> {
         criterion: None,
         only: vec![
             "latency".into(),
+            "exec".into(),
             "scaling".into(),
             "churn".into(),
             "pods".into(),
+            "syscalls".into(),
             "engines".into(),
             "output".into(),
             "egress".into(),
@@ -129,6 +140,8 @@ fn parse_args() -> BenchResult<Args> {
             "--out" => a.out = value()?.into(),
             "--runs" => a.runs = value()?.parse()?,
             "--warmup" => a.warmup = value()?.parse()?,
+            "--exec-runs" => a.exec_runs = value()?.parse()?,
+            "--syscall-rounds" => a.syscall_rounds = value()?.parse()?,
             "--levels" => a.levels = list(&value()?)?,
             "--concurrency" => a.concurrency = list(&value()?)?,
             "--churn-runs" => a.churn_runs = value()?.parse()?,
@@ -172,6 +185,25 @@ fn parse_args() -> BenchResult<Args> {
         );
     }
     Ok(a)
+}
+
+/// The global flags `tests/baseline/runsc-baseline` gives the stack's runsc, from the file it
+/// keeps them in (written on its first call; see the wrapper).
+fn baseline_flags() -> String {
+    let Ok(dir) = gvisor_hardened_tests::stack::bin_dir() else {
+        return "(unknown)".into();
+    };
+    let key: String = dir
+        .join("runsc")
+        .to_string_lossy()
+        .split('/')
+        .map(|p| format!("_{p}"))
+        .collect();
+    std::fs::read_to_string(format!(
+        "/run/gvisor-hardened-tests/runsc-baseline/flags{key}"
+    ))
+    .map(|s| s.trim().to_string())
+    .unwrap_or_else(|_| "(not run)".into())
 }
 
 fn main() -> BenchResult<()> {
@@ -225,6 +257,20 @@ fn main() -> BenchResult<()> {
     } else {
         None
     };
+    let exec = if want("exec") {
+        eprintln!(
+            "bench: tool-call latency (exec into a running sandbox), {} each (+{} warm-up)",
+            args.exec_runs, args.warmup
+        );
+        Some(exec::measure(
+            &b,
+            &Contender::ALL,
+            args.exec_runs,
+            args.warmup,
+        )?)
+    } else {
+        None
+    };
     let mut levels = BTreeMap::new();
     if want("scaling") {
         eprintln!("bench: memory and scaling at {:?} sandboxes", args.levels);
@@ -253,6 +299,15 @@ fn main() -> BenchResult<()> {
     let pods = if want("pods") {
         eprintln!("bench: pods through CRI, {} per handler", args.pod_rounds);
         Some(pods::measure(&shim, args.pod_rounds)?)
+    } else {
+        None
+    };
+    let syscalls = if want("syscalls") {
+        eprintln!(
+            "bench: syscall-heavy workload, {} rounds (+1 warm-up)",
+            args.syscall_rounds
+        );
+        Some(syscalls::measure(&b, args.syscall_rounds, 1)?)
     } else {
         None
     };
@@ -319,9 +374,15 @@ fn main() -> BenchResult<()> {
         attempts: &attempts,
     };
     let mut markdown = report.markdown();
+    if let Some(x) = &exec {
+        markdown.push_str(&format!("{}\n", x.markdown()));
+    }
     match &pods {
         Some(p) => markdown.push_str(&format!("\n{}", p.markdown())),
         None => markdown.push_str("\n**Pods**: not measured in this run (`--only pods`).\n"),
+    }
+    if let Some(x) = &syscalls {
+        markdown.push_str(&format!("\n{}", x.markdown()));
     }
     if let Some(e) = &engines {
         markdown.push_str(&format!("\n{}", e.markdown()));
@@ -348,7 +409,9 @@ fn main() -> BenchResult<()> {
             "containerd_env": args.containerd_env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
             "hardened_policy": "embedded default, [audit] path moved into the bench dir, passed as ConfigPath",
             "experiment_runsc": args.experiment_runsc,
-            "go_shim_runsc": "io.containerd.runc.v2 + tests/baseline/runsc-baseline (runsc --platform=ptrace --network=none)",
+            "go_shim_runsc": format!("io.containerd.runc.v2 + tests/baseline/runsc-baseline (runsc {})", baseline_flags()),
+            "exec_runs": args.exec_runs,
+            "syscall_rounds": args.syscall_rounds,
         },
         "latency": lat.as_ref().map(|l| l.to_json()),
         "scaling": levels.values().map(|l| l.to_json()).collect::<Vec<_>>(),
@@ -358,6 +421,8 @@ fn main() -> BenchResult<()> {
         "failed_runs": failures.iter().map(|(who, f)| (who.key().to_string(), json!(f.iter().map(|x| json!({
             "id": x.id, "elapsed_ms": stats::round3(x.elapsed_ms), "stderr": x.stderr,
         })).collect::<Vec<_>>()))).collect::<serde_json::Map<_, _>>(),
+        "exec": exec.as_ref().map(|x| x.to_json()),
+        "syscalls": syscalls.as_ref().map(|x| x.to_json()),
         "pods": pods.as_ref().map(|p| p.to_json()),
         "engines": engines.as_ref().map(|e| e.to_json()),
         "output": output.as_ref().map(|o| o.to_json()),
