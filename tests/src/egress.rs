@@ -36,6 +36,9 @@ fn run(program: &str, args: &[&str]) -> Result<Output> {
     Ok(out)
 }
 
+/// The range the upstream namespaces' veth pairs take their /30s from.
+pub const UPSTREAM_RANGE: (std::net::Ipv4Addr, u8) = (std::net::Ipv4Addr::new(10, 214, 0, 0), 16);
+
 /// A network namespace with a veth pair to the host (`10.214.N.1` host side, `10.214.N.2`
 /// inside, a /30 of its own) and HTTP servers (busybox httpd) inside it.
 pub struct UpstreamNetns {

@@ -3,7 +3,8 @@
 //!
 //! Flagged:
 //! - an IPv4 literal outside 127.0.0.0/8, 0.0.0.0 and the ranges of networks the harness makes
-//!   itself ([`crate::netns::RANGE`], the CRI harness's pod range [`CRI_POD_RANGE`]);
+//!   itself ([`crate::netns::RANGE`], the egress upstreams' [`crate::egress::UPSTREAM_RANGE`],
+//!   the CRI harness's pod range [`CRI_POD_RANGE`]);
 //! - a well-known public host people use to "test the network" (example.com, google.com,
 //!   public resolvers' names...), anywhere;
 //! - a host name after a network tool (`nslookup`, `dig`, `ping`, `wget`, `curl`, `nc`,
@@ -89,6 +90,7 @@ pub fn allowed_ipv4(ip: Ipv4Addr) -> bool {
     ip.is_loopback()
         || ip.is_unspecified()
         || in_range(ip, crate::netns::RANGE)
+        || in_range(ip, crate::egress::UPSTREAM_RANGE)
         || in_range(ip, CRI_POD_RANGE)
 }
 

@@ -75,6 +75,31 @@ impl Stack {
     pub fn containerd2(self) -> bool {
         self == Stack::Current
     }
+
+    /// The platform the shim runs runsc on when the policy names none: systrap where runsc
+    /// has it (the current runsc), ptrace where it does not (20221219).
+    pub fn default_platform(self) -> &'static str {
+        match self {
+            Stack::Current => "systrap",
+            Stack::Compat => "ptrace",
+        }
+    }
+
+    /// The host pids limit the default policy's resource section writes for a budget of
+    /// `processes` guest processes on this stack's default platform.
+    pub fn pids_limit(self, processes: u64) -> u64 {
+        let r = policy_injector::policy::ResourcesPolicy::default();
+        let per_process = match self.default_platform() {
+            "systrap" => r.pids_per_process_systrap,
+            _ => r.pids_per_process,
+        };
+        r.pids_base + per_process * processes
+    }
+
+    /// [`Stack::pids_limit`] of the default policy's own process budget.
+    pub fn default_pids_limit(self) -> u64 {
+        self.pids_limit(policy_injector::policy::ResourcesPolicy::default().processes)
+    }
 }
 
 /// `hack/deps.sh --print`, once per process.

@@ -295,9 +295,10 @@ fn podmans_pids_limit_is_a_guest_process_budget_and_the_lifetime_limit_holds() {
     );
     assert!(out.success() && out.stdout.contains("spawned"), "{out}");
     let create = p.dir().audit_record(&id, "create").unwrap();
+    let want = gvisor_hardened_tests::stack::Stack::selected().pids_limit(40);
     assert!(
-        create.to_string().contains("\"after\":512"),
-        "32 + 12 * 40 host tasks: {create}"
+        create.to_string().contains(&format!("\"after\":{want}")),
+        "{want} host tasks for 40 processes: {create}"
     );
     p.assert_container_gone(&id);
 

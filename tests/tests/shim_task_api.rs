@@ -238,7 +238,10 @@ fn metrics_show_memory_cpu_and_pids() {
         Some("2147483648"),
         "{out}"
     );
-    assert_eq!(line("pids.limit").as_deref(), Some("6176"), "{out}");
+    let want = gvisor_hardened_tests::stack::Stack::selected()
+        .default_pids_limit()
+        .to_string();
+    assert_eq!(line("pids.limit").as_deref(), Some(want.as_str()), "{out}");
     remove(&c, &id);
     assert_nothing_left(&c, &id, &Runtime::hardened());
     assert_clean_shutdown(c);

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::lab::{Job, Lab, Ran};
 use super::{ensure, Attack, Category, Failed, Outcome};
+use crate::stack::Stack;
 
 pub fn attacks() -> Vec<Attack> {
     let a = |name, expected, run| Attack {
@@ -56,7 +57,7 @@ pub fn attacks() -> Vec<Attack> {
         ),
         a(
             "--memory-limit 100Gi --cpus 64",
-            "neutralised: clamped to 2Gi, 2 CPUs, pids 6176",
+            "neutralised: clamped to 2Gi, 2 CPUs, the policy's pids budget",
             huge_limits,
         ),
         a(
@@ -408,18 +409,19 @@ fn huge_limits(lab: &Lab) -> Outcome {
         let mem = cgroup_value(lab, &id, "memory.limit_in_bytes")?;
         let quota = cgroup_value(lab, &id, "cpu.cfs_quota_us")?;
         let pids = cgroup_value(lab, &id, "pids.max")?;
+        let want_pids = Stack::selected().default_pids_limit().to_string();
         ensure(
-            mem == "2147483648" && quota == "200000" && pids == "6176",
+            mem == "2147483648" && quota == "200000" && pids == want_pids,
             || format!("cgroup limits: memory {mem}, cpu quota {quota}, pids {pids}"),
         )?;
         let meminfo = lab.exec(&id, &[], &["/bin/sh", "-c", "grep MemTotal /proc/meminfo"])?;
         ensure(meminfo.stdout.contains("2097152 kB"), || {
             format!("meminfo inside: {}", meminfo.stdout.trim())
         })?;
-        Ok(
-            "memory.limit 2Gi (MemTotal 2097152 kB inside), cpu quota 200000/100000, pids.max 6176"
-                .to_string(),
-        )
+        Ok(format!(
+            "memory.limit 2Gi (MemTotal 2097152 kB inside), cpu quota 200000/100000, pids.max {want_pids} ({})",
+            Stack::selected().default_platform()
+        ))
     })();
     lab.remove(&id)?;
     result
@@ -534,9 +536,10 @@ fn existing_cgroup(lab: &Lab) -> Outcome {
                 .count();
             lab.remove(&id)?;
             Err(Failed(format!(
-                "the sandbox ran in the pre-existing cgroup ({inside} host tasks in it) with memory.limit_in_bytes {} and pids.max {}, not the policy's 2Gi / 6176 (shim: refuse a cgroup that exists before runsc create)",
+                "the sandbox ran in the pre-existing cgroup ({inside} host tasks in it) with memory.limit_in_bytes {} and pids.max {}, not the policy's 2Gi / {} (shim: refuse a cgroup that exists before runsc create)",
                 mem.trim(),
-                pids.trim()
+                pids.trim(),
+                Stack::selected().default_pids_limit()
             )))
         }
     })();

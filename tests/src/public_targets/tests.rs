@@ -16,6 +16,7 @@ fn public_and_foreign_addresses_are_flagged() {
         "sandbox-probe connect 192.0.2.2 443 1000",
         "let target = \"203.0.113.7:80\";",
         "10.212.255.1 is just below the netns range",
+        "10.215.0.1 is just above the egress upstreams' range",
     ] {
         assert!(flagged(line), "{line}");
     }
@@ -44,6 +45,7 @@ fn the_harness_own_targets_and_non_targets_pass() {
         "TcpListener::bind(\"127.0.0.1:0\")",
         "bind 0.0.0.0:0",
         "connect 10.213.4.2 40123 2000",
+        "a veth pair on a /30 of 10.214.0.0/16",
         "\"subnet\": \"10.129.35.0/24\"",
         "nslookup gvh-dns-probe.test 10.213.0.2",
         "nslookup gvh-dns-probe.test",
