@@ -1,5 +1,6 @@
 //! The installer binary: `plan` changes nothing, bad inputs fail with one line, and `run`
-//! installs, waits for SIGTERM, then uninstalls (the DaemonSet mode) on a private containerd.
+//! installs, waits for SIGTERM, then uninstalls (the DaemonSet mode) on a private containerd,
+//! 1.6 and 2.x each.
 
 mod support;
 
@@ -10,9 +11,18 @@ use std::time::{Duration, Instant};
 
 use gvisor_hardened_installer::cri;
 use gvisor_hardened_installer::handlers::RUNTIME_TYPE;
-use support::containerd::PrivateContainerd;
+use support::containerd::{PrivateContainerd, Release};
+use support::on_both_releases;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gvisor-hardened-installer");
+
+on_both_releases!(
+    plan_prints_the_diff_and_changes_nothing,
+    missing_shim_fails_with_one_line_naming_it,
+    audit_mode_policy_is_refused_unless_allowed,
+    labelling_without_a_node_name_is_refused_before_anything_happens,
+    run_installs_then_uninstalls_on_sigterm,
+);
 
 /// Image-side sources and node-side destinations inside `dir`, as CLI flags.
 fn flags(ctd: &PrivateContainerd) -> Vec<String> {
@@ -39,15 +49,15 @@ fn flags(ctd: &PrivateContainerd) -> Vec<String> {
         format!("--shim-source={}", p("image/shim")),
         format!("--policy-source={}", p("image/policies")),
         "--host-exec=".into(),
+        format!("--containerd-bin={}", ctd.binary().display()),
         format!("--restart-command={}", ctd.restart_command().join(" ")),
         "--cri-timeout-secs=30".into(),
         "--no-label".into(),
     ]
 }
 
-#[test]
-fn plan_prints_the_diff_and_changes_nothing() {
-    let ctd = PrivateContainerd::new();
+fn plan_prints_the_diff_and_changes_nothing(release: Release) {
+    let ctd = PrivateContainerd::new(release);
     let original = ctd.base_config();
     fs::write(ctd.config_path(), &original).unwrap();
     let out = Command::new(BIN)
@@ -61,21 +71,25 @@ fn plan_prints_the_diff_and_changes_nothing() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("version 2 (containerd 1.x)"), "{stdout}");
-    assert!(stdout.contains("# config: edit in place"), "{stdout}");
-    assert!(
-        stdout.contains(
-            "+      [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gvisor-hardened]"
+    let (version, table) = match release {
+        Release::V1_6 => (
+            "version 2 (containerd 1.x)",
+            "+      [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gvisor-hardened]",
         ),
-        "{stdout}"
-    );
+        Release::V2 => (
+            "version 3 (containerd 2.x)",
+            "+      [plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.gvisor-hardened]",
+        ),
+    };
+    assert!(stdout.contains(version), "{stdout}");
+    assert!(stdout.contains("# config: edit in place"), "{stdout}");
+    assert!(stdout.contains(table), "{stdout}");
     assert_eq!(fs::read_to_string(ctd.config_path()).unwrap(), original);
     assert!(!ctd.path().join("host").exists(), "plan wrote files");
 }
 
-#[test]
-fn missing_shim_fails_with_one_line_naming_it() {
-    let ctd = PrivateContainerd::new();
+fn missing_shim_fails_with_one_line_naming_it(release: Release) {
+    let ctd = PrivateContainerd::new(release);
     fs::write(ctd.config_path(), ctd.base_config()).unwrap();
     let mut f = flags(&ctd);
     f.retain(|a| !a.starts_with("--shim-source"));
@@ -93,9 +107,8 @@ fn missing_shim_fails_with_one_line_naming_it() {
     assert!(!ctd.path().join("host").exists());
 }
 
-#[test]
-fn audit_mode_policy_is_refused_unless_allowed() {
-    let ctd = PrivateContainerd::new();
+fn audit_mode_policy_is_refused_unless_allowed(release: Release) {
+    let ctd = PrivateContainerd::new(release);
     fs::write(ctd.config_path(), ctd.base_config()).unwrap();
     let f = flags(&ctd);
     let audit_policy = ctd.path().join("image/policies/gvisor-hardened-tool.toml");
@@ -133,9 +146,8 @@ fn audit_mode_policy_is_refused_unless_allowed() {
     assert!(!ctd.path().join("host").exists());
 }
 
-#[test]
-fn labelling_without_a_node_name_is_refused_before_anything_happens() {
-    let ctd = PrivateContainerd::new();
+fn labelling_without_a_node_name_is_refused_before_anything_happens(release: Release) {
+    let ctd = PrivateContainerd::new(release);
     fs::write(ctd.config_path(), ctd.base_config()).unwrap();
     let mut f = flags(&ctd);
     f.retain(|a| a != "--no-label");
@@ -150,9 +162,8 @@ fn labelling_without_a_node_name_is_refused_before_anything_happens() {
     assert!(!ctd.path().join("host").exists());
 }
 
-#[test]
-fn run_installs_then_uninstalls_on_sigterm() {
-    let ctd = PrivateContainerd::new();
+fn run_installs_then_uninstalls_on_sigterm(release: Release) {
+    let ctd = PrivateContainerd::new(release);
     let original = ctd.base_config();
     fs::write(ctd.config_path(), &original).unwrap();
     ctd.start();

@@ -1,73 +1,58 @@
-//! The installer against a real, private containerd 1.6 with the CRI plugin.
+//! The installer against a real, private containerd with the CRI plugin, on both releases the
+//! project supports: Debian's 1.6 (config version 2, imports replace whole plugin sections) and
+//! the 2.x `hack/deps.sh` builds (config version 3, imports merged deeply, drop-ins the usual
+//! way to configure it).
 //!
-//! Needs root and Debian's `containerd` 1.6 (the machine's). The shim binary is a stand-in
-//! file: CRI `Status` lists registered runtimes without executing their shims, and pods through
-//! the shim are the CRI end-to-end tests' job.
+//! Needs root. The shim binary is a stand-in file: CRI `Status` lists registered runtimes
+//! without executing their shims, and pods through the shim are the CRI end-to-end tests' job.
 
 mod support;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use gvisor_hardened_installer::command::Containerd;
 use gvisor_hardened_installer::config::merged::check_merged;
+use gvisor_hardened_installer::config::ConfigVersion;
 use gvisor_hardened_installer::cri;
 use gvisor_hardened_installer::error::InstallError;
-use gvisor_hardened_installer::handlers::{Handler, RUNTIME_TYPE, TOOL_HANDLER};
-use gvisor_hardened_installer::install::{Labeller, Node};
+use gvisor_hardened_installer::handlers::{Handler, TOOL_HANDLER};
+use gvisor_hardened_installer::install::Labeller;
 use gvisor_hardened_installer::kube::KubeClient;
-use gvisor_hardened_installer::layout::Layout;
-use gvisor_hardened_installer::sources::Sources;
-use support::containerd::PrivateContainerd;
+use gvisor_hardened_installer::plan::render_dropin;
+use support::containerd::{PrivateContainerd, Release};
 use support::fake_api::FakeApi;
+use support::node::{
+    assert_cri_shows, assert_cri_shows_with_runc_handlers, handlers, node, status, TOOL_POLICY,
+};
+use support::on_both_releases;
 
-const TOOL_POLICY: &str = "# stricter class for tool calls\nversion = 1\n[resources]\nmemory = \"512Mi\"\ncpu = \"1\"\nprocesses = 64\n[lifetime]\nmax_runtime = \"10m\"\n";
+on_both_releases!(
+    install_is_verified_over_cri_is_idempotent_and_uninstall_restores_the_bytes,
+    install_through_a_config_importing_conf_d,
+    a_config_edited_after_install_keeps_the_edit_on_uninstall,
+    a_partial_cri_drop_in,
+    install_refuses_when_an_import_shadows_our_handlers,
+    missing_config_is_generated_from_containerd_defaults_and_passes_the_merged_check,
+    cri_verify_failure_rolls_the_config_back,
+);
 
-/// Installer sources (image side) and a node layout, all inside the instance's temp dir.
-fn node(ctd: &PrivateContainerd, labeller: Option<Labeller>) -> Node {
-    let d = ctd.path();
-    let src = d.join("image");
-    fs::create_dir_all(src.join("policies")).unwrap();
-    fs::write(
-        src.join("shim"),
-        b"#!/bin/sh\necho stand-in shim >&2\nexit 1\n",
-    )
-    .unwrap();
-    fs::write(src.join("policies/policy.toml"), "version = 1\n").unwrap();
-    fs::write(src.join("policies/gvisor-hardened-tool.toml"), TOOL_POLICY).unwrap();
-    Node {
-        layout: Layout {
-            host_root: PathBuf::from("/"),
-            containerd_config: ctd.config_path(),
-            shim_path: d.join("host/usr/local/bin/containerd-shim-gvisor-hardened-v1"),
-            policy_dir: d.join("host/etc/gvisor-hardened"),
-            state_dir: d.join("host/var/lib/gvisor-hardened"),
-            cri_socket: ctd.socket(),
-        },
-        sources: Sources {
-            shim: src.join("shim"),
-            policy_dir: src.join("policies"),
-            allow_audit_mode: false,
-        },
-        containerd: Containerd {
-            host_exec: vec![],
-            binary: "containerd".into(),
-        },
-        restart: ctd.restart_command(),
-        cri_timeout: Duration::from_secs(30),
-        labeller,
-        log: Box::new(|l| eprintln!("installer: {l}")),
+/// The version the release's base config is written in.
+fn config_version(release: Release) -> ConfigVersion {
+    match release {
+        Release::V1_6 => ConfigVersion::V2,
+        Release::V2 => ConfigVersion::V3,
     }
 }
 
-fn status(ctd: &PrivateContainerd) -> cri::CriStatus {
-    cri::status(&ctd.socket(), Duration::from_secs(5)).unwrap()
+/// The release's CRI runtimes table header for `handler`, as the installer writes it.
+fn runtime_table(release: Release, handler: &str) -> String {
+    let plugin = config_version(release).cri_runtime_plugin();
+    format!("[plugins.\"{plugin}\".containerd.runtimes.{handler}]")
 }
 
-#[test]
-fn install_is_verified_over_cri_is_idempotent_and_uninstall_restores_the_bytes() {
-    let ctd = PrivateContainerd::new();
+fn install_is_verified_over_cri_is_idempotent_and_uninstall_restores_the_bytes(release: Release) {
+    let ctd = PrivateContainerd::new(release);
     let original = ctd.base_config();
     fs::write(ctd.config_path(), &original).unwrap();
     ctd.start();
@@ -87,26 +72,19 @@ fn install_is_verified_over_cri_is_idempotent_and_uninstall_restores_the_bytes()
     );
 
     // Before: only runc.
-    assert!(!status(&ctd).runtimes.contains_key("gvisor-hardened"));
+    assert_cri_shows(&ctd, &[]);
 
     let first_pid = ctd.pid();
     let report = node
         .install()
         .unwrap_or_else(|e| panic!("{e}\n{}", ctd.log()));
     assert!(report.config_changed && report.restarted && report.labelled);
-    assert_eq!(report.files_written, 3);
+    // The shim and three policies (default, agent, tool).
+    assert_eq!(report.files_written, 4);
     assert_ne!(ctd.pid(), first_pid, "containerd was not restarted");
 
-    // What the kubelet will see.
-    let s = status(&ctd);
-    assert!(s.runtime_ready);
-    assert_eq!(s.runtimes["runc"], "io.containerd.runc.v2");
-    assert_eq!(s.runtimes["gvisor-hardened"], RUNTIME_TYPE);
-    assert_eq!(s.runtimes[TOOL_HANDLER], RUNTIME_TYPE);
-    assert_eq!(
-        Path::new(&s.config_paths[TOOL_HANDLER]),
-        node.layout.class_policy_path(TOOL_HANDLER)
-    );
+    // What the kubelet will see: runc and our three handlers with their policy paths.
+    assert_cri_shows(&ctd, &handlers(&node));
     // Files landed with their bytes and modes.
     assert_eq!(
         fs::read_to_string(node.layout.class_policy_path(TOOL_HANDLER)).unwrap(),
@@ -122,6 +100,10 @@ fn install_is_verified_over_cri_is_idempotent_and_uninstall_restores_the_bytes()
         original
     );
     let installed = fs::read_to_string(ctd.config_path()).unwrap();
+    assert!(
+        installed.contains(&runtime_table(release, TOOL_HANDLER)),
+        "{installed}"
+    );
     // Layout kept: every original line is still there, in order.
     let mut lines = installed.lines();
     for l in original.lines() {
@@ -142,15 +124,13 @@ fn install_is_verified_over_cri_is_idempotent_and_uninstall_restores_the_bytes()
         .unwrap_or_else(|e| panic!("{e}\n{}", ctd.log()));
     assert_eq!(un.config, "restored");
     assert!(un.restarted && un.unlabelled);
-    assert_eq!(un.files_removed, 3);
+    assert_eq!(un.files_removed, 4);
     assert_eq!(fs::read(ctd.config_path()).unwrap(), original.as_bytes());
     assert!(!node.layout.shim_path.exists());
     assert!(!node.layout.policy_dir.exists());
     assert!(!node.layout.backup_path().exists());
     assert!(!node.layout.state_dir.exists());
-    let s = status(&ctd);
-    assert!(s.runtime_ready);
-    assert_eq!(s.runtimes.keys().collect::<Vec<_>>(), vec!["runc"]);
+    assert_cri_shows(&ctd, &[]);
 
     let labels: Vec<String> = api.recorded().iter().map(|r| r.body.clone()).collect();
     // install, install again (the label is re-asserted, harmless), uninstall.
@@ -166,9 +146,90 @@ fn install_is_verified_over_cri_is_idempotent_and_uninstall_restores_the_bytes()
     assert_eq!(fs::read(ctd.config_path()).unwrap(), original.as_bytes());
 }
 
-#[test]
-fn a_config_edited_after_install_keeps_the_edit_on_uninstall() {
-    let ctd = PrivateContainerd::new();
+/// A config that imports `conf.d/*.toml`, as containerd 2.x's own default does. On 2.x the
+/// installer writes its own drop-in there and leaves the main config alone; on 1.6 (where a CRI
+/// drop-in would replace the whole CRI section) it edits the main config in place.
+fn install_through_a_config_importing_conf_d(release: Release) {
+    let ctd = PrivateContainerd::new(release);
+    fs::create_dir_all(ctd.conf_d()).unwrap();
+    let original = ctd.config_importing_conf_d();
+    fs::write(ctd.config_path(), &original).unwrap();
+    // An operator's drop-in that is already there: it must keep working.
+    fs::write(
+        ctd.conf_d().join("10-operator.toml"),
+        operator_drop_in(release),
+    )
+    .unwrap();
+    ctd.start();
+    let node = node(&ctd, None);
+    let dropin = ctd.conf_d().join("gvisor-hardened.toml");
+
+    let (plan, _) = node.plan().unwrap();
+    let report = node
+        .install()
+        .unwrap_or_else(|e| panic!("{e}\n{}", ctd.log()));
+    assert!(report.config_changed && report.restarted);
+    assert_cri_shows_with_runc_handlers(&ctd, &handlers(&node), operator_handlers(release));
+    match release {
+        Release::V1_6 => {
+            assert_eq!(plan.file_change().unwrap().0, ctd.config_path());
+            assert!(!dropin.exists());
+            assert_ne!(fs::read_to_string(ctd.config_path()).unwrap(), original);
+        }
+        Release::V2 => {
+            assert_eq!(plan.file_change().unwrap().0, dropin);
+            assert_eq!(fs::read_to_string(ctd.config_path()).unwrap(), original);
+            let text = fs::read_to_string(&dropin).unwrap();
+            assert!(
+                text.contains(&runtime_table(release, TOOL_HANDLER)),
+                "{text}"
+            );
+            assert!(
+                !node.layout.backup_path().exists(),
+                "no backup of an untouched config"
+            );
+        }
+    }
+
+    // Idempotent either way.
+    let again = node.install().unwrap();
+    assert!(!again.config_changed && !again.restarted);
+
+    let un = node
+        .uninstall()
+        .unwrap_or_else(|e| panic!("{e}\n{}", ctd.log()));
+    assert!(un.restarted);
+    assert_eq!(fs::read(ctd.config_path()).unwrap(), original.as_bytes());
+    assert!(!dropin.exists());
+    assert_eq!(
+        fs::read_to_string(ctd.conf_d().join("10-operator.toml")).unwrap(),
+        operator_drop_in(release)
+    );
+    assert_cri_shows_with_runc_handlers(&ctd, &[], operator_handlers(release));
+}
+
+/// A drop-in an operator keeps beside ours: on 2.x one more runtime; on 1.6 a file that touches
+/// no plugin (a CRI setting there would replace the whole CRI section).
+fn operator_drop_in(release: Release) -> String {
+    match release {
+        Release::V1_6 => "version = 2\n[debug]\n  level = \"info\"\n".to_string(),
+        Release::V2 => format!(
+            "version = 3\n{}\n  runtime_type = \"io.containerd.runc.v2\"\n",
+            runtime_table(release, "operator-runc")
+        ),
+    }
+}
+
+/// The runc handlers [`operator_drop_in`] adds.
+fn operator_handlers(release: Release) -> &'static [&'static str] {
+    match release {
+        Release::V1_6 => &[],
+        Release::V2 => &["operator-runc"],
+    }
+}
+
+fn a_config_edited_after_install_keeps_the_edit_on_uninstall(release: Release) {
+    let ctd = PrivateContainerd::new(release);
     let original = ctd.base_config();
     fs::write(ctd.config_path(), &original).unwrap();
     ctd.start();
@@ -193,45 +254,37 @@ fn a_config_edited_after_install_keeps_the_edit_on_uninstall() {
             "stream_server_port = \"0\" # operator was here"
         )
     );
-    assert_eq!(
-        status(&ctd).runtimes.keys().collect::<Vec<_>>(),
-        vec!["runc"]
-    );
+    assert_cri_shows(&ctd, &[]);
 }
 
-/// The trap itself, on the real containerd 1.6: a drop-in that only adds a runtime replaces the
-/// whole CRI section. The guard (`config dump` + check) sees it before any restart, and the
-/// restart the guard prevents really does break CRI.
-#[test]
-fn drop_in_trap_is_detected_by_the_merged_check_and_really_breaks_cri() {
-    let ctd = PrivateContainerd::new();
-    let conf_d = ctd.path().join("conf.d");
-    fs::create_dir_all(&conf_d).unwrap();
-    let config = format!(
-        "imports = [\"{}/*.toml\"]\n{}",
-        conf_d.display(),
-        ctd.base_config()
-    );
-    fs::write(ctd.config_path(), &config).unwrap();
+/// A drop-in holding only our runtime tables. On 1.6 it is the trap: it replaces the whole CRI
+/// section. The guard (`config dump` + check) sees it before any restart, and the restart the
+/// guard prevents really does break CRI. On 2.x the same drop-in is merged deeply: the check
+/// passes and CRI comes up with runc and our handlers, which is why the installer may write one.
+fn a_partial_cri_drop_in(release: Release) {
+    let ctd = PrivateContainerd::new(release);
+    fs::create_dir_all(ctd.conf_d()).unwrap();
+    fs::write(ctd.config_path(), ctd.config_importing_conf_d()).unwrap();
     ctd.start();
     let node = node(&ctd, None);
     let handlers: Vec<Handler> = node.layout.handlers(&[TOOL_HANDLER.to_string()]);
 
-    // What a naive installer would write on 1.x.
-    let dropin = gvisor_hardened_installer::plan::render_dropin(
-        gvisor_hardened_installer::config::ConfigVersion::V2,
-        &handlers,
-    )
-    .unwrap();
-    fs::write(conf_d.join("gvisor-hardened.toml"), &dropin).unwrap();
-
+    let dropin = render_dropin(config_version(release), &handlers).unwrap();
+    fs::write(ctd.conf_d().join("gvisor-hardened.toml"), &dropin).unwrap();
     let dump = node.containerd.config_dump(&ctd.config_path()).unwrap();
+
+    if release == Release::V2 {
+        check_merged(&dump, &handlers).unwrap_or_else(|e| panic!("{e}\n{dump}"));
+        ctd.start();
+        assert_cri_shows(&ctd, &handlers);
+        return;
+    }
+
     let err = check_merged(&dump, &handlers).unwrap_err().to_string();
     assert!(
         err.contains("default runtime `runc` has no runtime table"),
         "{err}\n{dump}"
     );
-
     // Confirm the consequence the check prevents: restarted into it, CRI is gone.
     ctd.start_without_waiting();
     // Poll until containerd answers at all; what it answers is the point.
@@ -255,29 +308,40 @@ fn drop_in_trap_is_detected_by_the_merged_check_and_really_breaks_cri() {
     );
 }
 
-/// A foreign drop-in that carries a complete CRI section shadows the main config on 1.x: our
-/// in-place edit would silently not apply. The installer refuses before restarting.
-#[test]
-fn install_refuses_when_an_import_shadows_the_cri_section() {
-    let ctd = PrivateContainerd::new();
-    let conf_d = ctd.path().join("conf.d");
-    fs::create_dir_all(&conf_d).unwrap();
-    let config = format!(
-        "imports = [\"{}/*.toml\"]\n{}",
-        conf_d.display(),
-        ctd.base_config()
-    );
+/// A foreign drop-in that would make our registration not apply. On 1.6 a drop-in with a
+/// complete CRI section shadows the main config, where the installer edits. On 2.x a drop-in
+/// sorted after ours that sets our handler's runtime_type to another shim wins the deep merge.
+/// Either way the installer's edit would silently not take effect: it refuses before
+/// restarting and leaves nothing behind.
+fn install_refuses_when_an_import_shadows_our_handlers(release: Release) {
+    let ctd = PrivateContainerd::new(release);
+    fs::create_dir_all(ctd.conf_d()).unwrap();
+    let config = ctd.config_importing_conf_d();
     fs::write(ctd.config_path(), &config).unwrap();
-    // A vendor drop-in with its own full CRI section (runc included): the node works today.
-    let cri_section = &ctd.base_config()[ctd
-        .base_config()
-        .find("  [plugins.\"io.containerd.grpc.v1.cri\"]")
-        .unwrap()..];
-    fs::write(
-        conf_d.join("10-vendor.toml"),
-        format!("version = 2\n[plugins]\n{cri_section}"),
-    )
-    .unwrap();
+    let (vendor, expect) = match release {
+        // A vendor drop-in with its own full CRI section (runc included): the node works today.
+        Release::V1_6 => {
+            let base = ctd.base_config();
+            let cri_section = &base[base
+                .find("  [plugins.\"io.containerd.grpc.v1.cri\"]")
+                .unwrap()..];
+            (
+                format!("version = 2\n[plugins]\n{cri_section}"),
+                "handler `gvisor-hardened` is missing".to_string(),
+            )
+        }
+        // A leftover registration of plain runsc under our handler's name.
+        Release::V2 => (
+            format!(
+                "version = 3\n{}\n  runtime_type = \"io.containerd.runsc.v1\"\n",
+                runtime_table(release, "gvisor-hardened")
+            ),
+            // containerd dumps TOML strings in single quotes.
+            "handler `gvisor-hardened` has runtime_type = 'io.containerd.runsc.v1', expected"
+                .to_string(),
+        ),
+    };
+    fs::write(ctd.conf_d().join("zz-vendor.toml"), &vendor).unwrap();
     ctd.start();
     let node = node(&ctd, None);
     let pid = ctd.pid();
@@ -285,21 +349,20 @@ fn install_refuses_when_an_import_shadows_the_cri_section() {
     let err = node.install().unwrap_err();
     assert!(matches!(err, InstallError::Refused(_)), "{err}");
     let msg = err.to_string();
-    assert!(
-        msg.contains("handler `gvisor-hardened` is missing"),
-        "{msg}"
-    );
-    // Nothing restarted, config untouched, no candidate or backup left behind.
+    assert!(msg.contains(&expect), "{msg}");
+    // Nothing restarted, config untouched, no candidate, backup or drop-in left behind.
     assert_eq!(ctd.pid(), pid);
     assert_eq!(fs::read_to_string(ctd.config_path()).unwrap(), config);
     assert!(!node.layout.candidate_path().exists());
     assert!(!node.layout.backup_path().exists());
+    assert!(!ctd.conf_d().join("gvisor-hardened.toml").exists());
     assert!(status(&ctd).runtime_ready);
 }
 
-#[test]
-fn missing_config_is_generated_from_containerd_defaults_and_passes_the_merged_check() {
-    let ctd = PrivateContainerd::new();
+fn missing_config_is_generated_from_containerd_defaults_and_passes_the_merged_check(
+    release: Release,
+) {
+    let ctd = PrivateContainerd::new(release);
     // The instance runs from its own config; the node's config path is a separate file that
     // does not exist yet, as on a node running on containerd's built-in defaults.
     fs::write(ctd.config_path(), ctd.base_config()).unwrap();
@@ -307,12 +370,18 @@ fn missing_config_is_generated_from_containerd_defaults_and_passes_the_merged_ch
     let mut node = node(&ctd, None);
     let missing = ctd.path().join("etc-containerd/config.toml");
     node.layout.containerd_config = missing.clone();
-    let (plan, _) = node.plan().unwrap();
+    let (plan, handlers) = node.plan().unwrap();
     assert!(plan.generated);
     assert_eq!(plan.original, None);
-    let (_, _, text) = plan.file_change().unwrap();
-    assert!(text
-        .contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gvisor-hardened]"));
+    // Written whole, in place, even where the default imports a conf.d (2.x's does).
+    let (path, _, text) = plan.file_change().unwrap();
+    assert_eq!(path, missing);
+    let plugin = config_version(release).cri_runtime_plugin();
+    assert!(
+        text.contains(&format!("{plugin}\".containerd.runtimes.gvisor-hardened]"))
+            || text.contains(&format!("{plugin}'.containerd.runtimes.gvisor-hardened]")),
+        "{text}"
+    );
     // The generated config passes the merged check with containerd's own defaults (runc).
     let dump = {
         fs::create_dir_all(missing.parent().unwrap()).unwrap();
@@ -321,14 +390,13 @@ fn missing_config_is_generated_from_containerd_defaults_and_passes_the_merged_ch
         fs::remove_file(&missing).unwrap();
         d
     };
-    check_merged(&dump, &node.layout.handlers(&[TOOL_HANDLER.to_string()])).unwrap();
+    check_merged(&dump, &handlers).unwrap_or_else(|e| panic!("{e}\n{dump}"));
 }
 
 /// containerd comes back without our handlers (here: the restart runs it from another config
 /// file, as when the node's unit points elsewhere): install fails and rolls the config back.
-#[test]
-fn cri_verify_failure_rolls_the_config_back() {
-    let ctd = PrivateContainerd::new();
+fn cri_verify_failure_rolls_the_config_back(release: Release) {
+    let ctd = PrivateContainerd::new(release);
     fs::write(ctd.config_path(), ctd.base_config()).unwrap();
     ctd.start();
     let mut node = node(&ctd, None);
@@ -354,5 +422,34 @@ fn cri_verify_failure_rolls_the_config_back() {
     assert_eq!(fs::read_to_string(&other).unwrap(), original);
     assert!(!node.layout.backup_path().exists());
     assert!(!node.layout.state_file().exists());
-    assert!(status(&ctd).runtime_ready);
+    assert_cri_shows(&ctd, &[]);
+}
+
+/// containerd 2.2+ spells its config `version = 4` (the server sockets become plugin settings);
+/// its own `config default` writes that. Install, verify and uninstall on such a config.
+#[test]
+fn install_and_uninstall_on_a_version_4_config() {
+    let ctd = PrivateContainerd::new(Release::V2);
+    let original = ctd.base_config_v4();
+    fs::write(ctd.config_path(), &original).unwrap();
+    ctd.start();
+    let node = node(&ctd, None);
+    let (plan, _) = node.plan().unwrap();
+    assert_eq!(plan.version, ConfigVersion::V4);
+    let report = node
+        .install()
+        .unwrap_or_else(|e| panic!("{e}\n{}", ctd.log()));
+    assert!(report.config_changed && report.restarted);
+    assert_cri_shows(&ctd, &handlers(&node));
+    let installed = fs::read_to_string(ctd.config_path()).unwrap();
+    assert!(
+        installed.contains(&runtime_table(Release::V2, TOOL_HANDLER)),
+        "{installed}"
+    );
+    let un = node
+        .uninstall()
+        .unwrap_or_else(|e| panic!("{e}\n{}", ctd.log()));
+    assert_eq!(un.config, "restored");
+    assert_eq!(fs::read(ctd.config_path()).unwrap(), original.as_bytes());
+    assert_cri_shows(&ctd, &[]);
 }
