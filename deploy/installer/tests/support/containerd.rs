@@ -37,7 +37,10 @@ if [ -f "$dir/containerd.pid" ]; then
     done
 fi
 rm -f "$dir/containerd.sock" "$dir/containerd.sock.ttrpc"
-setsid "$containerd" --config "$dir/config.toml" >>"$dir/containerd.log" 2>&1 </dev/null &
+# containerd finds its runtime shims (containerd-shim-runc-v2) on PATH: its own release's,
+# which sits beside it, comes first (1.6's shim cannot serve 2.x and the other way round).
+PATH="$(dirname "$containerd"):$PATH" \
+    setsid "$containerd" --config "$dir/config.toml" >>"$dir/containerd.log" 2>&1 </dev/null &
 echo $! >"$dir/containerd.pid"
 "#;
 
