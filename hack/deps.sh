@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the "current stack" (containerd 2.x, runsc, nerdctl, crictl) from Go modules at the
-# versions pinned in hack/versions.env, and prints where every binary of both stacks is.
+# Builds the "current stack" (containerd 2.x, runsc, nerdctl, crictl) and the one-node
+# Kubernetes cluster's binaries (hack/kube-node.sh) from Go modules at the versions pinned in
+# hack/versions.env, and prints where every binary of both stacks is.
 #
 #   hack/deps.sh [--print] [--only NAME]...
 #
@@ -8,6 +9,8 @@
 # errors go to stderr), for callers to read with `while IFS== read -r name path`. The names:
 #   containerd ctr containerd-shim-runc-v2 runsc nerdctl crictl      (built here)
 #   containerd-1.6 ctr-1.6 containerd-shim-runc-v2-1.6 runsc-20221219 (Debian bookworm's packages)
+#   kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd
+#   cni-bridge cni-host-local cni-loopback                           (built here, for kube-node.sh)
 # Whatever is missing is built (or, for Debian's, installed) first; with nothing missing it
 # builds nothing and prints the same lines. `--print` is the default and is kept as the name the
 # acceptance checks use. `--only NAME` (repeatable) builds and prints just those names, so a test
@@ -51,10 +54,12 @@ GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 
 # Every name this script prints, in the order it prints them.
 ALL_NAMES=(containerd ctr containerd-shim-runc-v2 runsc nerdctl crictl
-           containerd-1.6 ctr-1.6 containerd-shim-runc-v2-1.6 runsc-20221219)
+           containerd-1.6 ctr-1.6 containerd-shim-runc-v2-1.6 runsc-20221219
+           kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd
+           cni-bridge cni-host-local cni-loopback)
 
 usage() {
-  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit "${1:-0}"
 }
 
@@ -64,6 +69,9 @@ component_of() {
     containerd | ctr | containerd-shim-runc-v2) echo containerd ;;
     runsc | nerdctl | crictl) echo "$1" ;;
     containerd-1.6 | ctr-1.6 | containerd-shim-runc-v2-1.6 | runsc-20221219) echo debian ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kubectl) echo kubernetes ;;
+    etcd) echo etcd ;;
+    cni-bridge | cni-host-local | cni-loopback) echo cni ;;
     *) return 1 ;;
   esac
 }
@@ -74,12 +82,17 @@ version_of() {
     runsc) echo "$GVISOR_VERSION" ;;
     nerdctl) echo "$NERDCTL_VERSION" ;;
     crictl) echo "$CRICTL_VERSION" ;;
+    kubernetes) echo "$KUBERNETES_VERSION" ;;
+    etcd) echo "$ETCD_VERSION" ;;
+    cni) echo "$CNI_PLUGINS_VERSION" ;;
   esac
 }
 
 binaries_of() {
   case "$1" in
     containerd) echo containerd ctr containerd-shim-runc-v2 ;;
+    kubernetes) echo kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl ;;
+    cni) echo bridge host-local loopback ;;
     *) echo "$1" ;;
   esac
 }
@@ -92,6 +105,7 @@ path_of() {
   case "$1" in
     runsc-20221219) echo /usr/bin/runsc ;;
     *-1.6) echo "/usr/bin/${1%-1.6}" ;;
+    cni-*) echo "$(component_dir "$comp")/bin/${1#cni-}" ;;
     *) echo "$(component_dir "$comp")/bin/$1" ;;
   esac
 }
@@ -174,6 +188,54 @@ build_crictl() {
   scratch_module "$out/module" "$m@$v" "$CRICTL_SUM" "$CRICTL_GOMOD_SUM" "$m/cmd/crictl"
   # cri-tools' Makefile stamps the version without its leading v.
   go_build "$out/module" "$out/bin/crictl" "$m/cmd/crictl" "" "-X $m/pkg/version.Version=${v#v}"
+}
+
+# The five Kubernetes binaries in one `go build`: they share most of their packages, which one
+# invocation compiles once (five builds would each link, and schedule, the same work again).
+# k8s.io/kubernetes's go.mod replaces its staging modules (k8s.io/api, client-go, kubelet, ...)
+# with directories of its own repository, which a module zip cannot follow; the scratch module
+# replaces each of them, as that go.mod lists them, with its published release at
+# KUBERNETES_STAGING_VERSION before `go get`.
+build_kubernetes() {
+  local out=$1 m=k8s.io/kubernetes v=$KUBERNETES_VERSION dir=$1/module staging gomod
+  if [ -z "$KUBERNETES_SUM" ] || [ -z "$KUBERNETES_GOMOD_SUM" ]; then
+    die "hack/versions.env lacks the hashes of $m $v"
+  fi
+  mkdir -p "$dir"
+  step "$GO" -C "$dir" mod init gvisor-hardened.local/deps
+  printf '%s %s %s\n%s %s/go.mod %s\n' "$m" "$v" "$KUBERNETES_SUM" "$m" "$v" "$KUBERNETES_GOMOD_SUM" \
+    >"$dir/go.sum"
+  gomod="$("$GO" -C "$dir" mod download -json "$m@$v" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')"
+  [ -f "$gomod" ] || die "no go.mod of $m $v in the module cache"
+  staging="$(sed -n 's#^\t\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod")"
+  [ -n "$staging" ] || die "$m $v: no staging replacements in its go.mod"
+  local s args=()
+  for s in $staging; do args+=("-replace=$s=$s@$KUBERNETES_STAGING_VERSION"); done
+  step "$GO" -C "$dir" mod edit "${args[@]}"
+  local cmds=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl) pkgs=() c
+  for c in "${cmds[@]}"; do pkgs+=("$m/cmd/$c"); done
+  step "$GO" -C "$dir" get "${pkgs[@]/%/@$v}"
+  # What Kubernetes' own build stamps (hack/lib/version.sh): kubectl version and the API
+  # server's /version then name the release.
+  local minor=${v#v1.}
+  minor=${minor%%.*}
+  local x=k8s.io/component-base/version
+  step "$GO" -C "$dir" build -trimpath -buildvcs=false \
+    -ldflags "-s -w -X $x.gitVersion=$v -X $x.gitMajor=1 -X $x.gitMinor=$minor -X $x.gitTreeState=clean" \
+    -o "$out/bin/" "${pkgs[@]}"
+}
+
+build_etcd() {
+  local out=$1 m=go.etcd.io/etcd/server/v3 v=$ETCD_VERSION
+  scratch_module "$out/module" "$m@$v" "$ETCD_SUM" "$ETCD_GOMOD_SUM" "$m"
+  go_build "$out/module" "$out/bin/etcd" "$m" "" ""
+}
+
+build_cni() {
+  local out=$1 m=github.com/containernetworking/plugins v=$CNI_PLUGINS_VERSION
+  local pkgs=("$m/plugins/main/bridge" "$m/plugins/ipam/host-local" "$m/plugins/main/loopback")
+  scratch_module "$out/module" "$m@$v" "$CNI_PLUGINS_SUM" "$CNI_PLUGINS_GOMOD_SUM" "${pkgs[@]}"
+  step "$GO" -C "$out/module" build -trimpath -buildvcs=false -ldflags "-s -w" -o "$out/bin/" "${pkgs[@]}"
 }
 
 # A component directory counts as done only with every binary in it executable.
