@@ -16,7 +16,7 @@
 # The image (paths the DaemonSet and the installer's defaults expect, deploy/installer/src/cli.rs):
 #   /opt/gvisor-hardened/bin/gvisor-hardened-installer      entrypoint; default argument --help
 #   /opt/gvisor-hardened/bin/containerd-shim-gvisor-hardened-v1   --shim-source
-#   /opt/gvisor-hardened/bin/gvisor-hardened-forwarder      the static egress forwarder
+#   /opt/gvisor-hardened/bin/gvisor-hardened-forwarder      --forwarder-source (static)
 #   /opt/gvisor-hardened/bin/runsc-hardened                 the OCI runtime binary, for Docker/Podman nodes
 #   /opt/gvisor-hardened/policies/*.toml                    --policy-source: the RuntimeClasses'
 #                                                           policies (the DaemonSet mounts its ConfigMap instead)

@@ -44,6 +44,14 @@ pub struct Opts {
         global = true
     )]
     pub shim_dest: PathBuf,
+    /// Where the egress forwarder goes (host path): where policies' `[network.egress]
+    /// forwarder` points by default.
+    #[arg(
+        long,
+        default_value = "/usr/local/lib/gvisor-hardened/gvisor-hardened-forwarder",
+        global = true
+    )]
+    pub forwarder_dest: PathBuf,
     /// Where the policies go (host path): policy.toml and policies/<class>.toml.
     #[arg(long, default_value = "/etc/gvisor-hardened", global = true)]
     pub policy_dest_dir: PathBuf,
@@ -61,6 +69,14 @@ pub struct Opts {
         global = true
     )]
     pub shim_source: PathBuf,
+    /// Static egress forwarder to install (installer image path).
+    #[arg(
+        long,
+        env = "GVH_FORWARDER_SOURCE",
+        default_value = "/opt/gvisor-hardened/bin/gvisor-hardened-forwarder",
+        global = true
+    )]
+    pub forwarder_source: PathBuf,
     /// Directory with policy.toml and <class>.toml files (the image's, or the mounted ConfigMap).
     #[arg(
         long,

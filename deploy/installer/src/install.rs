@@ -1,8 +1,8 @@
 //! `install`: the steps, in order. Check first, then act; each step has its own error.
 //!
-//! 1. Validate the sources (shim, policies) — nothing is written before this passes.
+//! 1. Validate the sources (shim, forwarder, policies) — nothing is written before this passes.
 //! 2. Read the containerd config (or `containerd config default` when missing) and plan.
-//! 3. Copy the shim and policies atomically, sha256-verified (no restart needed for these:
+//! 3. Copy the shim, the forwarder and the policies atomically, sha256-verified (no restart needed for these:
 //!    the shim is exec'd per pod and reads its policy at start).
 //! 4. If the config changes: write the candidate, `containerd config dump` it, and refuse unless
 //!    the merged view has our handlers and the default runtime. Keep the original bytes, then
@@ -119,11 +119,18 @@ impl Node {
         // 3: files.
         let mut file_records = Vec::new();
         let mut files_written = 0;
-        let mut copies = vec![(
-            self.sources.shim.clone(),
-            self.layout.shim_path.clone(),
-            0o755,
-        )];
+        let mut copies = vec![
+            (
+                self.sources.shim.clone(),
+                self.layout.shim_path.clone(),
+                0o755,
+            ),
+            (
+                self.sources.forwarder.clone(),
+                self.layout.forwarder_path.clone(),
+                0o755,
+            ),
+        ];
         for p in &policies {
             let dest = match &p.class {
                 None => self.layout.default_policy_path(),

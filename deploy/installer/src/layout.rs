@@ -14,6 +14,10 @@ pub struct Layout {
     pub host_root: PathBuf,
     pub containerd_config: PathBuf,
     pub shim_path: PathBuf,
+    /// The static egress forwarder, where policies expect it (`[network.egress] forwarder`,
+    /// default [`policy_injector::egress::DEFAULT_FORWARDER`]): the shim bind-mounts it into
+    /// every sandbox with egress.
+    pub forwarder_path: PathBuf,
     pub policy_dir: PathBuf,
     pub state_dir: PathBuf,
     pub cri_socket: PathBuf,
@@ -25,6 +29,7 @@ impl Default for Layout {
             host_root: PathBuf::from("/host"),
             containerd_config: PathBuf::from("/etc/containerd/config.toml"),
             shim_path: Path::new("/usr/local/bin").join(SHIM_BINARY),
+            forwarder_path: PathBuf::from(policy_injector::egress::DEFAULT_FORWARDER),
             policy_dir: PathBuf::from("/etc/gvisor-hardened"),
             state_dir: PathBuf::from("/var/lib/gvisor-hardened"),
             cri_socket: PathBuf::from("/run/containerd/containerd.sock"),
@@ -93,6 +98,14 @@ mod tests {
             ..Layout::default()
         };
         assert_eq!(l.on_host(Path::new("/tmp/x")), Path::new("/tmp/x"));
+    }
+
+    #[test]
+    fn the_forwarder_goes_where_policies_expect_it_by_default() {
+        assert_eq!(
+            Layout::default().forwarder_path,
+            Path::new(&policy_injector::Policy::default().network.egress.forwarder)
+        );
     }
 
     #[test]

@@ -10,6 +10,8 @@ use crate::handlers::{is_dns_label, DEFAULT_HANDLER, DEFAULT_POLICY_FILE};
 pub struct Sources {
     /// The shim binary shipped in the installer image.
     pub shim: PathBuf,
+    /// The static egress forwarder shipped in the installer image.
+    pub forwarder: PathBuf,
     /// A directory with `policy.toml` (the default handler's policy) and one `<class>.toml` per
     /// extra RuntimeClass handler: the image's defaults or the mounted policies ConfigMap.
     pub policy_dir: PathBuf,
@@ -22,6 +24,7 @@ impl Default for Sources {
     fn default() -> Self {
         Sources {
             shim: PathBuf::from("/opt/gvisor-hardened/bin/containerd-shim-gvisor-hardened-v1"),
+            forwarder: PathBuf::from("/opt/gvisor-hardened/bin/gvisor-hardened-forwarder"),
             policy_dir: PathBuf::from("/opt/gvisor-hardened/policies"),
             allow_audit_mode: false,
         }
@@ -40,14 +43,19 @@ pub struct PolicySource {
 
 impl Sources {
     /// Checks the sources before anything is written and lists the policy files. Fails closed:
-    /// a missing shim, a missing default policy, a policy that is not TOML, an audit-mode
+    /// a missing shim or forwarder (every sandbox with egress bind-mounts it), a missing
+    /// default policy, a policy that is not TOML, an audit-mode
     /// policy without `allow_audit_mode`, or a class name that is not a DNS label stops the
     /// install.
     pub fn validate(&self) -> Result<Vec<PolicySource>, String> {
-        let meta = fs::metadata(&self.shim)
-            .map_err(|e| format!("shim binary {}: {e}", self.shim.display()))?;
-        if !meta.is_file() {
-            return Err(format!("shim binary {} is not a file", self.shim.display()));
+        for (what, path) in [
+            ("shim binary", &self.shim),
+            ("forwarder binary", &self.forwarder),
+        ] {
+            let meta = fs::metadata(path).map_err(|e| format!("{what} {}: {e}", path.display()))?;
+            if !meta.is_file() {
+                return Err(format!("{what} {} is not a file", path.display()));
+            }
         }
         let entries = fs::read_dir(&self.policy_dir)
             .map_err(|e| format!("policy directory {}: {e}", self.policy_dir.display()))?;
@@ -132,9 +140,11 @@ mod tests {
 
     fn sources(dir: &Path) -> Sources {
         fs::write(dir.join("shim"), b"#!/bin/sh\n").unwrap();
+        fs::write(dir.join("forwarder"), b"\x7fELF").unwrap();
         fs::create_dir_all(dir.join("p")).unwrap();
         Sources {
             shim: dir.join("shim"),
+            forwarder: dir.join("forwarder"),
             policy_dir: dir.join("p"),
             allow_audit_mode: false,
         }
@@ -245,9 +255,23 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = Sources {
             shim: d.path().join("nope"),
-            policy_dir: d.path().to_path_buf(),
-            allow_audit_mode: false,
+            ..sources(d.path())
         };
         assert!(s.validate().unwrap_err().contains("shim binary"));
+    }
+
+    #[test]
+    fn missing_forwarder_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Sources {
+            forwarder: d.path().join("nope"),
+            ..sources(d.path())
+        };
+        fs::write(s.policy_dir.join("policy.toml"), "version = 1\n").unwrap();
+        let err = s.validate().unwrap_err();
+        assert!(
+            err.starts_with("forwarder binary ") && err.contains("nope"),
+            "{err}"
+        );
     }
 }

@@ -92,10 +92,20 @@ impl Node {
                 (self.log)(&format!("removed {}", f.path.display()));
             }
         }
-        for dir in [
+        let mut dirs = vec![
             self.layout.policy_dir.join("policies"),
             self.layout.policy_dir.clone(),
-        ] {
+        ];
+        // The forwarder's own directory (/usr/local/lib/gvisor-hardened) once empty; a
+        // destination flag may point into a shared one, which stays even when empty.
+        dirs.extend(
+            self.layout
+                .forwarder_path
+                .parent()
+                .filter(|d| d.file_name().is_some_and(|n| n == "gvisor-hardened"))
+                .map(|d| d.to_path_buf()),
+        );
+        for dir in dirs {
             files::remove_dir_if_empty(&self.layout.on_host(&dir))
                 .map_err(UninstallError::Files)?;
         }
@@ -215,6 +225,10 @@ impl Node {
         let mut files = vec![
             FileRecord {
                 path: self.layout.shim_path.clone(),
+                sha256: String::new(),
+            },
+            FileRecord {
+                path: self.layout.forwarder_path.clone(),
                 sha256: String::new(),
             },
             FileRecord {

@@ -29,6 +29,7 @@ fn flags(ctd: &PrivateContainerd) -> Vec<String> {
     let d = ctd.path();
     fs::create_dir_all(d.join("image/policies")).unwrap();
     fs::write(d.join("image/shim"), b"stand-in").unwrap();
+    fs::write(d.join("image/forwarder"), b"stand-in").unwrap();
     fs::write(d.join("image/policies/policy.toml"), "version = 1\n").unwrap();
     fs::write(
         d.join("image/policies/gvisor-hardened-tool.toml"),
@@ -43,10 +44,15 @@ fn flags(ctd: &PrivateContainerd) -> Vec<String> {
             "--shim-dest={}",
             p("host/bin/containerd-shim-gvisor-hardened-v1")
         ),
+        format!(
+            "--forwarder-dest={}",
+            p("host/lib/gvisor-hardened/gvisor-hardened-forwarder")
+        ),
         format!("--policy-dest-dir={}", p("host/etc/gvisor-hardened")),
         format!("--state-dir={}", p("host/var/lib/gvisor-hardened")),
         format!("--cri-socket={}", ctd.socket().display()),
         format!("--shim-source={}", p("image/shim")),
+        format!("--forwarder-source={}", p("image/forwarder")),
         format!("--policy-source={}", p("image/policies")),
         "--host-exec=".into(),
         format!("--containerd-bin={}", ctd.binary().display()),
@@ -210,6 +216,7 @@ fn run_installs_then_uninstalls_on_sigterm(release: Release) {
             .join("host/bin/containerd-shim-gvisor-hardened-v1")
     )
     .exists());
+    assert!(!ctd.path().join("host/lib/gvisor-hardened").exists());
     let s = cri::status(&ctd.socket(), Duration::from_secs(5)).unwrap();
     assert_eq!(s.runtimes.keys().collect::<Vec<_>>(), vec!["runc"]);
 }

@@ -77,6 +77,7 @@ fn policies_configmap_yields_exactly_the_runtime_class_handlers() {
     let shim = tmp.path().join("shim");
     std::fs::write(&shim, b"x").unwrap();
     let policies = Sources {
+        forwarder: shim.clone(),
         shim,
         policy_dir: dir.clone(),
         allow_audit_mode: false,

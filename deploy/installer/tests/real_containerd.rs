@@ -79,8 +79,8 @@ fn install_is_verified_over_cri_is_idempotent_and_uninstall_restores_the_bytes(r
         .install()
         .unwrap_or_else(|e| panic!("{e}\n{}", ctd.log()));
     assert!(report.config_changed && report.restarted && report.labelled);
-    // The shim and three policies (default, agent, tool).
-    assert_eq!(report.files_written, 4);
+    // The shim, the forwarder and three policies (default, agent, tool).
+    assert_eq!(report.files_written, 5);
     assert_ne!(ctd.pid(), first_pid, "containerd was not restarted");
 
     // What the kubelet will see: runc and our three handlers with their policy paths.
@@ -90,9 +90,12 @@ fn install_is_verified_over_cri_is_idempotent_and_uninstall_restores_the_bytes(r
         fs::read_to_string(node.layout.class_policy_path(TOOL_HANDLER)).unwrap(),
         TOOL_POLICY
     );
+    for exe in [&node.layout.shim_path, &node.layout.forwarder_path] {
+        assert_eq!(gvisor_hardened_installer::files::mode_of(exe), Some(0o755));
+    }
     assert_eq!(
-        gvisor_hardened_installer::files::mode_of(&node.layout.shim_path),
-        Some(0o755)
+        fs::read(&node.layout.forwarder_path).unwrap(),
+        fs::read(&node.sources.forwarder).unwrap()
     );
     // The original bytes are kept beside the config.
     assert_eq!(
@@ -124,9 +127,10 @@ fn install_is_verified_over_cri_is_idempotent_and_uninstall_restores_the_bytes(r
         .unwrap_or_else(|e| panic!("{e}\n{}", ctd.log()));
     assert_eq!(un.config, "restored");
     assert!(un.restarted && un.unlabelled);
-    assert_eq!(un.files_removed, 4);
+    assert_eq!(un.files_removed, 5);
     assert_eq!(fs::read(ctd.config_path()).unwrap(), original.as_bytes());
     assert!(!node.layout.shim_path.exists());
+    assert!(!node.layout.forwarder_path.parent().unwrap().exists());
     assert!(!node.layout.policy_dir.exists());
     assert!(!node.layout.backup_path().exists());
     assert!(!node.layout.state_dir.exists());

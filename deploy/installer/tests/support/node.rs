@@ -24,7 +24,7 @@ pub fn classes() -> Vec<String> {
     vec![AGENT_HANDLER.to_string(), TOOL_HANDLER.to_string()]
 }
 
-/// Installer sources (image side: a stand-in shim, the default, tool and agent policies) and a
+/// Installer sources (image side: a stand-in shim and forwarder, the default, tool and agent policies) and a
 /// node layout, all inside the instance's temp dir. The shim is a stand-in: CRI `Status` lists
 /// registered runtimes without executing their shims.
 pub fn node(ctd: &PrivateContainerd, labeller: Option<Labeller>) -> Node {
@@ -36,6 +36,7 @@ pub fn node(ctd: &PrivateContainerd, labeller: Option<Labeller>) -> Node {
         b"#!/bin/sh\necho stand-in shim >&2\nexit 1\n",
     )
     .unwrap();
+    fs::write(src.join("forwarder"), b"stand-in forwarder\n").unwrap();
     fs::write(src.join("policies/policy.toml"), "version = 1\n").unwrap();
     fs::write(src.join("policies/gvisor-hardened-tool.toml"), TOOL_POLICY).unwrap();
     fs::write(
@@ -48,12 +49,14 @@ pub fn node(ctd: &PrivateContainerd, labeller: Option<Labeller>) -> Node {
             host_root: PathBuf::from("/"),
             containerd_config: ctd.config_path(),
             shim_path: d.join("host/usr/local/bin/containerd-shim-gvisor-hardened-v1"),
+            forwarder_path: d.join("host/usr/local/lib/gvisor-hardened/gvisor-hardened-forwarder"),
             policy_dir: d.join("host/etc/gvisor-hardened"),
             state_dir: d.join("host/var/lib/gvisor-hardened"),
             cri_socket: ctd.socket(),
         },
         sources: Sources {
             shim: src.join("shim"),
+            forwarder: src.join("forwarder"),
             policy_dir: src.join("policies"),
             allow_audit_mode: false,
         },
