@@ -341,7 +341,8 @@ fn install_refuses_when_an_import_shadows_our_handlers(release: Release) {
                 runtime_table(release, "gvisor-hardened")
             ),
             // containerd dumps TOML strings in single quotes.
-            "handler `gvisor-hardened` has runtime_type = 'io.containerd.runsc.v1', expected"
+            "handler `gvisor-hardened` has runtime_type = 'io.containerd.runsc.v1', \
+             expected \"io.containerd.gvisor-hardened.v1\""
                 .to_string(),
         ),
     };

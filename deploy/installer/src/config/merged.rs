@@ -68,7 +68,7 @@ pub fn check_merged(dump: &str, handlers: &[Handler]) -> Result<MergedSummary, M
                     .map(|i| i.to_string().trim().to_string())
                     .unwrap_or_else(|| "nothing".to_string());
                 problems.push(format!(
-                    "handler `{}` has {} = {found}, expected {want:?}",
+                    "handler `{}` has {} = {found}, expected {want}",
                     handler.name,
                     path.join(".")
                 ));
@@ -176,6 +176,26 @@ mod tests {
         register(&mut doc, ConfigVersion::V2, &ours()).unwrap();
         let err = check_merged(&doc.to_string(), &ours()).unwrap_err();
         assert!(err.to_string().contains("is disabled"), "{err}");
+    }
+
+    /// containerd 2.x dumps strings in single quotes; a later drop-in that re-registers our
+    /// handler with another shim is named with both values as TOML.
+    #[test]
+    fn a_handler_shadowed_by_another_runtime_type_names_both_values() {
+        let mut doc = parse(RUNC_V2).unwrap();
+        register(&mut doc, ConfigVersion::V2, &ours()).unwrap();
+        let dump = doc.to_string().replace(
+            "runtime_type = \"io.containerd.gvisor-hardened.v1\"",
+            "runtime_type = 'io.containerd.runsc.v1'",
+        );
+        let err = check_merged(&dump, &ours()).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "handler `gvisor-hardened` has runtime_type = 'io.containerd.runsc.v1', \
+                 expected \"io.containerd.gvisor-hardened.v1\""
+            ),
+            "{err}"
+        );
     }
 
     #[test]

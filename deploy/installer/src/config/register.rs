@@ -45,6 +45,13 @@ pub enum DesiredValue {
     StrList(Vec<String>),
 }
 
+/// As TOML, the way an operator would write it (messages put it beside what containerd dumped).
+impl std::fmt::Display for DesiredValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.to_item().to_string().trim())
+    }
+}
+
 impl DesiredValue {
     /// Does a TOML item hold this value (formatting ignored)?
     pub fn matches(&self, item: Option<&Item>) -> bool {
@@ -59,7 +66,7 @@ impl DesiredValue {
         }
     }
 
-    fn to_item(&self) -> Item {
+    pub(crate) fn to_item(&self) -> Item {
         match self {
             DesiredValue::Str(s) => value(s.as_str()),
             DesiredValue::StrList(list) => {
