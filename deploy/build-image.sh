@@ -74,8 +74,15 @@ REF="$(image_ref)"
 
 # 1. The binaries. The forwarder must be static (it runs inside sandboxes whose rootfs may have
 # no libc): hack/lib.sh builds it with plain rustc; it is rebuilt only when its sources change.
+# cargo runs in a clean environment: called from a `cargo test` (the image test, the cluster
+# tests), the variables cargo sets for tests made this build recompile ring and everything
+# above it each time it alternated with a run from a shell (measured: a minute each).
 log "cargo build --release (shim, runsc-hardened, installer)"
-(cd "$REPO_ROOT" && cargo build --release -q \
+cargo_env=(env -i "PATH=$PATH" "HOME=$HOME")
+for v in CARGO_HOME RUSTUP_HOME CARGO_TARGET_DIR TMPDIR; do
+  [ -z "${!v:-}" ] || cargo_env+=("$v=${!v}")
+done
+(cd "$REPO_ROOT" && "${cargo_env[@]}" cargo build --release -q \
   -p containerd-shim-gvisor-hardened --bins -p gvisor-hardened-installer --bin gvisor-hardened-installer)
 fwd_key="$(cat "$REPO_ROOT"/shim/forwarder/src/*.rs "$REPO_ROOT/hack/lib.sh" | sha256sum | cut -c1-16)"
 fwd="$CACHE/forwarder-$fwd_key"

@@ -16,27 +16,10 @@ use support::deps;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../build-image.sh");
 
-/// The script with the environment a shell would give it. `cargo test` adds variables of its
-/// own (measured: with them, the script's `cargo build --release` rebuilt ring and its
-/// dependants every time it alternated with a run from a shell, a minute each).
+/// The script as a test harness calls it: with the environment `cargo test` gives a test (the
+/// script's own cargo build must not depend on it).
 fn script() -> Command {
-    let mut c = Command::new(SCRIPT);
-    c.env_clear();
-    for var in [
-        "PATH",
-        "HOME",
-        "TMPDIR",
-        "CARGO_HOME",
-        "RUSTUP_HOME",
-        "CARGO_TARGET_DIR",
-        "GVH_CACHE",
-        "GVH_DEPS",
-    ] {
-        if let Some(v) = std::env::var_os(var) {
-            c.env(var, v);
-        }
-    }
-    c
+    Command::new(SCRIPT)
 }
 
 fn ok(what: &str, out: Output) -> String {
