@@ -29,17 +29,26 @@ pub enum Command {
     Plan,
 }
 
+// Every host path and the containerd binary also come from `GVH_*` environment variables, so a
+// kustomize overlay can point the DaemonSet at a node whose containerd is not laid out as usual
+// by patching `env` (the args stay `run`).
 #[derive(Debug, Args)]
 pub struct Opts {
     /// Where the host's / is mounted. Every host path below is reached under it.
     #[arg(long, env = "GVH_HOST_ROOT", default_value = "/host", global = true)]
     pub host_root: PathBuf,
     /// containerd config file (host path).
-    #[arg(long, default_value = "/etc/containerd/config.toml", global = true)]
+    #[arg(
+        long,
+        env = "GVH_CONTAINERD_CONFIG",
+        default_value = "/etc/containerd/config.toml",
+        global = true
+    )]
     pub containerd_config: PathBuf,
     /// Where the shim binary goes (host path).
     #[arg(
         long,
+        env = "GVH_SHIM_DEST",
         default_value = "/usr/local/bin/containerd-shim-gvisor-hardened-v1",
         global = true
     )]
@@ -48,18 +57,34 @@ pub struct Opts {
     /// forwarder` points by default.
     #[arg(
         long,
+        env = "GVH_FORWARDER_DEST",
         default_value = "/usr/local/lib/gvisor-hardened/gvisor-hardened-forwarder",
         global = true
     )]
     pub forwarder_dest: PathBuf,
     /// Where the policies go (host path): policy.toml and policies/<class>.toml.
-    #[arg(long, default_value = "/etc/gvisor-hardened", global = true)]
+    #[arg(
+        long,
+        env = "GVH_POLICY_DEST_DIR",
+        default_value = "/etc/gvisor-hardened",
+        global = true
+    )]
     pub policy_dest_dir: PathBuf,
     /// Install state directory (host path).
-    #[arg(long, default_value = "/var/lib/gvisor-hardened", global = true)]
+    #[arg(
+        long,
+        env = "GVH_STATE_DIR",
+        default_value = "/var/lib/gvisor-hardened",
+        global = true
+    )]
     pub state_dir: PathBuf,
     /// containerd's CRI socket (host path).
-    #[arg(long, default_value = "/run/containerd/containerd.sock", global = true)]
+    #[arg(
+        long,
+        env = "GVH_CRI_SOCKET",
+        default_value = "/run/containerd/containerd.sock",
+        global = true
+    )]
     pub cri_socket: PathBuf,
     /// Shim binary to install (installer image path).
     #[arg(
@@ -99,7 +124,12 @@ pub struct Opts {
     )]
     pub host_exec: String,
     /// containerd binary (as the host-exec prefix finds it).
-    #[arg(long, default_value = "containerd", global = true)]
+    #[arg(
+        long,
+        env = "GVH_CONTAINERD_BIN",
+        default_value = "containerd",
+        global = true
+    )]
     pub containerd_bin: String,
     /// Command that restarts containerd (split on whitespace, no shell).
     #[arg(
@@ -110,7 +140,12 @@ pub struct Opts {
     )]
     pub restart_command: String,
     /// Seconds CRI may take to show the expected runtimes after a restart.
-    #[arg(long, default_value_t = 60, global = true)]
+    #[arg(
+        long,
+        env = "GVH_CRI_TIMEOUT_SECS",
+        default_value_t = 60,
+        global = true
+    )]
     pub cri_timeout_secs: u64,
     /// This node's name (from the downward API).
     #[arg(long, env = "NODE_NAME", global = true)]

@@ -220,3 +220,47 @@ fn run_installs_then_uninstalls_on_sigterm(release: Release) {
     let s = cri::status(&ctd.socket(), Duration::from_secs(5)).unwrap();
     assert_eq!(s.runtimes.keys().collect::<Vec<_>>(), vec!["runc"]);
 }
+
+/// The DaemonSet's args stay `run`: a node laid out differently is described through `GVH_*`
+/// environment variables, which stand in for the flags.
+#[test]
+fn environment_variables_stand_in_for_the_path_flags() {
+    let ctd = PrivateContainerd::new(Release::V2);
+    fs::write(ctd.config_path(), ctd.base_config()).unwrap();
+    let mut f = flags(&ctd);
+    let mut env = Vec::new();
+    for (flag, var) in [
+        ("--containerd-config=", "GVH_CONTAINERD_CONFIG"),
+        ("--policy-dest-dir=", "GVH_POLICY_DEST_DIR"),
+        ("--containerd-bin=", "GVH_CONTAINERD_BIN"),
+    ] {
+        let at = f.iter().position(|a| a.starts_with(flag)).unwrap();
+        env.push((var, f.remove(at)[flag.len()..].to_string()));
+    }
+    let out = Command::new(BIN)
+        .arg("plan")
+        .args(&f)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "# containerd config {} (version 3",
+            ctd.config_path().display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "# handler gvisor-hardened -> ConfigPath {}/policy.toml",
+            ctd.path().join("host/etc/gvisor-hardened").display()
+        )),
+        "{stdout}"
+    );
+}
