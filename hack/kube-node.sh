@@ -46,6 +46,8 @@ KUBE_CGROUP=gvh-kube
 CONTAINERD_CGROUP=gvh-kube-node
 PAUSE_IMAGE=localhost/gvh-pause:latest
 IPT_COMMENT=gvh-kube
+# The service-account tokens' issuer: an identifier, never fetched.
+SA_ISSUER=https://kubernetes.default.svc.cluster.local # net-scan: data
 
 usage() {
   sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
@@ -359,7 +361,7 @@ start_apiserver() {
     --kubelet-client-certificate "$p/apiserver-kubelet-client.crt" \
     --kubelet-client-key "$p/apiserver-kubelet-client.key" \
     --kubelet-preferred-address-types Hostname \
-    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-issuer "$SA_ISSUER" \
     --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
     --allow-privileged=true --profiling=false --cert-dir "$p/apiserver-generated"

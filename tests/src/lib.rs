@@ -39,6 +39,7 @@ pub mod fault;
 pub mod ids;
 pub mod image;
 pub mod inspect;
+pub mod kube;
 pub mod leaks;
 pub mod nerdctl;
 pub mod netns;

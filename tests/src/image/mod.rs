@@ -85,6 +85,8 @@ pub const APPLETS: &[&str] = &[
     "su",
     "sync",
     "tail",
+    // kubectl cp runs tar in the container.
+    "tar",
     "tee",
     "test",
     "timeout",

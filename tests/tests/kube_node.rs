@@ -1,0 +1,922 @@
+//! A real one-node Kubernetes cluster (`hack/kube-node.sh up`): pods of our RuntimeClasses
+//! started by the kubelet, checked through the API server with kubectl; the admission policies
+//! evaluated by the real API server. One node for the whole binary (`harness = false`): `up`
+//! once, the cases in order, `down` at the end, which fails if anything of the node is left.
+//!
+//! `cargo test -p gvisor-hardened-tests --test kube_node [-- FILTER]` runs the cases whose name
+//! contains FILTER (all of them without one); needs root and the shim built.
+
+use std::io::{BufRead, BufReader, Write};
+use std::panic::{self, AssertUnwindSafe};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use gvisor_hardened_tests::cri::runsc_sandbox_processes;
+use gvisor_hardened_tests::kube::{
+    install_shim_directly, KubeNode, NodePolicies, PodSpec, PodWatch,
+};
+use gvisor_hardened_tests::{poll_until, shim_binary, ProbeLine, TestImage, TEST_IMAGE_REF};
+use serde_json::json;
+
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+const READY: Duration = Duration::from_secs(120);
+
+struct Ctx {
+    node: KubeNode,
+    installed: NodePolicies,
+}
+
+type Case = fn(&Ctx);
+
+const CASES: &[(&str, Case)] = &[
+    (
+        "runc_pod_keeps_running_across_a_containerd_restart",
+        runc_pod_keeps_running_across_a_containerd_restart,
+    ),
+    (
+        "hardened_pod_is_hardened_inside",
+        hardened_pod_is_hardened_inside,
+    ),
+    (
+        "runtimeclass_overhead_is_in_the_pod",
+        runtimeclass_overhead_is_in_the_pod,
+    ),
+    (
+        "tool_and_agent_classes_run_under_their_own_policies",
+        tool_and_agent_classes_run_under_their_own_policies,
+    ),
+    (
+        "two_containers_share_one_sandbox",
+        two_containers_share_one_sandbox,
+    ),
+    (
+        "exec_it_attach_logs_follow_and_cp",
+        exec_it_attach_logs_follow_and_cp,
+    ),
+    ("oom_shows_oomkilled", oom_shows_oomkilled),
+    (
+        "wall_clock_limit_stops_the_pod",
+        wall_clock_limit_stops_the_pod,
+    ),
+    ("admission_by_the_api_server", admission_by_the_api_server),
+];
+
+fn main() {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if std::env::args().any(|a| a == "--list") {
+        for (name, _) in CASES {
+            println!("{name}: test");
+        }
+        return;
+    }
+    let selected: Vec<&(&str, Case)> = CASES
+        .iter()
+        .filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f.as_str())))
+        .collect();
+    if selected.is_empty() {
+        println!("no kube_node case matches {filters:?}");
+        return;
+    }
+    let started = Instant::now();
+    let shim =
+        shim_binary().expect("the shim binary (cargo build -p containerd-shim-gvisor-hardened)");
+    let node = KubeNode::up().expect("hack/kube-node.sh up");
+    println!("kube_node: node up in {:?}", started.elapsed());
+    let setup = panic::catch_unwind(AssertUnwindSafe(|| setup(&node, &shim)));
+    let mut failed = Vec::new();
+    match setup {
+        Ok(installed) => {
+            let ctx = Ctx { node, installed };
+            for (name, case) in &selected {
+                let t = Instant::now();
+                let r = panic::catch_unwind(AssertUnwindSafe(|| case(&ctx)));
+                let verdict = if r.is_ok() { "ok" } else { "FAILED" };
+                println!("test {name} ... {verdict} ({:.1?})", t.elapsed());
+                if r.is_err() {
+                    failed.push(name.to_string());
+                }
+            }
+            let down = ctx.node.down();
+            if let Err(e) = down {
+                println!("hack/kube-node.sh down failed: {e}");
+                failed.push("down".into());
+            }
+        }
+        Err(_) => {
+            failed.push("setup".into());
+            if let Err(e) = node.down() {
+                println!("hack/kube-node.sh down failed: {e}");
+            }
+        }
+    }
+    // Nothing of the node is left: processes, mounts, the bridge, cgroups, the rule.
+    let leftovers = leftovers();
+    if !leftovers.is_empty() {
+        println!("left behind after down: {leftovers:#?}");
+        failed.push("nothing-left".into());
+    }
+    println!(
+        "kube_node: {} cases, {} failed, {:.1?}",
+        selected.len(),
+        failed.len(),
+        started.elapsed()
+    );
+    if !failed.is_empty() {
+        println!("failed: {failed:?}");
+        std::process::exit(1);
+    }
+}
+
+fn leftovers() -> Vec<String> {
+    let dir = "/run/gvisor-hardened-kube";
+    let mut left = Vec::new();
+    if std::path::Path::new(dir).exists() {
+        left.push(dir.to_string());
+    }
+    for p in gvisor_hardened_tests::inspect::processes_mentioning(dir) {
+        left.push(format!("process {} {}", p.pid, p.cmdline));
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    left.extend(
+        mountinfo
+            .lines()
+            .filter(|l| l.contains(dir))
+            .map(String::from),
+    );
+    if std::path::Path::new("/sys/class/net/gvhkube0").exists() {
+        left.push("bridge gvhkube0".into());
+    }
+    for h in ["memory", "cpu,cpuacct", "pids", "cpuset"] {
+        for g in ["gvh-kube", "gvh-kube-node"] {
+            let p = format!("/sys/fs/cgroup/{h}/{g}");
+            if std::path::Path::new(&p).exists() {
+                left.push(p);
+            }
+        }
+    }
+    let nat = std::process::Command::new("iptables")
+        .args(["-t", "nat", "-S"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    left.extend(
+        nat.lines()
+            .filter(|l| l.contains("gvh-kube"))
+            .map(String::from),
+    );
+    left
+}
+
+/// The test image imported, the shim installed by the harness, the RuntimeClasses applied.
+fn setup(node: &KubeNode, shim: &std::path::Path) -> NodePolicies {
+    let image = TestImage::ensure().unwrap();
+    node.import(&image).unwrap();
+    let installed = install_shim_directly(node, shim).unwrap();
+    node.kubectl()
+        .args(["apply", "-k"])
+        .arg(format!("{REPO}/runtimeclass"))
+        .checked()
+        .unwrap();
+    installed
+}
+
+fn ns(ctx: &Ctx, name: &str) -> String {
+    ctx.node
+        .kubectl()
+        .args(["create", "namespace", name])
+        .output()
+        .unwrap();
+    // The service account the pods run as is made by the controller manager.
+    poll_until("the default service account", READY, || {
+        (!ctx
+            .node
+            .jsonpath(name, "serviceaccount/default", "{.metadata.name}")
+            .is_empty())
+        .then_some(())
+    })
+    .unwrap();
+    name.to_string()
+}
+
+fn run(ctx: &Ctx, pod: &PodSpec) {
+    ctx.node.apply(&pod.to_yaml()).unwrap();
+    ctx.node
+        .wait_ready(&pod.namespace, &pod.name, READY)
+        .unwrap();
+}
+
+fn sleeper(name: &str, namespace: &str, class: Option<&str>) -> PodSpec {
+    let p = PodSpec::new(name, namespace, TEST_IMAGE_REF).container("app", &["sleep", "600"]);
+    match class {
+        Some(c) => p.runtime_class(c),
+        None => p,
+    }
+}
+
+fn exec_ok(ctx: &Ctx, ns: &str, pod: &str, container: &str, argv: &[&str]) -> String {
+    let out = ctx.node.exec(ns, pod, container, argv).unwrap();
+    assert!(out.success(), "kubectl exec {argv:?}: {out}");
+    out.stdout
+}
+
+fn probe(ctx: &Ctx, ns: &str, pod: &str, container: &str, cmd: &str) -> ProbeLine {
+    let argv: Vec<&str> = std::iter::once("/bin/sandbox-probe")
+        .chain(cmd.split(' '))
+        .collect();
+    let out = exec_ok(ctx, ns, pod, container, &argv);
+    ProbeLine::parse_last(&out).unwrap_or_else(|e| panic!("{cmd}: {e}: {out}"))
+}
+
+fn assert_hardened(ctx: &Ctx, ns: &str, pod: &str, container: &str) {
+    let caps = probe(ctx, ns, pod, container, "caps");
+    for set in ["CapEff", "CapPrm", "CapBnd"] {
+        assert_eq!(caps.field(set), Some("0000000000000000"), "{set}: {caps:?}");
+    }
+    let ids = probe(ctx, ns, pod, container, "ids");
+    assert_eq!(ids.field("uid"), Some("65534"), "{ids:?}");
+    let nnp = probe(ctx, ns, pod, container, "nnp");
+    assert_eq!(nnp.field("nnp"), Some("1"), "{nnp:?}");
+    // /srv is world-writable in the image: only a read-only root refuses the write.
+    let srv = probe(ctx, ns, pod, container, "write /srv/probe x");
+    assert_eq!(srv.errno(), Some("EROFS"), "{srv:?}");
+    let tmp = probe(ctx, ns, pod, container, "statfs /tmp");
+    assert_eq!(tmp.field("fstype"), Some("tmpfs"), "{tmp:?}");
+    let uname = probe(ctx, ns, pod, container, "uname");
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_ne!(uname.field("release"), Some(host.trim()), "{uname:?}");
+    let dmesg = exec_ok(ctx, ns, pod, container, &["dmesg"]);
+    assert!(dmesg.contains("gVisor"), "not gVisor's kernel log: {dmesg}");
+}
+
+fn runc_pod_keeps_running_across_a_containerd_restart(ctx: &Ctx) {
+    let ns = ns(ctx, "plain");
+    let pod = sleeper("runc-restart", &ns, None);
+    run(ctx, &pod);
+    let uid = exec_ok(ctx, &ns, &pod.name, "app", &["id", "-u"]);
+    assert_eq!(uid.trim(), "0", "runc runs the image's user");
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let uname = exec_ok(ctx, &ns, &pod.name, "app", &["uname", "-r"]);
+    assert_eq!(uname.trim(), host.trim(), "runc shares the host's kernel");
+    let started = ctx.node.jsonpath(
+        &ns,
+        "pod/runc-restart",
+        "{.status.containerStatuses[0].state.running.startedAt}",
+    );
+    ctx.node.restart_containerd().unwrap();
+    // The container is the same one (not restarted) and answers through the new containerd.
+    poll_until("exec through the restarted containerd", READY, || {
+        ctx.node
+            .exec(&ns, &pod.name, "app", &["true"])
+            .ok()?
+            .success()
+            .then_some(())
+    })
+    .unwrap();
+    let after = ctx.node.jsonpath(
+        &ns,
+        "pod/runc-restart",
+        "{.status.containerStatuses[0].state.running.startedAt}",
+    );
+    assert_eq!(started, after);
+    let restarts = ctx.node.jsonpath(
+        &ns,
+        "pod/runc-restart",
+        "{.status.containerStatuses[0].restartCount}",
+    );
+    assert_eq!(restarts, "0");
+    ctx.node.delete_pod(&ns, &pod.name).unwrap();
+}
+
+fn hardened_pod_is_hardened_inside(ctx: &Ctx) {
+    let ns = ns(ctx, "hardened");
+    let pod = PodSpec::new("hardened", &ns, TEST_IMAGE_REF)
+        .runtime_class("gvisor-hardened")
+        .container(
+            "app",
+            &["sh", "-c", "echo started-$(id -u); exec sleep 600"],
+        );
+    run(ctx, &pod);
+    assert_hardened(ctx, &ns, "hardened", "app");
+    // The kubelet mounted the service-account token (automount is on by default); the runtime
+    // removed it.
+    let mounts = ctx.node.jsonpath(
+        &ns,
+        "pod/hardened",
+        "{.spec.containers[0].volumeMounts[*].mountPath}",
+    );
+    assert!(
+        mounts.contains("/var/run/secrets/kubernetes.io/serviceaccount"),
+        "{mounts}"
+    );
+    let token = ctx
+        .node
+        .exec(
+            &ns,
+            "hardened",
+            "app",
+            &["cat", "/var/run/secrets/kubernetes.io/serviceaccount/token"],
+        )
+        .unwrap();
+    assert!(!token.success(), "the token is readable: {token}");
+    let logs = ctx
+        .node
+        .kubectl()
+        .args(["-n", &ns, "logs", "hardened"])
+        .checked()
+        .unwrap();
+    assert_eq!(logs.stdout.trim(), "started-65534", "{logs}");
+    // The scratch tmpfs mounts have the policy's sizes (default policy: /tmp 1Gi, /var/tmp
+    // 100Mi, /run 64Mi).
+    for (path, size) in [
+        ("/tmp", 1u64 << 30),
+        ("/var/tmp", 100 << 20),
+        ("/run", 64 << 20),
+    ] {
+        let st = probe(ctx, &ns, "hardened", "app", &format!("statfs {path}"));
+        assert_eq!(st.field("fstype"), Some("tmpfs"), "{st:?}");
+        let field = |k: &str| st.field(k).and_then(|v| v.parse::<u64>().ok()).unwrap();
+        assert_eq!(field("bsize") * field("blocks"), size, "{path}: {st:?}");
+    }
+    let audit = ctx.installed.audit_log();
+    let uid = ctx.node.jsonpath(&ns, "pod/hardened", "{.metadata.uid}");
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains(&uid) || l.contains("hardened")),
+        "no audit line for the pod"
+    );
+    ctx.node.delete_pod(&ns, "hardened").unwrap();
+}
+
+fn runtimeclass_overhead_is_in_the_pod(ctx: &Ctx) {
+    let ns = ns(ctx, "overhead");
+    let pod = sleeper("overhead", &ns, Some("gvisor-hardened"));
+    ctx.node.apply(&pod.to_yaml()).unwrap();
+    let overhead = ctx
+        .node
+        .wait_field(&ns, "overhead", "{.spec.overhead}", READY)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&overhead).unwrap();
+    assert_eq!(v, json!({"cpu": "20m", "memory": "40Mi"}), "{overhead}");
+    ctx.node.delete_pod(&ns, "overhead").unwrap();
+}
+
+fn tool_and_agent_classes_run_under_their_own_policies(ctx: &Ctx) {
+    let ns = ns(ctx, "classes");
+    for class in ["gvisor-hardened-tool", "gvisor-hardened-agent"] {
+        let pod = sleeper(class, &ns, Some(class));
+        run(ctx, &pod);
+        assert_hardened(ctx, &ns, class, "app");
+        let policy = ctx.installed.policy_path(class).unwrap();
+        let cid = ctx.node.jsonpath(
+            &ns,
+            &format!("pod/{class}"),
+            "{.status.containerStatuses[0].containerID}",
+        );
+        let cid = cid.trim_start_matches("containerd://").to_string();
+        let audit = ctx.installed.audit_log();
+        assert!(
+            audit
+                .lines()
+                .any(|l| l.contains(&cid) && l.contains(&policy.display().to_string())),
+            "no audit line for {cid} under {}",
+            policy.display()
+        );
+    }
+    // The tool class's memory ceiling is what the sandbox sees (gVisor sizes its memory to it).
+    let meminfo = exec_ok(
+        ctx,
+        &ns,
+        "gvisor-hardened-tool",
+        "app",
+        &["cat", "/proc/meminfo"],
+    );
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(
+        total_kib <= 512 * 1024,
+        "MemTotal {total_kib} kB over the tool policy's 512Mi"
+    );
+    for class in ["gvisor-hardened-tool", "gvisor-hardened-agent"] {
+        ctx.node.delete_pod(&ns, class).unwrap();
+    }
+}
+
+fn two_containers_share_one_sandbox(ctx: &Ctx) {
+    let ns = ns(ctx, "two");
+    let pod = PodSpec::new("two", &ns, TEST_IMAGE_REF)
+        .runtime_class("gvisor-hardened")
+        .container("a", &["sleep", "600"])
+        .container("b", &["sleep", "600"]);
+    run(ctx, &pod);
+    for c in ["a", "b"] {
+        assert_hardened(ctx, &ns, "two", c);
+    }
+    // Both containers see the same sandbox: the same gVisor boot (its kernel log) and one
+    // runsc-sandbox process for the pod.
+    let a = exec_ok(ctx, &ns, "two", "a", &["dmesg"]);
+    let b = exec_ok(ctx, &ns, "two", "b", &["dmesg"]);
+    assert_eq!(a.lines().next(), b.lines().next());
+    let sandbox = sandbox_id(ctx, &ns, "two");
+    let sandboxes = runsc_sandbox_processes(&sandbox);
+    assert_eq!(sandboxes.len(), 1, "{sandboxes:#?}");
+    ctx.node.delete_pod(&ns, "two").unwrap();
+}
+
+/// The CRI sandbox id of a pod (`crictl pods`).
+fn sandbox_id(ctx: &Ctx, ns: &str, pod: &str) -> String {
+    let crictl = gvisor_hardened_tests::stack::Stack::Current
+        .binary("crictl")
+        .unwrap();
+    let out = std::process::Command::new(crictl)
+        .arg("--runtime-endpoint")
+        .arg(format!("unix://{}", ctx.node.containerd_address.display()))
+        .args(["pods", "-q", "--name", pod, "--namespace", ns])
+        .output()
+        .unwrap();
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(!id.is_empty(), "no sandbox for {ns}/{pod}");
+    id
+}
+
+fn exec_it_attach_logs_follow_and_cp(ctx: &Ctx) {
+    let ns = ns(ctx, "streams");
+    let pod = PodSpec::new("streams", &ns, TEST_IMAGE_REF)
+        .runtime_class("gvisor-hardened")
+        .container(
+            "app",
+            &[
+                "sh",
+                "-c",
+                "i=0; while true; do echo tick-$i; i=$((i+1)); sleep 1; done",
+            ],
+        )
+        .container(
+            "reader",
+            &["sh", "-c", "read line; echo got-$line; sleep 600"],
+        );
+    // attach needs a container with stdin: the second one.
+    let mut manifest = pod.to_json();
+    manifest["spec"]["containers"][1]["stdin"] = json!(true);
+    manifest["spec"]["containers"][1]["stdinOnce"] = json!(true);
+    ctx.node.apply(&manifest.to_string()).unwrap();
+    ctx.node.wait_ready(&ns, "streams", READY).unwrap();
+
+    // exec -it: a shell on a terminal.
+    let out = ctx
+        .node
+        .kubectl()
+        .args(["-n", &ns, "exec", "-it", "streams", "-c", "app", "--", "sh"])
+        .output_in_pty("[ -t 0 ] && echo on-a-terminal; id -u; exit 3\n")
+        .unwrap();
+    // The shell prompts (busybox sh does only on a terminal) and stdin is one.
+    assert!(out.stdout.contains("/ $ "), "{out}");
+    assert!(out.stdout.contains("\non-a-terminal"), "{out}");
+    assert!(out.stdout.contains("65534"), "{out}");
+    assert_eq!(out.code(), 3, "{out}");
+
+    // logs -f: lines keep coming.
+    let mut cmd = ctx.node.kubectl_command();
+    cmd.args(["-n", &ns, "logs", "-f", "streams", "-c", "app"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        match lines.next() {
+            Some(Ok(l)) => seen.push(l),
+            _ => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen.iter().all(|l| l.starts_with("tick-")), "{seen:?}");
+
+    // attach: our stdin reaches the container's.
+    let mut cmd = ctx.node.kubectl_command();
+    cmd.args(["-n", &ns, "attach", "-i", "streams", "-c", "reader"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // attach may connect after our line is written: write until the container read it.
+    poll_until("attach to deliver a line", Duration::from_secs(60), || {
+        let _ = stdin.write_all(b"hello\n");
+        let logs = ctx
+            .node
+            .kubectl()
+            .args(["-n", &ns, "logs", "streams", "-c", "reader"])
+            .output()
+            .ok()?;
+        logs.stdout.contains("got-hello").then_some(())
+    })
+    .unwrap();
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // cp: into the writable scratch and back.
+    let src = tempfile_path("cp-in");
+    std::fs::write(&src, "copied through kubectl cp\n").unwrap();
+    ctx.node
+        .kubectl()
+        .args(["-n", &ns, "cp", "-c", "app"])
+        .arg(&src)
+        .arg("streams:/tmp/cp-in")
+        .checked()
+        .unwrap();
+    let inside = exec_ok(ctx, &ns, "streams", "app", &["cat", "/tmp/cp-in"]);
+    assert_eq!(inside, "copied through kubectl cp\n");
+    let back = tempfile_path("cp-out");
+    ctx.node
+        .kubectl()
+        .args(["-n", &ns, "cp", "-c", "app", "streams:/tmp/cp-in"])
+        .arg(&back)
+        .checked()
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&back).unwrap(),
+        "copied through kubectl cp\n"
+    );
+    let _ = std::fs::remove_file(src);
+    let _ = std::fs::remove_file(back);
+    ctx.node.delete_pod(&ns, "streams").unwrap();
+}
+
+fn tempfile_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("gvh-kube-{name}-{}", std::process::id()))
+}
+
+fn oom_shows_oomkilled(ctx: &Ctx) {
+    let ns = ns(ctx, "oom");
+    let pod = PodSpec::new("oom", &ns, TEST_IMAGE_REF)
+        .runtime_class("gvisor-hardened")
+        .annotation("gvisor-hardened.dev/memory", "128Mi")
+        .container("app", &["/bin/sandbox-probe", "mem", "1024", "60"]);
+    ctx.node.apply(&pod.to_yaml()).unwrap();
+    let reason = ctx
+        .node
+        .wait_field(
+            &ns,
+            "oom",
+            "{.status.containerStatuses[0].state.terminated.reason}",
+            READY,
+        )
+        .unwrap();
+    assert_eq!(reason, "OOMKilled");
+    ctx.node.delete_pod(&ns, "oom").unwrap();
+}
+
+fn wall_clock_limit_stops_the_pod(ctx: &Ctx) {
+    let ns = ns(ctx, "lifetime");
+    let pod = PodSpec::new("lifetime", &ns, TEST_IMAGE_REF)
+        .runtime_class("gvisor-hardened")
+        .annotation("gvisor-hardened.dev/max-runtime", "5s")
+        .container("app", &["sleep", "600"]);
+    ctx.node.apply(&pod.to_yaml()).unwrap();
+    let t = Instant::now();
+    let code = ctx
+        .node
+        .wait_field(
+            &ns,
+            "lifetime",
+            "{.status.containerStatuses[0].state.terminated.exitCode}",
+            READY,
+        )
+        .unwrap();
+    assert!(t.elapsed() < Duration::from_secs(90), "{:?}", t.elapsed());
+    assert!(code == "137" || code == "143", "exit code {code}");
+    let state = ctx.node.jsonpath(
+        &ns,
+        "pod/lifetime",
+        "{.status.containerStatuses[0].state.terminated}",
+    );
+    println!("  lifetime: terminated state {state}");
+    poll_until("the pod to fail", READY, || {
+        (ctx.node.jsonpath(&ns, "pod/lifetime", "{.status.phase}") == "Failed").then_some(())
+    })
+    .unwrap();
+    // Kubernetes shows the kill (exit code, reason Error); why it was killed is in the audit log.
+    let cid = ctx.node.jsonpath(
+        &ns,
+        "pod/lifetime",
+        "{.status.containerStatuses[0].containerID}",
+    );
+    let cid = cid.trim_start_matches("containerd://").to_string();
+    let sandbox = sandbox_id(ctx, &ns, "lifetime");
+    let audit = ctx.installed.audit_log();
+    let mentions: Vec<&str> = audit
+        .lines()
+        .filter(|l| l.contains(&cid) || l.contains(&sandbox))
+        .collect();
+    assert!(
+        mentions.iter().any(|l| l.contains("\"event\":\"timeout\"")),
+        "no timeout record for container {cid} or sandbox {sandbox}: {mentions:#?}"
+    );
+    ctx.node.delete_pod(&ns, "lifetime").unwrap();
+}
+
+/// `kubectl create --dry-run=server` of `manifest` (admission runs, nothing is stored), as the
+/// admin or as `as_user` in `groups`.
+fn dry_run(
+    ctx: &Ctx,
+    manifest: &serde_json::Value,
+    as_user: Option<(&str, &str)>,
+) -> Result<String, String> {
+    let mut cmd = ctx
+        .node
+        .kubectl()
+        .args(["create", "--dry-run=server", "-o", "json", "-f", "-"]);
+    if let Some((user, group)) = as_user {
+        cmd = cmd.args(["--as", user, "--as-group", group]);
+    }
+    let out = cmd
+        .stdin(manifest.to_string().into_bytes())
+        .output()
+        .unwrap();
+    if out.success() {
+        Ok(out.stdout)
+    } else {
+        Err(out.stderr)
+    }
+}
+
+/// Polls until creating `manifest` is refused with `message` (a new policy takes effect once the
+/// API server's policy informer has it), then checks the refusal names the policy.
+fn assert_refused(ctx: &Ctx, manifest: &serde_json::Value, message: &str) {
+    let mut last = String::new();
+    let refused = poll_until(
+        &format!("refusal: {message}"),
+        Duration::from_secs(60),
+        || match dry_run(ctx, manifest, None) {
+            Err(e) if e.contains(message) => Some(e),
+            Err(e) => {
+                last = e;
+                None
+            }
+            Ok(_) => {
+                last = "accepted".into();
+                None
+            }
+        },
+    );
+    let e =
+        refused.unwrap_or_else(|_| panic!("not refused with {message:?}: {last}\n{manifest:#}"));
+    assert!(e.contains("ValidatingAdmissionPolicy"), "{e}");
+}
+
+fn assert_accepted(ctx: &Ctx, manifest: &serde_json::Value) -> serde_json::Value {
+    let out = dry_run(ctx, manifest, None).unwrap_or_else(|e| panic!("refused: {e}\n{manifest:#}"));
+    serde_json::from_str(&out).unwrap()
+}
+
+fn admission_by_the_api_server(ctx: &Ctx) {
+    let k = &ctx.node;
+    k.kubectl()
+        .args(["apply", "-k"])
+        .arg(format!("{REPO}/runtimeclass/admission"))
+        .checked()
+        .unwrap();
+    let enforced = ns(ctx, "enforced");
+    k.kubectl()
+        .args([
+            "label",
+            "namespace",
+            &enforced,
+            "gvisor-hardened.dev/enforce=true",
+        ])
+        .checked()
+        .unwrap();
+    let plain = ns(ctx, "not-enforced");
+    let system = ns(ctx, "gvisor-hardened-system");
+    k.kubectl()
+        .args([
+            "label",
+            "namespace",
+            &system,
+            "gvisor-hardened.dev/enforce=true",
+        ])
+        .checked()
+        .unwrap();
+
+    // A RuntimeClass that is not ours (the built-in RuntimeClass admission refuses a pod whose
+    // class does not exist, before any policy sees it).
+    let other = json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": "other"}, "handler": "runc"});
+    k.apply(&other.to_string()).unwrap();
+    let good = || sleeper("p", &enforced, Some("gvisor-hardened"));
+    let with = |extra: serde_json::Value| good().spec(extra).to_json();
+
+    // require-runtimeclass
+    let require = "this namespace enforces gvisor-hardened";
+    assert_refused(ctx, &sleeper("p", &enforced, None).to_json(), require);
+    assert_refused(
+        ctx,
+        &sleeper("p", &enforced, Some("other")).to_json(),
+        require,
+    );
+    for class in [
+        "gvisor-hardened",
+        "gvisor-hardened-tool",
+        "gvisor-hardened-agent",
+    ] {
+        assert_accepted(ctx, &sleeper("p", &enforced, Some(class)).to_json());
+    }
+    // Bound by the namespace label, the installer's namespace exempt.
+    assert_accepted(ctx, &sleeper("p", &plain, None).to_json());
+    assert_accepted(ctx, &sleeper("p", &system, None).to_json());
+
+    // deny-host-access, one expression at a time.
+    assert_refused(
+        ctx,
+        &with(json!({"hostNetwork": true})),
+        "hostNetwork is not allowed",
+    );
+    assert_accepted(ctx, &with(json!({"hostNetwork": false})));
+    assert_refused(
+        ctx,
+        &with(json!({"hostPID": true})),
+        "hostPID is not allowed",
+    );
+    assert_accepted(ctx, &with(json!({"hostPID": false})));
+    assert_refused(
+        ctx,
+        &with(json!({"hostIPC": true})),
+        "hostIPC is not allowed",
+    );
+    assert_accepted(ctx, &with(json!({"hostIPC": false})));
+    let host_path =
+        json!({"volumes": [{"name": "h", "hostPath": {"path": "/var/run/containerd"}}]});
+    assert_refused(ctx, &with(host_path), "hostPath volumes are not allowed");
+    assert_accepted(
+        ctx,
+        &with(json!({"volumes": [{"name": "e", "emptyDir": {}}]})),
+    );
+    let privileged = |on: bool| {
+        good()
+            .each_container(json!({"securityContext": {"privileged": on}}))
+            .to_json()
+    };
+    assert_refused(
+        ctx,
+        &privileged(true),
+        "privileged containers are not allowed",
+    );
+    assert_accepted(ctx, &privileged(false));
+    let init = json!({"initContainers": [{"name": "i", "image": TEST_IMAGE_REF, "imagePullPolicy": "Never",
+        "command": ["true"], "securityContext": {"privileged": true}}]});
+    assert_refused(ctx, &with(init), "privileged containers are not allowed");
+
+    // deny-token-volumes: a projected token only at the standard path.
+    let token_at = |path: &str| {
+        good()
+            .spec(json!({"automountServiceAccountToken": false, "volumes": [{"name": "tok",
+                "projected": {"sources": [{"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}]}}]}))
+            .each_container(json!({"volumeMounts": [{"name": "tok", "mountPath": path}]}))
+            .to_json()
+    };
+    assert_refused(
+        ctx,
+        &token_at("/opt/token"),
+        "a projected serviceAccountToken volume may only be mounted at",
+    );
+    assert_accepted(
+        ctx,
+        &token_at("/var/run/secrets/kubernetes.io/serviceaccount"),
+    );
+
+    // protect-runtimeclasses: the admin may not drop the nodeSelector (the API server itself
+    // refuses a new handler: the field is immutable); only admins may delete.
+    let mut rc: serde_json::Value = serde_json::from_str(
+        &k.kubectl()
+            .args(["get", "runtimeclass", "gvisor-hardened", "-o", "json"])
+            .checked()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    rc["scheduling"] = json!(null);
+    let replaced = k
+        .kubectl()
+        .args(["replace", "--dry-run=server", "-f", "-"])
+        .stdin(rc.to_string().into_bytes())
+        .output()
+        .unwrap();
+    assert!(
+        !replaced.success()
+            && replaced
+                .stderr
+                .contains("must keep handler equal to its name"),
+        "{replaced}"
+    );
+    let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "gvh-test-rc"},
+         "rules": [{"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"], "verbs": ["*"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "gvh-test-rc"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gvh-test-rc"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "devs"},
+                      {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "gvisor-hardened:admins"}]}]});
+    k.apply(&rbac.to_string()).unwrap();
+    let delete_as = |group: &str| {
+        k.kubectl()
+            .args([
+                "delete",
+                "runtimeclass",
+                "gvisor-hardened",
+                "--dry-run=server",
+                "--as",
+                "alice",
+                "--as-group",
+                group,
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = poll_until("RBAC for the test group", Duration::from_secs(30), || {
+        let out = delete_as("devs");
+        (!out.stderr.contains("forbidden: User")
+            || out.stderr.contains("ValidatingAdmissionPolicy"))
+        .then_some(out)
+    })
+    .unwrap();
+    assert!(
+        !out.success()
+            && out
+                .stderr
+                .contains("only members of gvisor-hardened:admins"),
+        "{out}"
+    );
+    let out = delete_as("gvisor-hardened:admins");
+    assert!(out.success(), "{out}");
+    // Other RuntimeClasses are not ours to protect.
+    let out = k
+        .kubectl()
+        .args([
+            "delete",
+            "runtimeclass",
+            "other",
+            "--dry-run=server",
+            "--as",
+            "alice",
+            "--as-group",
+            "devs",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.success(), "{out}");
+
+    // The MutatingAdmissionPolicy (admissionregistration.k8s.io/v1 in this release) sets the
+    // class where none is given, and leaves a given one alone.
+    k.kubectl()
+        .args(["apply", "-k"])
+        .arg(format!("{REPO}/runtimeclass/admission-mutating"))
+        .checked()
+        .unwrap();
+    let bare = sleeper("p", &enforced, None).to_json();
+    let mutated = poll_until(
+        "the mutating policy to set the class",
+        Duration::from_secs(60),
+        || {
+            let out = dry_run(ctx, &bare, None).ok()?;
+            let pod: serde_json::Value = serde_json::from_str(&out).ok()?;
+            (pod["spec"]["runtimeClassName"] == "gvisor-hardened").then_some(pod)
+        },
+    )
+    .unwrap();
+    // The RuntimeClass admission then added its overhead too.
+    assert_eq!(mutated["spec"]["overhead"]["memory"], "40Mi", "{mutated:#}");
+    let tool = assert_accepted(
+        ctx,
+        &sleeper("p", &enforced, Some("gvisor-hardened-tool")).to_json(),
+    );
+    assert_eq!(tool["spec"]["runtimeClassName"], "gvisor-hardened-tool");
+    let untouched = assert_accepted(ctx, &sleeper("p", &plain, None).to_json());
+    assert!(
+        untouched["spec"].get("runtimeClassName").is_none(),
+        "{untouched:#}"
+    );
+
+    k.kubectl()
+        .args(["delete", "-k"])
+        .arg(format!("{REPO}/runtimeclass/admission-mutating"))
+        .checked()
+        .unwrap();
+    k.kubectl()
+        .args(["delete", "-k"])
+        .arg(format!("{REPO}/runtimeclass/admission"))
+        .checked()
+        .unwrap();
+    k.kubectl()
+        .args(["delete", "clusterrolebinding,clusterrole", "gvh-test-rc"])
+        .checked()
+        .unwrap();
+}
