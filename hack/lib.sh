@@ -8,7 +8,7 @@ REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
 APT_PACKAGES=(
   containerd runc runsc busybox-static protobuf-compiler
   containernetworking-plugins iproute2 jq hyperfine python3-pip gcc g++ libc6-dev
-  ca-certificates curl openssl git
+  ca-certificates curl openssl git iptables
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
