@@ -56,7 +56,19 @@ const SOURCES: &[&str] = &[
     "/",
 ];
 const OPTS: &[&str] = &[
-    "rw", "ro", "rbind", "bind", "suid", "dev", "nosuid", "nodev", "noexec", "mode=755",
+    "rw",
+    "ro",
+    "rbind",
+    "bind",
+    "suid",
+    "dev",
+    "nosuid",
+    "nodev",
+    "noexec",
+    "mode=755",
+    "size=100g",
+    "size=50%",
+    "size=64k",
 ];
 const SYSCTLS: &[&str] = &[
     "net.ipv4.ip_unprivileged_port_start",

@@ -81,6 +81,9 @@ pub struct ScratchTmpfs {
 #[serde(deny_unknown_fields, default)]
 pub struct ScratchPolicy {
     pub tmpfs: Vec<ScratchTmpfs>,
+    /// The most any other writable tmpfs in the spec may hold (`docker run --tmpfs /x:size=100g`,
+    /// a size-less tmpfs, a size in percent of RAM): larger ones are clamped to it.
+    pub max_tmpfs: ByteSize,
 }
 
 impl Default for ScratchPolicy {
@@ -109,6 +112,8 @@ impl Default for ScratchPolicy {
                     &["nosuid", "nodev", "noexec", "mode=1777"],
                 ),
             ],
+            // The /tmp scratch's size: no other tmpfs gets more room than the main scratch.
+            max_tmpfs: ByteSize(1 << 30),
         }
     }
 }

@@ -228,6 +228,12 @@ fn user(p: &Policy) -> Result<(), Issue> {
 }
 
 fn scratch(p: &Policy) -> Result<(), Issue> {
+    if p.scratch.max_tmpfs.0 == 0 {
+        return Err(invalid(
+            "scratch.max_tmpfs",
+            "0 bytes would leave every other tmpfs unusable",
+        ));
+    }
     for (i, t) in p.scratch.tmpfs.iter().enumerate() {
         let key = |f: &str| format!("scratch.tmpfs[{i}].{f}");
         check_abs_path(&key("path"), &t.path)?;

@@ -149,6 +149,7 @@ pub(crate) fn run_spec(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Har
     sysctls::apply(spec, pass)?;
     scratch::apply(spec, pass)?;
     mounts::apply(spec, pass)?;
+    scratch::cap_tmpfs(spec, pass)?;
     resources::apply(spec, pass)?;
     seccomp::apply(spec, pass)?;
     network::apply(pass);

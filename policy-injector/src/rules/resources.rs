@@ -158,6 +158,19 @@ fn memory(res: &mut Object, parent: &str, pass: &mut Pass<'_>) -> Result<(), Har
             pass,
         );
     }
+    // A cgroup with the OOM killer off stalls every task at the ceiling instead of killing one:
+    // the sandbox hangs (and its runtime with it) rather than exiting with an OOM reported.
+    if json::opt_bool(mem, "disableOOMKiller", &path)? == Some(true) {
+        mem.insert("disableOOMKiller".into(), Value::Bool(false));
+        pass.record(
+            Rule::Resources,
+            format!("{path}.disableOOMKiller"),
+            Action::Set,
+            Some(Value::Bool(true)),
+            Some(Value::Bool(false)),
+            "the OOM killer stays on: at the memory ceiling the sandbox is killed and reported, not stalled",
+        );
+    }
     if let Some(r) = limit_value(reservation).unwrap_or(None) {
         if r > new_limit {
             write(

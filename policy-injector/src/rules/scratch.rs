@@ -131,6 +131,106 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
     Ok(())
 }
 
+/// The bytes a tmpfs `size=` value names: a count with an optional k/m/g/t/p/e suffix (binary,
+/// as the kernel reads it). `None` for what cannot be bounded here (a percentage of RAM, junk).
+fn tmpfs_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (digits, shift) = match v.as_bytes().last()?.to_ascii_lowercase() {
+        b'k' => (&v[..v.len() - 1], 10),
+        b'm' => (&v[..v.len() - 1], 20),
+        b'g' => (&v[..v.len() - 1], 30),
+        b't' => (&v[..v.len() - 1], 40),
+        b'p' => (&v[..v.len() - 1], 50),
+        b'e' => (&v[..v.len() - 1], 60),
+        b'0'..=b'9' => (v, 0),
+        _ => return None,
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
+}
+
+/// Every writable tmpfs the scratch entries did not place gets at most `[scratch] max_tmpfs`:
+/// a tmpfs is memory the sandbox can fill, and `--tmpfs /big:size=100g` (or no size at all)
+/// would otherwise leave only the memory ceiling to stop it, at which point the sandbox is
+/// OOM-killed instead of the write failing with ENOSPC. Read-only ones (the masks) hold
+/// nothing and are left alone. Runs after the mounts rule, which may add tmpfs mounts.
+pub(crate) fn cap_tmpfs(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), HardenError> {
+    let cap = pass.policy.scratch.max_tmpfs.0;
+    let scratch_paths: Vec<&str> = pass
+        .policy
+        .scratch
+        .tmpfs
+        .iter()
+        .map(|t| t.path.as_str())
+        .collect();
+    let Some(mounts) = json::opt_array_mut(spec, "mounts", "")? else {
+        return Ok(());
+    };
+    for (i, m) in mounts.iter_mut().enumerate() {
+        let dest = normalized_destination(m, i)?;
+        let Some(obj) = m.as_object_mut() else {
+            continue;
+        };
+        if obj.get("type").and_then(Value::as_str) != Some("tmpfs")
+            || scratch_paths.contains(&dest.as_str())
+        {
+            continue;
+        }
+        let field = format!("mounts[{dest}].options");
+        let options: Vec<String> = match obj.get("options") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|o| {
+                    o.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| HardenError::malformed(&field, "expected strings"))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(HardenError::malformed(&field, "expected an array")),
+        };
+        if options.iter().any(|o| o == "ro") {
+            continue;
+        }
+        let sized: Vec<Option<u64>> = options
+            .iter()
+            .filter_map(|o| o.strip_prefix("size="))
+            .map(tmpfs_size)
+            .collect();
+        let blocks = options.iter().any(|o| o.starts_with("nr_blocks="));
+        let within = !blocks && sized.len() == 1 && sized[0].is_some_and(|b| b <= cap);
+        if within {
+            continue;
+        }
+        let mut new: Vec<String> = options
+            .iter()
+            .filter(|o| !o.starts_with("size=") && !o.starts_with("nr_blocks="))
+            .cloned()
+            .collect();
+        new.push(format!("size={cap}"));
+        let before = obj.get("options").cloned();
+        let after = json::strings_value(&new);
+        obj.insert("options".into(), after.clone());
+        let reason = match sized.as_slice() {
+            [] if !blocks => format!("a tmpfs without a size gets the policy's scratch.max_tmpfs ({cap} bytes)"),
+            [Some(b)] if !blocks => format!("tmpfs size {b} bytes clamped to the policy's scratch.max_tmpfs ({cap} bytes)"),
+            _ => format!("a tmpfs size the policy cannot bound (percent, nr_blocks, several sizes) becomes scratch.max_tmpfs ({cap} bytes)"),
+        };
+        // Recorded under the mounts rule, whose step this runs in (decisions stay in rule order).
+        pass.record(
+            Rule::Mounts,
+            field,
+            Action::Clamped,
+            before,
+            Some(after),
+            reason,
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
@@ -198,6 +298,70 @@ mod tests {
         let d = dests(&h.spec);
         let shm = d.iter().position(|x| x == "/dev/shm").unwrap();
         assert!(d.iter().position(|x| x == "/dev").unwrap() < shm);
+    }
+
+    fn tmpfs_at(dest: &str, options: serde_json::Value) -> serde_json::Value {
+        let mut spec = base_spec();
+        spec["mounts"] =
+            json!([{"destination": dest, "type": "tmpfs", "source": "tmpfs", "options": options}]);
+        spec
+    }
+
+    #[test]
+    fn an_oversized_tmpfs_is_clamped_to_max_tmpfs() {
+        // docker run --tmpfs /big:size=100g
+        let h = harden_ok(&tmpfs_at("/big", json!(["rw", "nosuid", "size=100g"])));
+        assert_eq!(
+            mount_at(&h.spec, "/big").unwrap()["options"],
+            json!(["rw", "nosuid", "nodev", "size=1073741824"])
+        );
+        assert_eq!(count(&h, Rule::Mounts, Action::Clamped), 1);
+        let again = harden_ok(&h.spec);
+        assert_eq!(again.spec, h.spec, "clamping is idempotent");
+    }
+
+    #[test]
+    fn a_tmpfs_without_a_bounded_size_gets_max_tmpfs() {
+        for opts in [
+            json!(["rw"]),
+            json!(["size=50%"]),
+            json!(["nr_blocks=999999999"]),
+            json!(["size=1k", "size=9g"]),
+            json!(["size=12q"]),
+        ] {
+            let h = harden_ok(&tmpfs_at("/x", opts.clone()));
+            let got = mount_at(&h.spec, "/x").unwrap()["options"].clone();
+            let sizes: Vec<&str> = got
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|o| o.as_str())
+                .filter(|o| o.starts_with("size=") || o.starts_with("nr_blocks="))
+                .collect();
+            assert_eq!(sizes, ["size=1073741824"], "{opts}");
+        }
+    }
+
+    #[test]
+    fn small_and_read_only_tmpfs_are_left_alone() {
+        for opts in [json!(["size=65536k", "mode=755"]), json!(["ro"])] {
+            let h = harden_ok(&tmpfs_at("/small", opts.clone()));
+            let got = &mount_at(&h.spec, "/small").unwrap()["options"];
+            // The mounts rule adds nosuid,nodev; the size stays.
+            assert_eq!(got[0], opts[0], "{got}");
+            assert_eq!(count(&h, Rule::Mounts, Action::Clamped), 0, "{opts}");
+        }
+    }
+
+    #[test]
+    fn tmpfs_sizes_are_read_as_the_kernel_reads_them() {
+        assert_eq!(super::tmpfs_size("4096"), Some(4096));
+        assert_eq!(super::tmpfs_size("64k"), Some(64 << 10));
+        assert_eq!(super::tmpfs_size("2M"), Some(2 << 20));
+        assert_eq!(super::tmpfs_size("100g"), Some(100 << 30));
+        assert_eq!(super::tmpfs_size("99999999e"), None, "overflow");
+        assert_eq!(super::tmpfs_size("50%"), None);
+        assert_eq!(super::tmpfs_size("g"), None);
     }
 
     #[test]

@@ -144,6 +144,39 @@ pub fn check_spec(spec: &Value, policy: &Policy) -> Result<(), String> {
             return Err(format!("scratch {} wrong: {m}", t.path));
         }
     }
+    for m in mounts.iter().filter(|m| m["type"] == "tmpfs") {
+        let opts = strs(&m["options"]);
+        if opts.contains(&"ro") {
+            continue;
+        }
+        let sizes: Vec<&str> = opts
+            .iter()
+            .filter(|o| o.starts_with("size="))
+            .copied()
+            .collect();
+        let cap = policy
+            .scratch
+            .tmpfs
+            .iter()
+            .map(|t| t.size.0)
+            .chain([policy.scratch.max_tmpfs.0])
+            .max()
+            .unwrap_or(0);
+        // size= as the kernel reads it (the engines write `size=65536k` for /dev).
+        let bytes = |v: &str| -> Option<u64> {
+            let (n, unit) = match v.char_indices().last()? {
+                (i, 'k') => (&v[..i], 1u64 << 10),
+                (i, 'm') => (&v[..i], 1 << 20),
+                (i, 'g') => (&v[..i], 1 << 30),
+                _ => (v, 1),
+            };
+            n.parse::<u64>().ok()?.checked_mul(unit)
+        };
+        let bounded = matches!(sizes.as_slice(), [s] if bytes(&s[5..]).is_some_and(|b| b <= cap));
+        if !bounded || opts.iter().any(|o| o.starts_with("nr_blocks=")) {
+            return Err(format!("unbounded writable tmpfs: {m}"));
+        }
+    }
     let linux = &spec["linux"];
     let ns = linux["namespaces"].as_array().ok_or("no namespaces")?;
     for kind in &policy.namespaces.reject_host {

@@ -192,6 +192,64 @@ fn attacks() -> Vec<DockerAttack> {
             },
         ),
         a(
+            "docker: --tmpfs /big:size=100g",
+            "capped at the policy's scratch.max_tmpfs: 1 GiB seen by statfs inside; audit mounts clamped",
+            |l| {
+                let (out, id) = l.run(
+                    true,
+                    &["--tmpfs", "/big:size=100g"],
+                    "sandbox-probe statfs /big",
+                )?;
+                let line =
+                    ProbeLine::parse_last(&out.stdout).map_err(|e| Failed(format!("{e}: {out}")))?;
+                let bytes = line
+                    .field("bsize")
+                    .and_then(|b| b.parse::<u64>().ok())
+                    .zip(line.field("blocks").and_then(|b| b.parse::<u64>().ok()))
+                    .map(|(b, n)| b * n);
+                ensure(bytes == Some(1 << 30), || format!("statfs /big: {out}"))?;
+                let create = l.audit(&id, "create")?.to_string();
+                ensure(
+                    create.contains("size=100g") && create.contains("max_tmpfs"),
+                    || format!("audit create: {create}"),
+                )?;
+                Ok("statfs /big: 1073741824 bytes; audit: size=100g clamped to max_tmpfs".into())
+            },
+        ),
+        a(
+            "docker: --oom-kill-disable --memory 64m, then a memory bomb",
+            "the OOM killer stays on: oom_kill_disable 0 in the host cgroup, the bomb exits 137 with the audit's oom true",
+            |l| {
+                let flags = ["--oom-kill-disable", "--memory", "64m"];
+                let (out, id) = l.run(false, &flags, "sandbox-probe mem 1024")?;
+                let exit = l.audit(&id, "exit");
+                let create = l.audit(&id, "create")?.to_string();
+                let _ = l.d.docker().args(["rm", "-f", &id]).output();
+                ensure(out.code() == 137, || format!("expected exit 137, not a stall: {out}"))?;
+                let exit = exit?;
+                ensure(exit["oom"] == true, || format!("audit exit line: {exit}"))?;
+                ensure(create.contains("disableOOMKiller"), || {
+                    format!("audit create: {create}")
+                })?;
+                // And while one runs: the host cgroup runsc configured has the killer on.
+                let (_, id) = l.run(false, &["-d", flags[0], flags[1], flags[2]], "sleep 60")?;
+                let control = crate::inspect::cgroup_dirs(&l.d.cgroup_parent())
+                    .into_iter()
+                    .filter(|d| d.starts_with("/sys/fs/cgroup/memory"))
+                    .map(|d| d.join(&id).join("memory.oom_control"))
+                    .find(|f| f.exists());
+                let text = control
+                    .as_ref()
+                    .map(|f| std::fs::read_to_string(f).unwrap_or_default())
+                    .unwrap_or_default();
+                let _ = l.d.docker().args(["rm", "-f", &id]).output();
+                ensure(text.contains("oom_kill_disable 0"), || {
+                    format!("memory.oom_control of {id} ({control:?}): {text}")
+                })?;
+                Ok("exit 137; audit oom true; host memory.oom_control oom_kill_disable 0".into())
+            },
+        ),
+        a(
             "docker: secret in -e",
             "the audit names GITHUB_TOKEN, never its value",
             |l| {

@@ -42,6 +42,22 @@ fn huge_limits_are_clamped() {
 }
 
 #[test]
+fn a_disabled_oom_killer_is_turned_back_on() {
+    // docker run --oom-kill-disable
+    let spec = with_resources(json!({"memory": {"limit": 100 << 20, "disableOOMKiller": true}}));
+    let h = harden_ok(&spec);
+    assert_eq!(
+        h.spec["linux"]["resources"]["memory"]["disableOOMKiller"],
+        json!(false)
+    );
+    assert!(h
+        .decisions
+        .iter()
+        .any(|d| d.field == "linux.resources.memory.disableOOMKiller"));
+    assert_eq!(harden_ok(&h.spec).spec, h.spec);
+}
+
+#[test]
 fn lower_limits_are_kept() {
     let spec = with_resources(json!({
         "memory": {"limit": 100 << 20},
