@@ -90,6 +90,7 @@ if [ ! -x "$fwd" ]; then
   log "building the static forwarder"
   mkdir -p "$CACHE"
   build_forwarder "$fwd"
+  find "$CACHE" -maxdepth 1 -name 'forwarder-*' ! -name "forwarder-$fwd_key" -delete
 fi
 
 # 2. The root file system, in a scratch directory.

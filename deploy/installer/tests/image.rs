@@ -1,7 +1,10 @@
 //! The installer image (`deploy/build-image.sh`): built from this checkout, imported into a
 //! private containerd 2.x under the reference the DaemonSet renders, and run from there with
 //! `ctr run` (runc): its entrypoint answers, its tools load their libraries, and `plan` finds
-//! the shim and the policies at the paths the installer's defaults name.
+//! the shim and the policies at the paths the installer's defaults name. Then the image
+//! installs and uninstalls on a second private containerd 2.x the way the DaemonSet runs it:
+//! privileged, in the host's PID namespace, the host's / at /host, containerd reached through
+//! `nsenter -t PID -m --`.
 //!
 //! Needs root, runc, and kubectl (for the rendered reference, as tests/manifests.rs does).
 
@@ -13,6 +16,7 @@ use std::process::{Command, Output};
 
 use support::containerd::{PrivateContainerd, Release};
 use support::deps;
+use support::node::assert_cri_shows_with_runc_handlers;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../build-image.sh");
 
@@ -182,4 +186,138 @@ fn the_image_imports_under_the_rendered_reference_and_runs_the_installer() {
         fs::read_to_string(host.join("etc/containerd/config.toml")).unwrap(),
         node_config
     );
+}
+
+/// Restarts the node's containerd from inside the installer's container, as `systemctl restart`
+/// would: first out of the container's cgroups (runc kills every process left in them when a
+/// container sharing the host's PID namespace is deleted, and systemd would start containerd
+/// in its own), then the instance's restart script.
+const ESCAPE_AND_RESTART: &str = r#"#!/bin/sh
+for procs in /sys/fs/cgroup/*/cgroup.procs; do
+    echo $$ >"$procs" 2>/dev/null || true
+done
+exec sh "$@"
+"#;
+
+#[test]
+fn the_image_installs_and_uninstalls_like_the_daemonset() {
+    // The containerd that runs the installer's container (the kubelet's, on a node) ...
+    let runner = PrivateContainerd::new(Release::V2);
+    fs::write(runner.config_path(), runner.base_config()).unwrap();
+    runner.start();
+    // ... and the node's containerd the installer configures: another instance, so restarting
+    // it does not cut `ctr run` off from its container.
+    let node = PrivateContainerd::new(Release::V2);
+    let original = node.base_config();
+    fs::write(node.config_path(), &original).unwrap();
+    node.start();
+    let ctr = deps::binary("ctr");
+    let reference = ok(
+        "build-image.sh --import-to",
+        script()
+            .arg("--import-to")
+            .arg(runner.socket())
+            .env("CTR", &ctr)
+            .output()
+            .unwrap(),
+    )
+    .lines()
+    .last()
+    .unwrap_or_default()
+    .to_string();
+
+    let d = node.path();
+    fs::write(d.join("escape-and-restart.sh"), ESCAPE_AND_RESTART).unwrap();
+    let host = |p: &str| d.join(p).display().to_string();
+    // The host's PID 1 on a node; here the test process stands in for it (these machines' PID 1
+    // does not let its namespaces be opened).
+    let host_pid = std::process::id();
+    let host_pid_ns = format!("pid:/proc/{host_pid}/ns/pid");
+    let installer = |id: &str, command: &str| {
+        let mut c = Command::new(&ctr);
+        c.arg("-a").arg(runner.socket()).args(["-n", "k8s.io"]);
+        c.args(["run", "--rm", "--privileged", "--with-ns", &host_pid_ns]);
+        c.args(["--mount", "type=bind,src=/,dst=/host,options=rbind:rw"]);
+        c.args([reference.as_str(), id]);
+        c.args([
+            "/opt/gvisor-hardened/bin/gvisor-hardened-installer",
+            command,
+        ]);
+        c.args([
+            "--no-label".to_string(),
+            format!("--containerd-config={}", node.config_path().display()),
+            format!("--cri-socket={}", node.socket().display()),
+            format!("--containerd-bin={}", node.binary().display()),
+            format!(
+                "--shim-dest={}",
+                host("usr/local/bin/containerd-shim-gvisor-hardened-v1")
+            ),
+            format!(
+                "--forwarder-dest={}",
+                host("usr/local/lib/gvisor-hardened/gvisor-hardened-forwarder")
+            ),
+            format!("--policy-dest-dir={}", host("etc/gvisor-hardened")),
+            format!("--state-dir={}", host("var/lib/gvisor-hardened")),
+            format!("--host-exec=nsenter -t {host_pid} -m --"),
+            format!(
+                "--restart-command=nsenter -t {host_pid} -m -- sh {} {}",
+                d.join("escape-and-restart.sh").display(),
+                node.restart_command()[1..].join(" ")
+            ),
+        ]);
+        c
+    };
+
+    let first_pid = node.pid();
+    let out = installer("gvh-image-install", "install").output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}\n{}", node.log());
+    assert!(log.contains("install done:"), "{log}");
+    assert_ne!(node.pid(), first_pid, "containerd was not restarted");
+    let handlers = gvisor_hardened_installer::layout::Layout {
+        policy_dir: d.join("etc/gvisor-hardened"),
+        shim_path: d.join("usr/local/bin/containerd-shim-gvisor-hardened-v1"),
+        ..Default::default()
+    }
+    .handlers(&[
+        "gvisor-hardened-agent".to_string(),
+        "gvisor-hardened-tool".to_string(),
+    ]);
+    // containerd outlived the installer's container and serves our handlers.
+    assert_cri_shows_with_runc_handlers(&node, &handlers, &[]);
+    // The files are the image's: the shim the release build made, the static forwarder.
+    let shim = fs::read(d.join("usr/local/bin/containerd-shim-gvisor-hardened-v1")).unwrap();
+    assert_eq!(
+        shim,
+        fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/release/containerd-shim-gvisor-hardened-v1")
+        )
+        .unwrap()
+    );
+    let forwarder = d.join("usr/local/lib/gvisor-hardened/gvisor-hardened-forwarder");
+    // Static: it runs inside sandboxes whose rootfs may have no libc.
+    let ldd = Command::new("ldd").arg(&forwarder).output().unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout) + String::from_utf8_lossy(&ldd.stderr);
+    assert!(
+        ldd.contains("not a dynamic executable") || ldd.contains("statically linked"),
+        "{ldd}"
+    );
+
+    let out = installer("gvh-image-uninstall", "uninstall")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}\n{}", node.log());
+    assert!(log.contains("uninstall done: config restored"), "{log}");
+    assert_eq!(fs::read(node.config_path()).unwrap(), original.as_bytes());
+    assert_cri_shows_with_runc_handlers(&node, &[], &[]);
+    for gone in [
+        "usr/local/bin/containerd-shim-gvisor-hardened-v1",
+        "usr/local/lib/gvisor-hardened",
+        "etc/gvisor-hardened",
+        "var/lib/gvisor-hardened",
+    ] {
+        assert!(!d.join(gone).exists(), "{gone} left behind");
+    }
 }
