@@ -72,6 +72,12 @@ case "${1:-}" in
 esac
 REF="$(image_ref)"
 
+# One build at a time per cache: two callers at once (parallel tests, a test beside
+# kube-node.sh) would write the same forwarder and archive paths. Imports need no lock.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+
 # 1. The binaries. The forwarder must be static (it runs inside sandboxes whose rootfs may have
 # no libc): hack/lib.sh builds it with plain rustc; it is rebuilt only when its sources change.
 # cargo runs in a clean environment: called from a `cargo test` (the image test, the cluster
@@ -157,6 +163,8 @@ else
   # Keep the newest few archives only.
   ls -1t "$CACHE"/installer-image-*.tar | tail -n +4 | xargs -r rm -f
 fi
+
+flock -u 9
 
 if [ -n "$import_to" ]; then
   ctr_bin="${CTR:-$("$REPO_ROOT/hack/deps.sh" --print --only ctr | sed -n 's/^ctr=//p')}"
