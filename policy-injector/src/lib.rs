@@ -13,6 +13,7 @@ pub mod git_config;
 mod glob;
 pub mod harden;
 mod json;
+pub mod mount;
 pub mod policy;
 pub mod quantity;
 mod rules;
@@ -27,6 +28,7 @@ pub use harden::{
     EngineContext, EntryKind, GitEntry, GitEntryKind, GitTree, Hardened, HardenedProcess, HostTree,
     Lifetime, RunscFlags, StagedGitDir, TreeEntry, TreeList,
 };
+pub use mount::is_bind_mount;
 pub use policy::{
     preset, EgressPolicy, Mode, NetworkMode, Policy, SecretEnvAction, TokenVolumeAction,
     DEFAULT_POLICY_TOML, PRESETS,

@@ -222,10 +222,7 @@ fn context_for(
     let mut resolved = BTreeMap::new();
     if let Some(mounts) = spec.get("mounts").and_then(Value::as_array) {
         for m in mounts {
-            let is_bind = m.get("type").and_then(Value::as_str) == Some("bind")
-                || m.get("options")
-                    .and_then(Value::as_array)
-                    .is_some_and(|o| o.iter().any(|x| x == "bind" || x == "rbind"));
+            let is_bind = policy_injector::is_bind_mount(m);
             let Some(src) = m.get("source").and_then(Value::as_str) else {
                 continue;
             };

@@ -6,7 +6,10 @@
 //! sandbox keeps `--network=none`; a forwarder started inside with `runsc exec` listens on
 //! `listen` and carries connections over its stdio to the proxy.
 
-mod entry;
+// The policy's `[network.egress]` section checks its entries and defaults with these two,
+// which depend on nothing of the policy: this module reads the policy, never the reverse.
+pub(crate) mod defaults;
+pub(crate) mod entry;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -14,6 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+pub use defaults::{DEFAULT_FORWARDER, DEFAULT_FORWARDER_ID};
 pub use entry::{
     check_host_name, first_match, normalize_host, AllowEntry, Cidr, HostPattern, DEFAULT_PORT,
 };
@@ -25,12 +29,6 @@ use crate::policy::EgressPolicy;
 pub const FORWARDER_IN_SANDBOX: &str = "/.gvisor-hardened/forwarder";
 /// The reserved directory of [`FORWARDER_IN_SANDBOX`].
 pub const RESERVED_DIR: &str = "/.gvisor-hardened";
-/// The default host path of the forwarder binary; the installer and `hack/build-forwarder.sh`
-/// put it there.
-pub const DEFAULT_FORWARDER: &str = "/usr/local/lib/gvisor-hardened/gvisor-hardened-forwarder";
-/// The forwarder's default uid and gid: not the workload's (65534), so the workload cannot
-/// signal it.
-pub const DEFAULT_FORWARDER_ID: u32 = 65532;
 /// `NO_PROXY`: the sandbox's own loopback never goes through the proxy.
 pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
 /// Variables set to the proxy URL in every container and exec.

@@ -7,9 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::validate::{check_abs_path, contradiction, invalid, Issue};
 use super::{NetworkMode, Policy};
-use crate::egress::{
-    check_host_name, normalize_host, AllowEntry, Cidr, DEFAULT_FORWARDER, DEFAULT_FORWARDER_ID,
-};
+use crate::egress::defaults::{DEFAULT_FORWARDER, DEFAULT_FORWARDER_ID};
+use crate::egress::entry::{check_host_name, normalize_host, AllowEntry, Cidr};
 use crate::quantity::ByteSize;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -123,14 +123,6 @@ fn check_destination(dest: &str, seen: &[String], pass: &mut Pass<'_>) -> Destin
     Destination::Keep(norm)
 }
 
-fn is_bind(obj: &Object) -> bool {
-    obj.get("type").and_then(Value::as_str) == Some("bind")
-        || obj
-            .get("options")
-            .and_then(Value::as_array)
-            .is_some_and(|o| o.iter().any(|x| x == "bind" || x == "rbind"))
-}
-
 /// The source of a bind the caller found to hold a service-account token, when the policy
 /// removes tokens at all.
 fn token_source<'m>(obj: &'m Object, pass: &Pass<'_>) -> Option<&'m str> {
@@ -138,7 +130,7 @@ fn token_source<'m>(obj: &'m Object, pass: &Pass<'_>) -> Option<&'m str> {
         return None;
     }
     let source = obj.get("source").and_then(Value::as_str)?;
-    (is_bind(obj) && pass.ctx.token_sources.contains(source)).then_some(source)
+    (crate::mount::is_bind_entry(obj) && pass.ctx.token_sources.contains(source)).then_some(source)
 }
 
 /// Checks a bind's source against the deny list; returns whether it may stay writable, or
@@ -272,7 +264,7 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
             Some(v) => json::str_list(v, &format!("mounts[{i}].options"))?,
         };
         let kind = mount_str(obj, "type", i)?.unwrap_or("");
-        let is_bind = kind == "bind" || before_opts.iter().any(|o| *o == "bind" || *o == "rbind");
+        let is_bind = crate::mount::is_bind_entry(obj);
         let effective = if is_bind { "bind" } else { kind };
         if !policy.mounts.allowed_types.iter().any(|t| t == effective) {
             pass.reject(
