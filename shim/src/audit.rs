@@ -26,8 +26,8 @@ use policy_injector::quantity::ByteSize;
 use policy_injector::Decision;
 
 use crate::artifacts::{ExitRecord, StartRecord};
+use crate::exit::{Exit, ExitCause};
 use crate::output_limit::OutputReport;
-use crate::process::exit::{Exit, ExitCause};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]

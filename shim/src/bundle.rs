@@ -1,5 +1,5 @@
-//! The files the shim reads and keeps in a container's bundle directory, and the one size limit
-//! on the spec it reads there.
+//! The files the shim reads and keeps in a container's bundle directory, and the size limits on
+//! the specs it reads (config.json, and an exec's process or an update's resources).
 //!
 //! containerd owns the bundle and removes it with the task; the shim adds the hardened
 //! `config.json` (the original kept as `config.original.json`), runsc's pid file and log, and
@@ -22,6 +22,10 @@ pub const RUNSC_LOG: &str = "runsc.log.json";
 pub const BUNDLE_STATE: &str = "gvisor-hardened.json";
 /// A config.json beyond this size is refused before parsing: no legitimate spec comes close.
 pub const MAX_SPEC_BYTES: u64 = 4 << 20;
+/// An exec's process spec or an update's resources beyond this size is refused before parsing,
+/// under either front end (the task API's ExecProcess and Update, runsc-hardened's `exec
+/// --process` and `update --resources`).
+pub const MAX_PROCESS_BYTES: u64 = 1 << 20;
 
 /// The per-exec files runsc reads and writes (`exec-<id>.json`, `.pid`, `.gpid`).
 pub fn exec_file(exec_id: &str, suffix: &str) -> String {

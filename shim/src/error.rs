@@ -81,6 +81,36 @@ pub enum ShimError {
     Internal(String),
 }
 
+/// An update's errors keep the codes and messages they had as the shim's own.
+impl From<crate::sandbox::update::UpdateError> for ShimError {
+    fn from(e: crate::sandbox::update::UpdateError) -> ShimError {
+        use crate::sandbox::update::UpdateError as U;
+        match e {
+            U::Rejected(e) => ShimError::Rejected(e),
+            U::Limits(e) => ShimError::InvalidArgument(e.to_string()),
+            U::Cgroup(e) => ShimError::Cgroup(e),
+            U::Runsc(e) => ShimError::Runsc(e),
+        }
+    }
+}
+
+/// The hardening's errors keep the codes and messages they had as the shim's own.
+impl From<crate::prepare::PrepareError> for ShimError {
+    fn from(e: crate::prepare::PrepareError) -> ShimError {
+        use crate::prepare::PrepareError as P;
+        match e {
+            P::Policy(e) => ShimError::Policy(e),
+            P::Bundle(e) => ShimError::Bundle(e),
+            P::Audit(e) => ShimError::Audit(e),
+            P::HostTree(msg) => ShimError::InvalidArgument(msg),
+            P::RunscConfig(e) => ShimError::RunscConfig(e),
+            P::Workspace(e) => ShimError::Workspace(e),
+            P::Rejected(e) => ShimError::Rejected(e),
+            e @ P::Serialise(_) => ShimError::Internal(e.to_string()),
+        }
+    }
+}
+
 impl ShimError {
     pub fn state(process: impl Into<String>, source: StateError) -> Self {
         ShimError::State {

@@ -149,10 +149,7 @@ fn bind_dirs(spec: &Value) -> Vec<String> {
     };
     let mut out = Vec::new();
     for m in mounts {
-        let is_bind = m.get("type").and_then(Value::as_str) == Some("bind")
-            || m.get("options")
-                .and_then(Value::as_array)
-                .is_some_and(|o| o.iter().any(|x| x == "bind" || x == "rbind"));
+        let is_bind = policy_injector::is_bind_mount(m);
         let Some(source) = m.get("source").and_then(Value::as_str) else {
             continue;
         };

@@ -19,13 +19,38 @@ use serde_json::Value;
 
 use crate::audit::{AuditEvent, AuditLog, AuditRecord, PodRef, PolicyRef, Subject, Trail};
 use crate::bundle::{self, BundleState, BUNDLE_STATE, CONFIG, ORIGINAL_CONFIG};
-use crate::error::{Result, ShimError};
 use crate::host_tree;
 use crate::policy_source::{self, sha256_hex, LoadedPolicy};
 use crate::runtime::{RuntimeFactory, SandboxRuntime};
 use crate::workspace::{self, StageRequest};
 
 pub const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+
+/// Why a bundle could not be prepared: each step's own error, for the front end to map (the
+/// shim onto a ttrpc code in `crate::error`, runsc-hardened onto the engine's message).
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error(transparent)]
+    Policy(#[from] crate::policy_source::PolicyLoadError),
+    #[error(transparent)]
+    Bundle(#[from] bundle::BundleError),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
+    /// The bind sources could not be scanned as the policy's host-path rules need.
+    #[error("invalid request: {0}")]
+    HostTree(String),
+    #[error(transparent)]
+    RunscConfig(#[from] crate::runtime::RunscConfigError),
+    #[error(transparent)]
+    Workspace(#[from] workspace::WorkspaceError),
+    /// The policy refuses the spec (or the spec is malformed); the message names the rule.
+    #[error(transparent)]
+    Rejected(#[from] policy_injector::HardenError),
+    #[error("serialising the hardened spec: {0}")]
+    Serialise(String),
+}
+
+pub type Result<T, E = PrepareError> = std::result::Result<T, E>;
 
 /// Who asks and where: what the bundle alone does not say.
 pub struct Request<'a> {
@@ -109,7 +134,7 @@ fn audit_early_failure(
     req: &Request<'_>,
     log_of: &LoadedPolicy,
     policy: Option<&LoadedPolicy>,
-    error: &ShimError,
+    error: &PrepareError,
 ) {
     let mut subject = subject(req.namespace, req.id, &BTreeMap::new(), log_of);
     if policy.is_none() {
@@ -193,10 +218,7 @@ fn resolve_bind_sources(spec: &Value) -> BTreeMap<String, String> {
         return out;
     };
     for m in mounts {
-        let is_bind = m.get("type").and_then(Value::as_str) == Some("bind")
-            || m.get("options")
-                .and_then(Value::as_array)
-                .is_some_and(|o| o.iter().any(|x| x == "bind" || x == "rbind"));
+        let is_bind = policy_injector::is_bind_mount(m);
         let Some(source) = m.get("source").and_then(Value::as_str) else {
             continue;
         };
@@ -216,7 +238,7 @@ impl Inputs {
             Ok(policy) => policy,
             Err(e) => {
                 // The policy names the audit log; without a policy, the default log gets it.
-                let e = ShimError::from(e);
+                let e = PrepareError::from(e);
                 audit_early_failure(req, &policy_source::embedded(), None, &e);
                 return Err(e);
             }
@@ -232,7 +254,7 @@ impl Inputs {
         let (original, spec) = match bundle::read_spec(req.bundle) {
             Ok(read) => read,
             Err(e) => {
-                let e = ShimError::from(e);
+                let e = PrepareError::from(e);
                 audit_early_failure(req, &policy, Some(&policy), &e);
                 return Err(e);
             }
@@ -244,7 +266,7 @@ impl Inputs {
         let audit = match Trail::for_policy(&policy.policy.audit, &policy.sha256, &subject) {
             Ok(trail) => trail,
             Err(e) => {
-                let e = ShimError::from(e);
+                let e = PrepareError::from(e);
                 audit_early_failure(req, &policy, Some(&policy), &e);
                 return Err(e);
             }
@@ -278,7 +300,7 @@ impl Inputs {
         let host_tree = match host_tree::scan(&self.spec, &self.policy.policy, &self.bundle) {
             Ok(tree) => tree,
             Err(e) => {
-                let e = ShimError::InvalidArgument(e.to_string());
+                let e = PrepareError::HostTree(e.to_string());
                 let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
                 rec.error = Some(e.to_string());
                 self.audit.append(&rec)?;
@@ -304,7 +326,7 @@ impl Inputs {
         match runtimes.platform(&self.policy.policy).await {
             Ok(p) => ctx.runsc_platform = p,
             Err(e) => {
-                let e = ShimError::from(e);
+                let e = PrepareError::from(e);
                 let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
                 rec.error = Some(e.to_string());
                 self.audit.append(&rec)?;
@@ -318,7 +340,7 @@ impl Inputs {
                 found.references
             }
             Err(e) => {
-                let e = ShimError::from(e);
+                let e = PrepareError::from(e);
                 let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
                 rec.error = Some(e.to_string());
                 self.audit.append(&rec)?;
@@ -355,7 +377,7 @@ impl Inputs {
             references: &references,
         });
         if let Err(e) = staged {
-            let e = ShimError::from(e);
+            let e = PrepareError::from(e);
             let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
             rec.error = Some(e.to_string());
             self.audit.append(&rec)?;
@@ -364,7 +386,7 @@ impl Inputs {
         let written = async {
             // The hardened spec replaces config.json; the original stays beside it.
             let final_bytes = serde_json::to_vec_pretty(&hardened.spec)
-                .map_err(|e| ShimError::Internal(format!("serialising the hardened spec: {e}")))?;
+                .map_err(|e| PrepareError::Serialise(e.to_string()))?;
             bundle::write(&self.bundle, ORIGINAL_CONFIG, &self.original)?;
             bundle::write(&self.bundle, CONFIG, &final_bytes)?;
             let runtime = runtimes
@@ -391,7 +413,7 @@ impl Inputs {
             };
             let state = serde_json::to_vec(&state).expect("bundle state serialises");
             bundle::write(&self.bundle, BUNDLE_STATE, &state)?;
-            Ok::<_, ShimError>(runtime)
+            Ok::<_, PrepareError>(runtime)
         }
         .await;
         let runtime = match written {

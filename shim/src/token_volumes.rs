@@ -54,12 +54,7 @@ fn bind_sources(spec: &Value) -> impl Iterator<Item = &str> {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter(|m| {
-            m.get("type").and_then(Value::as_str) == Some("bind")
-                || m.get("options")
-                    .and_then(Value::as_array)
-                    .is_some_and(|o| o.iter().any(|x| x == "bind" || x == "rbind"))
-        })
+        .filter(|m| policy_injector::is_bind_mount(m))
         .filter_map(|m| m.get("source").and_then(Value::as_str))
         .filter(|s| s.starts_with('/'))
 }

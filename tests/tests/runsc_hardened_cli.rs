@@ -59,7 +59,7 @@ fn refusals_come_before_any_side_effect_and_reach_the_engines_log() {
         ),
         (
             vec!["create", "--bundle", bundle.to_str().unwrap(), "../c1"],
-            "invalid container id",
+            "container id \"../c1\" must be 1-128 characters",
         ),
     ] {
         let out = call(&root, &log, &args);

@@ -48,8 +48,7 @@ fn writable_bind(m: &Value) -> Option<WritableMount> {
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let is_bind = m.get("type").and_then(Value::as_str) == Some("bind")
-        || options.iter().any(|o| *o == "bind" || *o == "rbind");
+    let is_bind = policy_injector::is_bind_mount(m);
     let read_only = options.contains(&"ro") && !options.contains(&"rw");
     let source = m.get("source").and_then(Value::as_str)?;
     let destination = m.get("destination").and_then(Value::as_str)?;

@@ -56,16 +56,9 @@ pub struct WrittenManifest {
     pub bytes: u64,
 }
 
-/// Container ids from containerd are `[A-Za-z0-9_.-]`; anything else could leave the
-/// directory or hide a file.
+/// The id rule (`crate::container_id`): anything else could leave the directory or hide a file.
 fn check_id(id: &str) -> Result<(), ArtifactsError> {
-    let ok = !id.is_empty()
-        && !id.starts_with('.')
-        && id.len() <= 200
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if ok {
+    if crate::container_id::is_valid(id) {
         Ok(())
     } else {
         Err(ArtifactsError::BadContainerId(id.to_string()))

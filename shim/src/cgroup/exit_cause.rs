@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use crate::process::exit::ExitCause;
+use crate::exit::ExitCause;
 use crate::reaper::ExitStatus;
 
 use super::files;

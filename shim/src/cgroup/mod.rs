@@ -4,10 +4,9 @@
 //! sandbox exit — read them *before* deleting.
 
 pub mod exit_cause;
-mod files;
+pub(crate) mod files;
 pub mod oom;
 pub mod paths;
-pub mod stats;
 pub mod update;
 
 use std::path::PathBuf;

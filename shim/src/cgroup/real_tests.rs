@@ -11,9 +11,9 @@ use serde_json::json;
 use super::exit_cause::ExitProbe;
 use super::oom::OomWatcher;
 use super::paths::{parse_mountinfo, SandboxCgroup};
-use super::stats::metrics_any;
 use super::update::{update, Limits};
-use crate::process::exit::ExitCause;
+use crate::container::metrics::metrics_any;
+use crate::exit::ExitCause;
 use crate::reaper::{ExitFuture, ExitStatus};
 use crate::runsc::test_support::{Bundle, Harness};
 

@@ -90,6 +90,7 @@ impl Container {
             runtime: prepared.runtime,
             cgroups_path: prepared.cgroups_path,
             cgroups: Default::default(),
+            sandbox_process: Default::default(),
             lifetime: prepared.lifetime,
             annotations: prepared.annotations,
             subject: prepared.subject,
@@ -206,6 +207,10 @@ impl Container {
     /// The first container of a sandbox: its exit is the sandbox process's exit, its cgroups are
     /// the sandbox's.
     fn watch_sandbox(self: &Arc<Self>, pid: u32) -> Result<ExitWatch> {
+        // Before the watch: until the reaper has seen its exit, the pid is our child's.
+        if let Some(p) = self.runtime.host_process(pid) {
+            let _ = self.sandbox_process.set(p);
+        }
         let exit = self
             .runtime
             .watch(pid)

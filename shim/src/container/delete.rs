@@ -11,7 +11,7 @@ use super::Container;
 use crate::audit::AuditEvent;
 use crate::bundle;
 use crate::error::{Result, ShimError};
-use crate::process::exit::Exit;
+use crate::exit::Exit;
 use crate::process::state::Op;
 use crate::reaper::ExitStatus;
 use crate::runtime::KillTarget;

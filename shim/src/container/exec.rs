@@ -14,15 +14,14 @@ use serde_json::Value;
 
 use super::{validate_id, Container};
 use crate::audit::AuditEvent;
+use crate::bundle::MAX_PROCESS_BYTES;
 use crate::error::{Result, ShimError};
-use crate::process::exit::{Exit, ExitCause};
+use crate::exit::{Exit, ExitCause};
 use crate::process::state::Op;
 use crate::process::Process;
 use crate::runtime::{ExecCall, KillTarget};
 use crate::stdio::{self, StdioPaths};
 
-/// An exec's process spec beyond this size is refused before parsing.
-const MAX_PROCESS_BYTES: usize = 1 << 20;
 /// runc's status for an exec that could not be started; containerd shows it the same way.
 const EXEC_FAILED: u32 = 255;
 
@@ -37,10 +36,11 @@ impl Container {
             .as_ref()
             .map(|a| a.value.as_slice())
             .ok_or_else(|| ShimError::InvalidArgument("exec without a process spec".into()))?;
-        if raw.len() > MAX_PROCESS_BYTES {
-            return Err(ShimError::InvalidArgument(
-                "exec process spec is larger than 1 MiB".into(),
-            ));
+        if raw.len() as u64 > MAX_PROCESS_BYTES {
+            return Err(ShimError::InvalidArgument(format!(
+                "exec process spec is larger than {} MiB",
+                MAX_PROCESS_BYTES >> 20
+            )));
         }
         let mut process: Value = serde_json::from_slice(raw).map_err(|e| {
             ShimError::InvalidArgument(format!("exec process spec is not valid JSON: {e}"))

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use super::Container;
 use crate::audit::AuditEvent;
-use crate::process::exit::{Exit, ExitCause};
+use crate::exit::{Exit, ExitCause};
 use crate::process::Process;
 use crate::reaper::ExitStatus;
 
@@ -53,12 +53,7 @@ impl Container {
         rec.set_exit(&exit);
         evidence.annotate(&mut rec);
         self.audit_best_effort(&rec);
-        let msg = format!("{} {}: {status}", self.name_of(process), cause.describe());
-        if cause.is_enforced() {
-            log::warn!("{msg}");
-        } else {
-            log::info!("{msg}");
-        }
+        crate::sandbox::exit::log_exit(&self.name_of(process), cause, status);
         if process.is_init() {
             self.stop_lifetime();
         }
@@ -66,25 +61,17 @@ impl Container {
     }
 
     /// Why the process ended. An exec's exit is its own; an init's is the sandbox's, which the
-    /// runtime's enforcement may have caused.
+    /// runtime's enforcement may have caused (`crate::sandbox::exit`).
     fn classify(&self, process: &Process, status: ExitStatus) -> ExitCause {
         if !process.is_init() {
             return ExitCause::of_status(status);
         }
-        if let Some(cause) = self.stopped_for.get() {
-            return *cause;
-        }
-        match self.cgroups.get().map(|cg| cg.classify(status)) {
-            Some(Ok(cause)) => cause,
-            Some(Err(e)) => {
-                log::warn!(
-                    "container {}: reading the sandbox's cgroup counters: {e}",
-                    self.id
-                );
-                ExitCause::of_status(status)
-            }
-            None => ExitCause::of_status(status),
-        }
+        crate::sandbox::exit::classify(
+            &self.id,
+            status,
+            self.stopped_for.get().copied(),
+            self.cgroups.get().map(|cg| cg.as_ref()),
+        )
     }
 
     /// The memory cgroup killed the sandbox: TaskOOM (what CRI turns into `OOMKilled`) and an

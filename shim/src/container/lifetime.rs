@@ -11,62 +11,54 @@
 //! "idle" would kill work. A paused container uses no CPU and counts as idle.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use policy_injector::quantity::HumanDuration;
 
 use super::Container;
 use crate::audit::AuditEvent;
 use crate::error::{Result, ShimError};
+use crate::exit::ExitCause;
 use crate::idle::{IdleDetector, Sample, Verdict, SAMPLE_INTERVAL};
-use crate::process::exit::ExitCause;
-use crate::runtime::KillTarget;
+use crate::sandbox::lifetime::{self, Idle, Target};
 
 impl Container {
-    /// Armed at Start; disarmed by the init's exit and by delete.
+    /// Armed at Start; disarmed by the init's exit and by delete. The limits themselves are
+    /// the sandbox core's (`crate::sandbox::lifetime`); the shim supplies the idle detector,
+    /// records the cause and audits the moment.
     pub(super) fn arm_lifetime(self: &Arc<Self>) {
         let me = self.clone();
         let task = tokio::spawn(async move {
-            let lifetime = me.lifetime;
-            let cause = tokio::select! {
-                _ = tokio::time::sleep(lifetime.max_runtime) => {
-                    log::warn!(
-                        "container {}: maximum runtime {:?} reached, sending SIGTERM",
-                        me.id,
-                        lifetime.max_runtime
-                    );
-                    ExitCause::Timeout
-                }
-                idle = me.idle_watch() => {
-                    log::warn!(
-                        "container {}: idle (no output, CPU under {} ms/s) for {:?}, at its idle timeout; sending SIGTERM",
-                        me.id,
-                        me.evidence.idle_threshold.cpu_ns_per_sec / 1_000_000,
-                        idle
-                    );
-                    ExitCause::IdleTimeout
-                }
-                _ = me.init.wait() => return,
+            let target = Target {
+                runtime: me.runtime.clone(),
+                id: me.id.clone(),
+                sandbox: me.sandbox_process.get().cloned(),
             };
-            let _ = me.stopped_for.set(cause);
-            me.audit_best_effort(&me.record(match cause {
-                ExitCause::IdleTimeout => AuditEvent::IdleTimeout,
-                _ => AuditEvent::Timeout,
-            }));
-            me.signal_all(libc::SIGTERM).await;
+            let lifetime = me.lifetime;
+            let fired = |cause| {
+                let _ = me.stopped_for.set(cause);
+                me.audit_best_effort(&me.record(match cause {
+                    ExitCause::IdleTimeout => AuditEvent::IdleTimeout,
+                    _ => AuditEvent::Timeout,
+                }));
+            };
+            let limits = lifetime::enforce(
+                &target,
+                lifetime.max_runtime,
+                lifetime.grace_period,
+                me.idle_watch(),
+                fired,
+            );
             tokio::select! {
-                _ = tokio::time::sleep(lifetime.grace_period) => {}
-                _ = me.init.wait() => return,
+                _ = limits => {}
+                _ = me.init.wait() => {}
             }
-            log::warn!("container {}: grace period over, sending SIGKILL", me.id);
-            me.signal_all(libc::SIGKILL).await;
         });
         *self.lifetime_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
     }
 
     /// Resolves once the container has been idle for its idle timeout, with how long it has
     /// been; never without an idle timeout.
-    async fn idle_watch(&self) -> Duration {
+    async fn idle_watch(&self) -> Idle {
         let (Some(timeout), Some(cgroups)) = (self.lifetime.idle_timeout, self.cgroups.get())
         else {
             return std::future::pending().await;
@@ -100,7 +92,10 @@ impl Container {
                 output_bytes: output.as_ref().map_or(0, |b| b.bytes_seen()),
             };
             if let Verdict::TimedOut { since } = detector.observe(sample) {
-                return sample.at - since;
+                return Idle {
+                    for_: sample.at - since,
+                    cpu_ms_per_sec: threshold.cpu_ns_per_sec / 1_000_000,
+                };
             }
         }
     }
@@ -121,19 +116,6 @@ impl Container {
                 HumanDuration(timeout)
             ))
         })
-    }
-
-    async fn signal_all(&self, signal: i32) {
-        if let Err(e) = self
-            .runtime
-            .kill(&self.id, signal as u32, KillTarget::All)
-            .await
-        {
-            log::warn!(
-                "container {}: signal {signal} at the time limit: {e}",
-                self.id
-            );
-        }
     }
 
     pub(super) fn stop_lifetime(&self) {

@@ -14,6 +14,7 @@ mod exec;
 mod exit;
 mod kill;
 mod lifetime;
+pub mod metrics;
 mod resources;
 mod start;
 #[cfg(test)]
@@ -34,31 +35,19 @@ use crate::audit::{AuditEvent, AuditRecord, Subject, Trail};
 use crate::env::ShimEnv;
 use crate::error::{Result, ShimError};
 use crate::events::Events;
+use crate::exit::{Exit, ExitCause};
 use crate::host::SandboxCgroups;
 use crate::options::RuntimeOptions;
 use crate::policy_source::LoadedPolicy;
-use crate::process::exit::{Exit, ExitCause};
 use crate::process::state::{State, StateError};
 use crate::process::Process;
 use crate::rootfs::RootfsMount;
 use crate::runtime::SandboxRuntime;
 use crate::stdio::StdioPaths;
 
-/// Ids end up in file names and runsc arguments: only a conservative alphabet is accepted.
-pub fn validate_id(what: &str, id: &str) -> Result<()> {
-    let ok = !id.is_empty()
-        && id.len() <= 128
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-        && !id.starts_with('.');
-    if ok {
-        Ok(())
-    } else {
-        Err(ShimError::InvalidArgument(format!(
-            "{what} {id:?} must be 1-128 characters of [A-Za-z0-9_.-], not starting with '.'"
-        )))
-    }
+/// The id rule (`crate::container_id`), as a task-API error.
+pub fn validate_id(what: &'static str, id: &str) -> Result<()> {
+    crate::container_id::check(what, id).map_err(|e| ShimError::InvalidArgument(e.to_string()))
 }
 
 /// Where a container stands in its pod. All containers of a pod share one runsc sandbox.
@@ -90,6 +79,9 @@ pub struct Container {
     cgroups_path: String,
     /// The sandbox's cgroups, baselined at create: how it died is read from them.
     cgroups: OnceLock<Arc<dyn SandboxCgroups>>,
+    /// The sandbox process on the host (a sandbox's first container, with the real runtime),
+    /// by pidfd: the time limits' last resort when runsc cannot deliver SIGKILL.
+    sandbox_process: OnceLock<Arc<crate::sandbox::host_process::HostProcess>>,
     pod: PodRole,
     /// The rootfs mounts containerd asked for, mounted at `<bundle>/rootfs` by Create.
     rootfs: Vec<RootfsMount>,
@@ -274,20 +266,5 @@ impl CreateParams {
             },
             options,
         })
-    }
-}
-
-#[cfg(test)]
-mod id_tests {
-    use super::*;
-
-    #[test]
-    fn container_ids_with_path_characters_are_refused() {
-        for bad in ["", "../x", "a/b", ".hidden", "a b", "x\0", &"a".repeat(129)] {
-            assert!(validate_id("container id", bad).is_err(), "{bad:?}");
-        }
-        for good in ["c1", "abc-DEF_1.2", &"a".repeat(128)] {
-            validate_id("container id", good).unwrap();
-        }
     }
 }

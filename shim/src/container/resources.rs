@@ -6,12 +6,10 @@ use std::sync::Arc;
 use containerd_shim_protos::api::{PidsResponse, StatsResponse, UpdateTaskRequest};
 use containerd_shim_protos::shim::oci::ProcessDetails;
 use containerd_shim_protos::types::task::ProcessInfo;
-use policy_injector::clamp_resources;
 use serde_json::Value;
 
 use super::Container;
 use crate::audit::AuditEvent;
-use crate::cgroup::update::Limits;
 use crate::error::{Result, ShimError};
 use crate::host::SandboxCgroups;
 use crate::process::state::Op;
@@ -56,9 +54,16 @@ impl Container {
         // the sentry's own accounting of it is the best there is.
         let any = if self.is_member() {
             let event = self.runtime.stats(&self.id).await?;
-            crate::cgroup::stats::sentry_metrics_any(&event)?
+            super::metrics::sentry_metrics_any(&event)?
         } else {
-            self.sandbox_cgroups()?.metrics()?
+            let cgroups = self.sandbox_cgroups()?;
+            let location = cgroups.location().ok_or_else(|| {
+                ShimError::Internal(format!(
+                    "the cgroups of {} have no place on this host to read",
+                    self.id
+                ))
+            })?;
+            super::metrics::metrics_any(location)?
         };
         let mut resp = StatsResponse::new();
         resp.stats = Some(any).into();
@@ -75,17 +80,15 @@ impl Container {
         let resources: Value = serde_json::from_slice(raw).map_err(|e| {
             ShimError::InvalidArgument(format!("update resources are not valid JSON: {e}"))
         })?;
-        let clamped = clamp_resources(&resources, &self.policy.policy, &self.annotations)?;
-        let bytes = serde_json::to_vec(&clamped.resources).expect("json");
-        // The limits go into the sandbox's cgroups first, in an order cgroup v1 accepts (a
-        // higher memory limit after a higher memory+swap limit): `runsc update` (current
-        // releases; 20221219 has none) writes the limit first and fails with EINVAL when the new
-        // one is above the old memory+swap limit (measured: 64m, then 2Gi). It then only tells
-        // the sentry, with the cgroups already at those values.
-        let limits = Limits::from_linux_resources(&clamped.resources)
-            .map_err(|e| ShimError::InvalidArgument(e.to_string()))?;
-        self.sandbox_cgroups()?.update(&limits)?;
-        self.runtime.update(&self.id, &bytes).await?;
+        let clamped = crate::sandbox::update::apply(
+            &self.id,
+            &resources,
+            &self.policy.policy,
+            &self.annotations,
+            self.sandbox_cgroups()?.as_ref(),
+            self.runtime.as_ref(),
+        )
+        .await?;
         let mut rec = self.record(AuditEvent::Update);
         rec.decisions = Some(&clamped.decisions);
         self.audit_best_effort(&rec);

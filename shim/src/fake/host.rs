@@ -3,14 +3,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use tokio::sync::mpsc;
 
 use super::{Fake, Step};
 use crate::cgroup::update::Limits;
 use crate::cgroup::CgroupError;
+use crate::exit::ExitCause;
 use crate::host::{Host, SandboxCgroups};
-use crate::process::exit::ExitCause;
 use crate::reaper::ExitStatus;
 use crate::rootfs::{RootfsError, RootfsMount};
 
@@ -91,8 +90,8 @@ impl SandboxCgroups for FakeCgroups {
         Ok(rx)
     }
 
-    fn metrics(&self) -> Result<Any, CgroupError> {
-        Ok(Any::new())
+    fn location(&self) -> Option<&crate::cgroup::SandboxCgroup> {
+        None
     }
 
     fn update(&self, limits: &Limits) -> Result<(), CgroupError> {
@@ -113,5 +112,36 @@ impl SandboxCgroups for FakeCgroups {
                 )),
                 content: "injected failure".into(),
             })
+    }
+}
+
+/// Cgroups whose classification is given (tests of the classification's callers).
+pub struct CgroupsSaying(pub Result<ExitCause, CgroupError>);
+
+impl SandboxCgroups for CgroupsSaying {
+    fn classify(&self, _status: ExitStatus) -> Result<ExitCause, CgroupError> {
+        match &self.0 {
+            Ok(cause) => Ok(*cause),
+            Err(e) => Err(CgroupError::Parse {
+                path: PathBuf::new(),
+                content: e.to_string(),
+            }),
+        }
+    }
+
+    fn watch_oom(&self) -> Result<mpsc::Receiver<()>, CgroupError> {
+        Ok(mpsc::channel(1).1)
+    }
+
+    fn location(&self) -> Option<&crate::cgroup::SandboxCgroup> {
+        None
+    }
+
+    fn update(&self, _limits: &Limits) -> Result<(), CgroupError> {
+        Ok(())
+    }
+
+    fn cpu_usage_ns(&self) -> Result<u64, CgroupError> {
+        Ok(0)
     }
 }

@@ -20,13 +20,13 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
 use crate::env::ShimEnv;
-use crate::process::exit::ExitCause;
+use crate::exit::ExitCause;
 use crate::reaper::ExitStatus;
 use crate::runsc::error::RunscError;
 use crate::stdio::RunscStdio;
 
 mod events;
-mod host;
+pub mod host;
 mod runtime;
 
 pub use events::RecordingSink;
@@ -48,6 +48,7 @@ pub enum Step {
     Pause,
     /// Reading the sandbox's CPU time.
     ReadCpu,
+    Update,
 }
 
 struct Proc {
@@ -75,6 +76,8 @@ struct FakeExec {
 struct World {
     calls: Vec<String>,
     failing: BTreeSet<StepKey>,
+    /// Steps that fail every time (`Fake::fail_always`).
+    broken: BTreeSet<StepKey>,
     next_pid: u32,
     containers: HashMap<String, FakeContainer>,
     processes: HashMap<u32, Proc>,
@@ -126,7 +129,8 @@ impl From<Step> for StepKey {
 
 impl World {
     fn fails(&mut self, step: Step) -> bool {
-        self.failing.remove(&step.into())
+        let key = step.into();
+        self.broken.contains(&key) || self.failing.remove(&key)
     }
 
     fn spawn(&mut self) -> u32 {
@@ -270,6 +274,11 @@ impl Fake {
     /// The next `step` fails (once).
     pub fn fail_next(&self, step: Step) {
         self.world().failing.insert(step.into());
+    }
+
+    /// Fails `step` every time from now on (a wedged sandbox that takes no signal).
+    pub fn fail_always(&self, step: Step) {
+        self.world().broken.insert(step.into());
     }
 
     /// The workload of container `id` ends by itself with `status`.

@@ -286,6 +286,9 @@ impl SandboxRuntime for Fake {
 
     async fn update(&self, id: &str, _resources: &[u8]) -> Result<bool, RunscError> {
         self.call(format!("update {id}"));
+        if self.world().fails(Step::Update) {
+            return Err(failure("update", id));
+        }
         // Like runsc 20221219: no `update`, the shim writes the cgroups.
         Ok(false)
     }

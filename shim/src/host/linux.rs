@@ -3,7 +3,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use tokio::sync::mpsc;
 
 use super::{Host, SandboxCgroups};
@@ -11,7 +10,7 @@ use crate::cgroup::exit_cause::ExitProbe;
 use crate::cgroup::oom::OomWatcher;
 use crate::cgroup::update::{self, Limits};
 use crate::cgroup::{CgroupError, SandboxCgroup};
-use crate::process::exit::ExitCause;
+use crate::exit::ExitCause;
 use crate::reaper::ExitStatus;
 use crate::rootfs::{self, RootfsError, RootfsMount};
 
@@ -70,8 +69,8 @@ impl SandboxCgroups for ExitProbe {
         Ok(rx)
     }
 
-    fn metrics(&self) -> Result<Any, CgroupError> {
-        crate::cgroup::stats::metrics_any(self.cgroup())
+    fn location(&self) -> Option<&SandboxCgroup> {
+        Some(self.cgroup())
     }
 
     fn update(&self, limits: &Limits) -> Result<(), CgroupError> {

@@ -11,12 +11,11 @@ pub mod linux;
 use std::path::Path;
 use std::sync::Arc;
 
-use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use tokio::sync::mpsc;
 
 use crate::cgroup::update::Limits;
-use crate::cgroup::CgroupError;
-use crate::process::exit::ExitCause;
+use crate::cgroup::{CgroupError, SandboxCgroup};
+use crate::exit::ExitCause;
 use crate::reaper::ExitStatus;
 use crate::rootfs::{RootfsError, RootfsMount};
 
@@ -43,8 +42,9 @@ pub trait SandboxCgroups: Send + Sync {
     /// OOM kills as they happen (the early signal; `classify` stays the authority). The
     /// channel closes when the cgroup goes away.
     fn watch_oom(&self) -> Result<mpsc::Receiver<()>, CgroupError>;
-    /// containerd's metrics of the sandbox.
-    fn metrics(&self) -> Result<Any, CgroupError>;
+    /// Where the cgroups are on the host, for a front end that reads them in its own format
+    /// (containerd's metrics); `None` when they have no place on this host (the fake world).
+    fn location(&self) -> Option<&SandboxCgroup>;
     /// Writes new limits (when runsc cannot apply them itself).
     fn update(&self, limits: &Limits) -> Result<(), CgroupError>;
     /// The sandbox's cumulative CPU time in nanoseconds (sentry, gofer and their helpers), for

@@ -16,10 +16,10 @@ use super::cli::Global;
 use super::engine;
 use super::error::{OciError, Result};
 use super::fork::Forked;
-use super::guard;
 use super::log::EngineLog;
 use super::state::{proc_start_time, write_pid_file, Record, StateDir};
 use super::trail::StateTrail;
+use super::{guard, runtime};
 use crate::audit::{AuditEvent, AuditRecord};
 use crate::bundle;
 use crate::policy_source::NODE_POLICY_PATH;
@@ -133,8 +133,8 @@ pub async fn run(
         if let Some(pid) = running.get() {
             // SAFETY: plain kill(2) of our own child, the guard, which has not been reaped.
             unsafe { libc::kill(pid, libc::SIGKILL) };
-            if let Ok(runsc) = guard::runsc_for(&record, &prepared.policy.policy, &reaper) {
-                guard::undo(&runsc, &record).await;
+            if let Ok(runsc) = runtime::runsc_for(&record, &prepared.policy.policy, &reaper) {
+                runtime::undo(&runsc, &record).await;
             }
         }
         let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &prepared.subject);

@@ -8,20 +8,16 @@ use std::time::{Duration, Instant};
 
 use super::cli::Global;
 use super::error::{OciError, Result};
-use super::guard::{runsc_for, GUARD_EXIT_WAIT};
-use super::state::{alive, Record, StateDir};
+use super::runtime::{remove_cgroups, runsc_for, POLL};
+use super::state::StateDir;
 use super::trail::StateTrail;
 use crate::audit::{AuditEvent, AuditRecord, Signer};
 use crate::bundle::BUNDLE_STATE;
-use crate::cgroup::SandboxCgroup;
 use crate::host_tree::EMPTY_FILE;
 use crate::reaper::Reaper;
 
-/// After a SIGKILL the kernel refuses rmdir of a cgroup for a moment (threads still exiting).
-const CGROUP_RMDIR_WAIT: Duration = Duration::from_secs(5);
-/// Both waits below usually end within a few milliseconds (the engine calls `delete` once the
-/// guard's pid has exited): a coarse poll would add most of its period to every `run --rm`.
-const POLL: Duration = Duration::from_millis(2);
+/// How long `delete` waits for a guard to finish its account of the exit before killing it.
+pub const GUARD_EXIT_WAIT: Duration = Duration::from_secs(10);
 
 pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
     let state = StateDir::new(g.root.as_deref(), id)?;
@@ -43,24 +39,29 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
     let mut runsc_done = false;
     if let Some(pid) = guard {
         // Still running (forced): runsc's delete kills the sandbox, the guard accounts for it.
+        // Waited on and killed through a pidfd, taken while the pid and start time match.
+        let process = state.guard_process();
         runsc_done = runsc_delete(&runsc, id, &mut problems).await;
-        let deadline = Instant::now() + GUARD_EXIT_WAIT;
-        while alive(pid) && Instant::now() < deadline {
-            tokio::time::sleep(POLL).await;
-        }
-        if state.live_guard() == Some(pid) {
-            // SAFETY: plain kill(2) of the guard, checked by its pid and start time just now.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            problems.push(format!(
-                "the guard (pid {pid}) did not exit within {GUARD_EXIT_WAIT:?} and was killed"
-            ));
+        if let Some(process) = process {
+            let deadline = Instant::now() + GUARD_EXIT_WAIT;
+            while process.is_running() && Instant::now() < deadline {
+                tokio::time::sleep(POLL).await;
+            }
+            if process.is_running() {
+                let _ = process.signal(libc::SIGKILL);
+                problems.push(format!(
+                    "the guard (pid {pid}) did not exit within {GUARD_EXIT_WAIT:?} and was killed"
+                ));
+            }
         }
     }
     // The guard started runsc's delete at the exit (`Guard::start_runsc_delete`): let it end,
     // and run runsc here only when it did not succeed (or never ran: a killed guard).
     let deadline = Instant::now() + GUARD_EXIT_WAIT;
-    while state.live_runsc_delete().is_some() && Instant::now() < deadline {
-        tokio::time::sleep(POLL).await;
+    if let Some(process) = state.runsc_delete_process() {
+        while process.is_running() && Instant::now() < deadline {
+            tokio::time::sleep(POLL).await;
+        }
     }
     if !runsc_done && !state.runsc_deleted() {
         runsc_delete(&runsc, id, &mut problems).await;
@@ -98,21 +99,6 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
         let _ = std::fs::remove_file(record.bundle.join(name));
     }
     state.remove()
-}
-
-/// Removes the sandbox's cgroups runsc left, retrying while the kernel still refuses (threads
-/// of a killed sandbox exiting), at most [`CGROUP_RMDIR_WAIT`].
-pub(super) async fn remove_cgroups(record: &Record) -> Result<(), crate::cgroup::CgroupError> {
-    let Ok(cg) = SandboxCgroup::for_spec(&record.cgroups_path, &record.id) else {
-        return Ok(());
-    };
-    let deadline = Instant::now() + CGROUP_RMDIR_WAIT;
-    loop {
-        match cg.remove_empty() {
-            Err(_) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
-            done => return done,
-        }
-    }
 }
 
 /// `runsc delete --force`; whether runsc's container is gone (deleted now or already).

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use crate::audit::AuditError;
 use crate::cgroup::CgroupError;
-use crate::error::ShimError;
 use crate::reaper::ReaperError;
 use crate::runsc::error::RunscError;
 use crate::runtime::RunscConfigError;
@@ -27,8 +26,8 @@ pub enum OciError {
         "--preserve-fds {0}: passing host file descriptors into a gVisor sandbox is not supported"
     )]
     PreserveFds(u32),
-    #[error("invalid container id {0:?}")]
-    BadId(String),
+    #[error(transparent)]
+    BadId(#[from] crate::container_id::InvalidId),
     /// runc's words ("does not exist"), which containerd's runc shim matches.
     #[error("container {0} does not exist")]
     NotFound(String),
@@ -42,9 +41,12 @@ pub enum OciError {
     NotRunning(String),
     /// The hardening pipeline (`prepare`): a rejection reads "rejected by policy: RULE: ...".
     #[error(transparent)]
-    Prepare(#[from] ShimError),
+    Prepare(#[from] crate::prepare::PrepareError),
     #[error(transparent)]
     Rejected(#[from] policy_injector::HardenError),
+    /// The artifact manifest the policy asks for could not be recorded.
+    #[error(transparent)]
+    Artifacts(#[from] crate::artifacts::ArtifactsError),
     #[error(transparent)]
     Runsc(#[from] RunscError),
     #[error(transparent)]

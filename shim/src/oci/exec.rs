@@ -21,18 +21,16 @@ use serde_json::Value;
 use super::cli::{Command, Global, Invocation};
 use super::error::{OciError, Result};
 use super::fork::Forked;
-use super::guard::{container_stdio, detach_stdio, report, show_as, Forwarded, FAILED, READY};
+use super::fork::{report, FAILED, READY};
+use super::guard::{container_stdio, detach_stdio, show_as, Forwarded};
 use super::state::write_pid_file;
 use super::{not_running, Opened};
 use crate::audit::{AuditEvent, AuditRecord};
-use crate::bundle::write_file_atomic;
-use crate::process::exit::{Exit, ExitCause};
+use crate::bundle::{write_file_atomic, MAX_PROCESS_BYTES};
+use crate::exit::{Exit, ExitCause};
 use crate::reaper::{ExitStatus, Reaper};
 use crate::runsc::client::{read_pid_file, ExecOpts};
 use crate::runsc::error::RunscError;
-
-/// An exec's process spec beyond this size is refused before parsing (as in the shim).
-const MAX_PROCESS_BYTES: u64 = 1 << 20;
 
 pub struct ExecArgs<'a> {
     pub process: &'a Path,
@@ -50,7 +48,11 @@ fn read_process(path: &Path) -> Result<Value> {
     if bytes.len() as u64 > MAX_PROCESS_BYTES {
         return Err(OciError::Invalid {
             what: "exec",
-            reason: format!("{} is larger than 1 MiB", path.display()),
+            reason: format!(
+                "{} is larger than {} MiB",
+                path.display(),
+                MAX_PROCESS_BYTES >> 20
+            ),
         });
     }
     serde_json::from_slice(&bytes).map_err(|e| OciError::Invalid {

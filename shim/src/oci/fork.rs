@@ -11,7 +11,15 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 
 use super::error::{OciError, Result};
-use super::guard::{FAILED, READY};
+
+/// What the guard tells `create` on its ready pipe: one line.
+pub const READY: &str = "ok";
+pub const FAILED: &str = "error";
+
+pub(crate) fn report(mut ready: File, line: &str) {
+    // `create` may already be gone (killed): nothing left to tell.
+    let _ = writeln!(ready, "{}", line.replace('\n', " "));
+}
 
 /// What `fork_helper` returns in each of the two processes.
 pub enum Fork {

@@ -1,6 +1,11 @@
 //! The log the engine reads back: runc's `--log FILE --log-format json|text`. On a failed call,
 //! Docker shows the last error line's `msg` ("OCI runtime create failed: <msg>") and Podman
 //! the JSON `msg` (with `runtime_supports_json`); without `--log` the line goes to stderr only.
+//!
+//! The code runsc-hardened shares with the shim logs through the `log` crate (the hardening's
+//! "policy is in audit mode" warning, an exit's enforcement, a failed audit append):
+//! [`install`] makes those lines reach the same log, in the engine's format, as the warnings and
+//! errors runsc-hardened writes itself.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -33,6 +38,10 @@ impl EngineLog {
         self.line("warning", msg);
     }
 
+    pub fn info(&self, msg: &str) {
+        self.line("info", msg);
+    }
+
     fn line(&self, level: &str, msg: &str) {
         eprintln!("runsc-hardened: {msg}");
         let Some(path) = &self.path else { return };
@@ -41,6 +50,38 @@ impl EngineLog {
         if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path) {
             let _ = f.write_all(line.as_bytes());
         }
+    }
+}
+
+/// The `log` crate's lines, written to an [`EngineLog`].
+struct EngineLogger(EngineLog);
+
+impl log::Log for EngineLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let msg = record.args().to_string();
+        match record.level() {
+            log::Level::Error => self.0.error(&msg),
+            log::Level::Warn => self.0.warn(&msg),
+            _ => self.0.info(&msg),
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// Sends the `log` crate's warnings and errors to `log` for the rest of the process (a guard
+/// forked later keeps it: the create's `--log`, which its record names too). Info stays out:
+/// runc writes only what the engine should show, and the engines copy every line they get.
+pub fn install(log: &EngineLog) {
+    if log::set_boxed_logger(Box::new(EngineLogger(log.clone()))).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
     }
 }
 
@@ -80,6 +121,46 @@ mod tests {
         assert_eq!(
             line,
             "time=\"1970-01-01T00:00:00.000Z\" level=error msg=\"a \\\"b\\\"\"\n"
+        );
+    }
+
+    #[test]
+    fn the_shared_code_s_warnings_reach_the_engine_log_in_its_format() {
+        use log::Log;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.json");
+        let logger = EngineLogger(EngineLog::new(Some(&path), LogFormat::Json));
+        let warning = "policy is in audit mode: NO hardening is applied";
+        logger.log(
+            &log::Record::builder()
+                .args(format_args!("{warning}"))
+                .level(log::Level::Warn)
+                .build(),
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(
+            (v["level"].as_str(), v["msg"].as_str()),
+            (Some("warning"), Some(warning))
+        );
+    }
+
+    #[test]
+    fn text_logs_get_the_shared_code_s_errors_as_runc_writes_them() {
+        use log::Log;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let logger = EngineLogger(EngineLog::new(Some(&path), LogFormat::Text));
+        logger.log(
+            &log::Record::builder()
+                .args(format_args!("audit: disk full"))
+                .level(log::Level::Error)
+                .build(),
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains(r#"level=error msg="audit: disk full""#),
+            "{text}"
         );
     }
 

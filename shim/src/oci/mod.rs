@@ -3,10 +3,13 @@
 //! Podman 4.3 through conmon). Registered as runtime `gvisor-hardened`.
 //!
 //! Every container gets what the shim gives it: the same policy files, the same hardening
-//! (`crate::prepare`), the same runsc flags, the same audit log. What the shim does from its
-//! long-lived process, a per-container guard does here (`guard.rs`; a detached exec has its own,
-//! `exec.rs`; both forked as `fork.rs` describes). One file per subcommand;
-//! the command line is data (`cli.rs`); per-container state in `state.rs`.
+//! (`crate::prepare`), the same runsc flags, the same audit log, and the same sandbox
+//! operations (`crate::sandbox`: exit classification, the time limits, host processes by
+//! pidfd). What the shim does from its long-lived process, a per-container guard does here
+//! (`guard/`, one file per concern; a detached exec has its own, `exec.rs`; both forked as
+//! `fork.rs` describes). One file per subcommand; the command line is data (`cli.rs`);
+//! per-container state in `state.rs`; the container's runsc client and the cleanup `create`
+//! and `delete` share in `runtime.rs`.
 
 pub mod cli;
 mod create;
@@ -22,6 +25,7 @@ pub mod log;
 mod pause;
 mod ps;
 mod query;
+mod runtime;
 mod start;
 pub mod state;
 mod trail;
@@ -62,6 +66,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let log = EngineLog::new(inv.global.log.as_deref(), inv.global.log_format);
+    log::install(&log);
     // The process the engine will wait on (`create`'s guard, a detached `exec`'s) is forked
     // now, while this one has one thread: see `fork.rs`.
     let forking = match &inv.command {
@@ -161,6 +166,8 @@ pub(crate) struct Opened {
     pub record: Record,
     pub policy: policy_injector::Policy,
     pub runsc: Runsc,
+    /// The sandbox core's seam over the same client.
+    pub runtime: std::sync::Arc<dyn crate::runtime::SandboxRuntime>,
 }
 
 impl Opened {
@@ -178,12 +185,17 @@ impl Opened {
         let state = StateDir::new(g.root.as_deref(), id)?;
         let record = state.record()?;
         let policy = record.policy()?;
-        let runsc = guard::runsc_for(&record, &policy, &reaper)?;
+        let runsc = runtime::runsc_for(&record, &policy, &reaper)?;
+        let runtime = std::sync::Arc::new(crate::runtime::runsc::RunscRuntime::new(
+            runsc.clone(),
+            reaper,
+        ));
         Ok(Opened {
             state,
             record,
             policy,
             runsc,
+            runtime,
         })
     }
 

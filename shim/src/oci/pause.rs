@@ -6,10 +6,10 @@ use super::{not_running, Opened};
 
 pub async fn pause(c: &Opened) -> Result<()> {
     let id = &c.record.id;
-    c.runsc.pause(id).await.map_err(|e| not_running(e, id))
+    c.runtime.pause(id).await.map_err(|e| not_running(e, id))
 }
 
 pub async fn resume(c: &Opened) -> Result<()> {
     let id = &c.record.id;
-    c.runsc.resume(id).await.map_err(|e| not_running(e, id))
+    c.runtime.resume(id).await.map_err(|e| not_running(e, id))
 }

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::cli::Global;
 use super::error::{OciError, Result};
-use super::guard::runsc_for;
+use super::runtime::runsc_for;
 use super::state::StateDir;
 use crate::reaper::Reaper;
 use crate::runsc::client::Status;

@@ -9,7 +9,6 @@ use super::guard::STARTED;
 use super::{not_running, Opened};
 use crate::artifacts::{self, StartRecord};
 use crate::audit::{ArtifactsAudit, AuditEvent, AuditRecord};
-use crate::error::ShimError;
 
 pub async fn run(c: &Opened) -> Result<()> {
     let id = &c.record.id;
@@ -18,7 +17,7 @@ pub async fn run(c: &Opened) -> Result<()> {
     // The writable volumes' start manifest, before the workload runs: one that cannot be
     // written fails the start, as in the shim.
     let manifest = start_manifest(c)?;
-    c.runsc
+    c.runtime
         .start(id, None)
         .await
         .map_err(|e| not_running(e, id))?;
@@ -46,8 +45,7 @@ fn start_manifest(c: &Opened) -> Result<Option<StartRecord>> {
         &c.policy.audit.artifacts,
         &c.record.audit_path,
         &c.record.id,
-    )
-    .map_err(ShimError::from)?;
+    )?;
     if let Some(start) = &start {
         c.state.set_artifacts_start(start)?;
     }

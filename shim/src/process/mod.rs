@@ -1,7 +1,6 @@
 //! One process the shim supervises: a container's init (the sandbox's root process, or a pod's
 //! later container) or an exec.
 
-pub mod exit;
 pub mod state;
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -10,8 +9,8 @@ use std::sync::{Mutex, OnceLock};
 use policy_injector::HardenedProcess;
 use tokio::sync::watch;
 
+use crate::exit::Exit;
 use crate::stdio::{StdioPaths, Streams};
-use exit::Exit;
 use state::{Op, State, StateError};
 
 pub struct Process {
@@ -127,7 +126,7 @@ impl Process {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use exit::ExitCause;
+    use crate::exit::ExitCause;
     use std::time::SystemTime;
 
     fn exit(status: u32, cause: ExitCause) -> Exit {

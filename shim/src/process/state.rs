@@ -7,7 +7,7 @@
 //! the same error whichever handler it arrives through. The pid is not part of the state: it is
 //! the process's identity, recorded once when runsc reports it.
 
-use super::exit::Exit;
+use crate::exit::Exit;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -124,7 +124,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::exit::ExitCause;
+    use crate::exit::ExitCause;
     use std::time::SystemTime;
 
     fn exit(status: u32) -> Exit {

@@ -95,6 +95,12 @@ pub trait SandboxRuntime: Send + Sync {
             source: std::io::Error::from(std::io::ErrorKind::Unsupported),
         })
     }
+    /// The sandbox process `pid` that `create` just reported, as a handle on the host process
+    /// (a pidfd), taken before it is watched. `None` where there is no host process to signal
+    /// (the fake world) or it is gone already.
+    fn host_process(&self, _pid: u32) -> Option<Arc<crate::sandbox::host_process::HostProcess>> {
+        None
+    }
     /// Starts the egress forwarder inside container `id` (started: runsc refuses an exec before)
     /// with `process` (its OCI process), keeping its files in `state_dir`.
     fn forwarder(

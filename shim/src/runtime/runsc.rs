@@ -28,6 +28,7 @@ use crate::runsc::features::Features;
 use crate::runsc::flags::{
     ExtraFlag, FlagError, GlobalFlags, HostUds, LogFormat, Network, Overlay, Platform,
 };
+use crate::sandbox::host_process::HostProcess;
 use crate::stdio::RunscStdio;
 
 #[derive(Debug, thiserror::Error)]
@@ -232,6 +233,14 @@ pub struct RunscRuntime {
     reaper: Reaper,
 }
 
+impl RunscRuntime {
+    /// The runtime over a configured client (runsc-hardened's calls, which configure theirs
+    /// from the container's record).
+    pub fn new(client: Runsc, reaper: Reaper) -> RunscRuntime {
+        RunscRuntime { client, reaper }
+    }
+}
+
 #[async_trait::async_trait]
 impl SandboxRuntime for RunscRuntime {
     fn global_args(&self) -> Vec<String> {
@@ -261,6 +270,10 @@ impl SandboxRuntime for RunscRuntime {
     fn watch(&self, pid: u32) -> Result<ExitWatch, ReaperError> {
         let exit = self.reaper.watch(pid as i32)?;
         Ok(Box::pin(async move { exit.await.unfold_runsc() }))
+    }
+
+    fn host_process(&self, pid: u32) -> Option<Arc<HostProcess>> {
+        HostProcess::open_child(pid as i32).ok().map(Arc::new)
     }
 
     fn spawn_logger(&self, cmd: std::process::Command) -> Result<ExitWatch, ReaperError> {

@@ -30,13 +30,7 @@ pub fn staging_path(gitdir: &Path, container_id: &str) -> PathBuf {
 /// can), else a digest of it (runc's command line allows ids of any bytes but `/`-free ones
 /// up to 1024 characters, which a file name cannot hold).
 fn id_component(id: &str) -> String {
-    let plain = !id.is_empty()
-        && id.len() <= 128
-        && id != "."
-        && id != ".."
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    let plain = crate::container_id::is_valid(id);
     if plain {
         id.to_string()
     } else {

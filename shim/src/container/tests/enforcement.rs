@@ -4,7 +4,7 @@
 use super::*;
 use std::time::Duration;
 
-use crate::process::exit::ExitCause;
+use crate::exit::ExitCause;
 
 #[tokio::test(start_paused = true)]
 async fn the_wall_clock_limit_sends_sigterm_then_sigkill_after_the_grace_period() {

@@ -1,4 +1,5 @@
-//! Cgroup metrics in the form containerd expects from a shim's Stats call: an `Any` holding
+//! Cgroup metrics in the form containerd expects from a shim's Stats call (so they live with
+//! the containerd front end, not in the sandbox core, which only says where the cgroups are): an `Any` holding
 //! `io.containerd.cgroups.v1.Metrics` or `io.containerd.cgroups.v2.Metrics`, which `ctr task
 //! metrics` decodes and prints. The numbers describe the whole sandbox (sentry, gofer, stubs),
 //! which is what the host pays for.
@@ -10,8 +11,8 @@ use containerd_shim_protos::cgroups_v2::metrics as v2;
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::MessageField;
 
-use super::files::{self, optional};
-use super::{CgroupError, SandboxCgroup};
+use crate::cgroup::files::{self, optional};
+use crate::cgroup::{CgroupError, SandboxCgroup};
 
 /// USER_HZ: the unit of `cpuacct.stat`. 100 on every Linux ABI the shim targets.
 const USER_HZ: u64 = 100;

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use crate::reaper::ExitStatus;
 
 /// Why a process stopped, beyond its exit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExitCause {
     /// It called exit (any code).
@@ -112,6 +112,21 @@ mod tests {
             serde_json::to_value(ExitCause::IdleTimeout).unwrap(),
             "idle-timeout"
         );
+    }
+
+    #[test]
+    fn a_cause_reads_back_as_it_was_written() {
+        for cause in [
+            ExitCause::Exited,
+            ExitCause::Signaled,
+            ExitCause::Oom,
+            ExitCause::ProcessLimit,
+            ExitCause::Timeout,
+            ExitCause::IdleTimeout,
+        ] {
+            let text = serde_json::to_string(&cause).unwrap();
+            assert_eq!(serde_json::from_str::<ExitCause>(&text).unwrap(), cause);
+        }
     }
 
     #[test]

@@ -1,0 +1,62 @@
+//! The guard's account of the sandbox's end: the exit manifest of the writable volumes, the
+//! classification (the sandbox core's, `crate::sandbox::exit`), the exit record the engine's
+//! `state` and `delete` read, and the `exit` audit record.
+
+use std::time::SystemTime;
+
+use super::Guard;
+use crate::artifacts::{self, ExitRecord as ManifestExit};
+use crate::audit::{ArtifactsAudit, AuditEvent, AuditRecord};
+use crate::exit::{Exit, ExitCause};
+use crate::host::SandboxCgroups;
+use crate::oci::state::ExitRecord;
+use crate::reaper::ExitStatus;
+
+impl Guard {
+    /// The writable volumes' exit manifest and diff, when `start` took a start manifest.
+    pub(super) async fn exit_manifest(&self) -> Option<std::result::Result<ManifestExit, String>> {
+        let start = self.state.artifacts_start(&self.record.writable_binds)?;
+        let result = artifacts::record_exit_bounded(
+            start,
+            self.artifacts.clone(),
+            self.record.audit_path.clone(),
+            self.record.id.clone(),
+        )
+        .await;
+        if let Err(e) = &result {
+            log::error!("container {}: {e}", self.record.id);
+        }
+        Some(result)
+    }
+
+    /// Classifies, records and audits the exit; returns the code to exit with, and the cause.
+    pub(super) fn conclude(
+        &self,
+        status: ExitStatus,
+        artifacts: Option<&std::result::Result<ManifestExit, String>>,
+        workspace: Option<&crate::workspace::WorkspaceReport>,
+    ) -> (u8, ExitCause) {
+        let cause = crate::sandbox::exit::classify(
+            &self.record.id,
+            status,
+            self.stopped_for.get().copied(),
+            self.probe.as_ref().map(|p| p as &dyn SandboxCgroups),
+        );
+        let exit = Exit::new(status, cause, SystemTime::now());
+        // A `start` still writing its record goes first (the workload may end at once).
+        let _start = self.state.lock_start();
+        if let Err(e) = self.state.set_exit(&ExitRecord::of(&exit)) {
+            log::warn!("{e}");
+        }
+        let mut rec = AuditRecord::new(AuditEvent::Exit, &self.record.subject);
+        rec.pid = Some(self.sandbox_pid as u32);
+        rec.set_exit(&exit);
+        rec.artifacts = artifacts.map(ArtifactsAudit::of_exit);
+        rec.workspace = workspace;
+        if let Err(e) = self.audit.append(&rec) {
+            log::error!("container {}: {e}", self.record.id);
+        }
+        crate::sandbox::exit::log_exit(&format!("container {}", self.record.id), cause, status);
+        (exit.status.min(255) as u8, cause)
+    }
+}

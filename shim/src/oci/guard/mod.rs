@@ -1,0 +1,386 @@
+//! The guard: one small process per container, started by `create`, doing what the shim's
+//! long-lived process does for containerd — because an OCI runtime binary exits after each call.
+//!
+//! - `create` forks it before doing anything else (`fork.rs`: no exec, no start-up of its own
+//!   on the way to the sandbox); it waits for `create`'s go, then runs `runsc create` itself as
+//!   a child subreaper, so the sandbox and gofer become its children: it alone sees the
+//!   sandbox's exit status. It names itself `runsc-hardened guard STATE_DIR`.
+//! - Its pid is the one in the engine's `--pid-file`. The engines wait on that pid (both are
+//!   subreapers, and the guard is their descendant) and take its exit status as the
+//!   container's, so the guard exits with the sandbox's status, after classifying it.
+//! - From `create` it sits in the sandbox's cgroups: the engines find "the container's cgroup"
+//!   through `/proc/<pid>/cgroup` of that pid (measured: with the guard outside, `docker stats`
+//!   showed the host's totals, 1.2 GiB of 23.5 GiB and 196 % CPU, for an idle container).
+//!   containerd's runc shim reads it once, right after `create` (stats, OOM events), so under
+//!   Docker the guard moves back out at `start` and nothing of it counts against the
+//!   container's limits while the workload runs. Podman reads it again at every `podman stats`,
+//!   so under Podman the guard stays (one task and a few hundred KiB, with an OOM score that
+//!   keeps the kernel from picking it).
+//! - From `start` it enforces the wall-clock lifetime: SIGTERM to every process, the grace
+//!   period, SIGKILL.
+//! - At the exit it tells an OOM kill and a process-limit crash from a plain exit (counters
+//!   read before anyone runs `runsc delete`), writes the `exit` audit record, starts `runsc
+//!   delete` (the engine's `delete` comes next and would otherwise wait for it; not after an
+//!   OOM kill, whose event the engines drop once the cgroup is gone), and leaves.
+//! - From `start`, when the policy allows egress, it runs the sandbox's egress proxy and keeps
+//!   the forwarder inside alive (`egress.rs`), and stops them at the exit, before the `exit`
+//!   record. Under Docker the proxy runs outside the container's cgroups (the guard left
+//!   them); under Podman it stays in them, so the container's CPU, memory and process limits
+//!   cover the proxy's work for it and the forwarder's host `runsc exec` process too (bounded:
+//!   one runtime thread, at most four blocking ones, per-connection buffers): a workload
+//!   cannot spend host resources beyond its limits by pushing traffic through the proxy.
+//! - SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to it (to "the container's pid") are passed to
+//!   the container's init.
+//!
+//! Killed with SIGKILL, it leaves the sandbox running: the sandbox is reparented to the
+//! engine, the engine sees "its" pid exit 137 and calls `delete`, which kills the sandbox and
+//! cleans everything up.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use policy_injector::policy::ArtifactsPolicy;
+use policy_injector::{Engine, Policy};
+use tokio::io::AsyncBufReadExt;
+
+use super::error::{OciError, Result};
+use super::fork::{report, FAILED, READY};
+use super::runtime::{runsc_for, undo};
+use super::state::{proc_start_time, Record, StateDir};
+use super::trail::StateTrail;
+use crate::audit::{AuditEvent, AuditRecord};
+use crate::cgroup::exit_cause::ExitProbe;
+use crate::cgroup::SandboxCgroup;
+use crate::exit::ExitCause;
+use crate::host::linux::LinuxHost;
+use crate::host::Host;
+use crate::reaper::{ExitStatus, Reaper};
+use crate::runsc::client::{read_pid_file, Runsc};
+use crate::runtime::runsc::RunscRuntime;
+use crate::sandbox::host_process::HostProcess;
+use crate::sandbox::lifetime::{self, Target};
+use cgroups::{join, leave};
+pub(crate) use signals::Forwarded;
+pub(crate) use stdio::{container_stdio, detach_stdio};
+pub(crate) use title::show_as;
+use title::show_as_guard;
+
+mod cgroups;
+mod exit;
+mod runsc_delete;
+mod signals;
+mod stdio;
+mod title;
+
+/// The line `start` writes to the notify fifo.
+pub const STARTED: &str = "start";
+
+/// The guard, in the process `create` forked (`fork.rs`, `create::guard_child`), once told to
+/// go: `ready` takes its one-line answer. Returns the container's exit code.
+pub fn main(state_dir: &Path, ready: File) -> u8 {
+    show_as_guard(state_dir);
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        // Name lookups of the egress proxy run on blocking threads; under Podman they count
+        // against the container's process limit, so keep their number small.
+        .max_blocking_threads(4)
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            report(
+                ready,
+                &format!("{FAILED} cannot start the guard's runtime: {e}"),
+            );
+            return 1;
+        }
+    };
+    rt.block_on(async move {
+        match Guard::start(state_dir, ready).await {
+            Ok(guard) => guard.watch().await,
+            Err(()) => 1,
+        }
+    })
+}
+
+struct Guard {
+    state: StateDir,
+    record: Record,
+    audit: StateTrail,
+    runsc: Runsc,
+    sandbox_pid: i32,
+    exit: crate::reaper::ExitFuture,
+    probe: Option<ExitProbe>,
+    /// The policy's `[audit.artifacts]`, for the exit manifest.
+    artifacts: ArtifactsPolicy,
+    /// Our own cgroup directories, to go back to at start.
+    home: Vec<PathBuf>,
+    /// The fifo `start` writes to.
+    notify: Option<tokio::io::BufReader<tokio::net::unix::pipe::Receiver>>,
+    reaper: Reaper,
+    /// The egress proxy and forwarder, from `start` to the exit.
+    egress: Option<crate::egress::EgressSupervisor>,
+    /// What the time limits stop: runsc's container, the sandbox process as the last resort.
+    limits: Arc<Target>,
+    /// Set when a time limit fired: the exit that follows is classified as that.
+    stopped_for: Arc<OnceLock<ExitCause>>,
+}
+
+impl Guard {
+    /// Creates the sandbox and reports to `create`. On failure, whatever runsc made is removed
+    /// and the reason goes down the ready pipe.
+    async fn start(state_dir: &Path, ready: File) -> std::result::Result<Guard, ()> {
+        let fail = |ready: File, e: &dyn std::fmt::Display| {
+            report(ready, &format!("{FAILED} {e}"));
+        };
+        // The guard has nothing more to say once the reason went down the pipe.
+        let reaper = match Reaper::install() {
+            Ok(r) => r,
+            Err(e) => {
+                fail(ready, &e);
+                return Err(());
+            }
+        };
+        let (state, record, policy, runsc) = match load(state_dir, &reaper).await {
+            Ok(x) => x,
+            Err(e) => {
+                fail(ready, &e);
+                return Err(());
+            }
+        };
+        // runsc joins a cgroup that exists as it is, without the policy's limits.
+        if let Err(e) = LinuxHost.ensure_no_cgroups(&record.cgroups_path, &record.id) {
+            fail(ready, &e);
+            return Err(());
+        }
+        let io = match container_stdio() {
+            Ok(io) => io,
+            Err(e) => {
+                fail(ready, &e);
+                return Err(());
+            }
+        };
+        let created = runsc
+            .create(
+                &record.id,
+                &record.bundle,
+                &state.sandbox_pid_file(),
+                record.console_socket.as_deref(),
+                io,
+            )
+            .await;
+        // The container's streams belong to the sandbox now: holding them open would keep the
+        // engine's readers from seeing the end of the output.
+        detach_stdio();
+        let started = async {
+            created?;
+            let pid = read_pid_file(&state.sandbox_pid_file())?;
+            // Before the watch: until the reaper has seen its exit, the pid is our child's.
+            let process = HostProcess::open_child(pid).ok().map(Arc::new);
+            // With its start time, for `kill`'s last resort from another process.
+            if let Err(e) = state.set_sandbox_process(pid, proc_start_time(pid)) {
+                log::warn!("container {}: {e}", record.id);
+            }
+            let exit = reaper.watch(pid)?;
+            Ok::<_, OciError>((pid, process, exit))
+        }
+        .await;
+        let (sandbox_pid, process, exit) = match started {
+            Ok(x) => x,
+            Err(e) => {
+                undo(&runsc, &record).await;
+                fail(ready, &e);
+                return Err(());
+            }
+        };
+        let (probe, home) = match SandboxCgroup::of_pid(sandbox_pid) {
+            Ok(cg) => {
+                let home = join(&cg);
+                (ExitProbe::arm(cg).ok(), home)
+            }
+            Err(e) => {
+                log::warn!(
+                    "container {}: sandbox cgroups: {e}; OOM and process-limit exits will not be told apart",
+                    record.id
+                );
+                (None, Vec::new())
+            }
+        };
+        // Open before answering: `start` may come the moment `create` returns.
+        let notify = open_notify(&state.notify_fifo());
+        report(ready, &format!("{READY} {sandbox_pid}"));
+        let limits = Arc::new(Target {
+            runtime: Arc::new(RunscRuntime::new(runsc.clone(), reaper.clone())),
+            id: record.id.clone(),
+            sandbox: process,
+        });
+        Ok(Guard {
+            audit: StateTrail::open(&record, &state),
+            state,
+            record,
+            runsc,
+            sandbox_pid,
+            exit,
+            probe,
+            artifacts: policy.audit.artifacts,
+            home,
+            notify,
+            reaper,
+            egress: None,
+            limits,
+            stopped_for: Default::default(),
+        })
+    }
+
+    /// Runs until the sandbox exits; returns the container's exit code.
+    async fn watch(mut self) -> u8 {
+        enum Event {
+            Exit(ExitStatus),
+            Notified(bool),
+            NotifyGone,
+            Signal(i32),
+            LimitsDone,
+        }
+        let mut notify = self.notify.take();
+        let mut line = String::new();
+        // Armed at `start`, once; dropped with the loop when the sandbox exits first.
+        let mut limits: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ExitCause>>>> =
+            None;
+        let mut armed = false;
+        let mut signals = Forwarded::new();
+        let status = loop {
+            let event = tokio::select! {
+                status = &mut self.exit => Event::Exit(status),
+                read = async {
+                    match notify.as_mut() {
+                        Some(n) => n.read_line(&mut line).await,
+                        None => std::future::pending().await,
+                    }
+                } => match read {
+                    Ok(n) if n > 0 => Event::Notified(line.trim() == STARTED),
+                    _ => Event::NotifyGone,
+                },
+                sig = signals.next() => Event::Signal(sig),
+                _ = async {
+                    match limits.as_mut() {
+                        Some(l) => l.await,
+                        None => std::future::pending().await,
+                    }
+                } => Event::LimitsDone,
+            };
+            match event {
+                Event::Exit(status) => break status,
+                Event::Notified(started) => {
+                    line.clear();
+                    if started && !armed {
+                        armed = true;
+                        if self.record.engine != Some(Engine::Podman) {
+                            leave(&self.home);
+                            self.home.clear();
+                        }
+                        limits = Some(Box::pin(self.time_limits()));
+                        self.egress = super::egress::start(
+                            &self.record,
+                            &self.state,
+                            &self.runsc,
+                            &self.reaper,
+                            &self.audit,
+                        );
+                    }
+                }
+                Event::NotifyGone => notify = None,
+                Event::Signal(sig) => self.forward(sig).await,
+                Event::LimitsDone => limits = None,
+            }
+        };
+        // Its records belong before the exit record.
+        if let Some(egress) = self.egress.take() {
+            egress.stop().await;
+        }
+        // Still in the sandbox's cgroups under Podman: no need to move out now, the exit that
+        // follows takes the guard out of them, and moving between v1 hierarchies costs ~7 ms
+        // on the path from the sandbox's exit to the engine seeing it.
+        let artifacts = self.exit_manifest().await;
+        // Before the engine sees the exit: the developer's next git command runs on what this
+        // leaves (see crate::workspace).
+        let bundle = self.record.bundle.clone();
+        let workspace = tokio::task::spawn_blocking(move || {
+            crate::workspace::finish(&bundle, crate::workspace::Ending::Ran)
+        })
+        .await
+        .unwrap_or_default();
+        let (code, cause) = self.conclude(
+            status.unfold_runsc(),
+            artifacts.as_ref(),
+            workspace.as_ref(),
+        );
+        // Not after an OOM kill, nor when the cgroup could not tell: runsc's delete removes the
+        // sandbox's cgroups, and the engines' OOM watchers drop an OOM event whose cgroup is
+        // already gone (measured: Docker's OOMKilled false for a memory bomb). The engine's
+        // own `delete` comes late enough.
+        if cause != ExitCause::Oom && self.probe.is_some() {
+            self.start_runsc_delete();
+        }
+        code
+    }
+
+    /// The policy's wall-clock limit, the sandbox core's (`crate::sandbox::lifetime`): the
+    /// guard records the cause and audits the moment. No idle timeout here: the policy check
+    /// at create refuses one under runsc-hardened.
+    fn time_limits(&self) -> impl std::future::Future<Output = ExitCause> + 'static {
+        let target = self.limits.clone();
+        let stopped_for = self.stopped_for.clone();
+        let audit = self.audit.clone();
+        let subject = self.record.subject.clone();
+        let (max_runtime, grace_period) = (
+            self.record.lifetime.max_runtime,
+            self.record.lifetime.grace_period,
+        );
+        async move {
+            let fired = |cause| {
+                let _ = stopped_for.set(cause);
+                let rec = AuditRecord::new(AuditEvent::Timeout, &subject);
+                if let Err(e) = audit.append(&rec) {
+                    log::warn!("container {}: {e}", target.id);
+                }
+            };
+            lifetime::enforce(
+                &target,
+                max_runtime,
+                grace_period,
+                std::future::pending(),
+                fired,
+            )
+            .await
+        }
+    }
+
+    async fn forward(&self, signal: i32) {
+        if let Err(e) = self.runsc.kill(&self.record.id, signal, false, None).await {
+            if !e.is_gone() {
+                log::warn!(
+                    "container {}: forwarding signal {signal}: {e}",
+                    self.record.id
+                );
+            }
+        }
+    }
+}
+
+async fn load(state_dir: &Path, reaper: &Reaper) -> Result<(StateDir, Record, Policy, Runsc)> {
+    let state = StateDir::at(state_dir)?;
+    let record = state.record()?;
+    let policy = record.policy()?;
+    let runsc = runsc_for(&record, &policy, reaper)?;
+    Ok((state, record, policy, runsc))
+}
+
+fn open_notify(path: &Path) -> Option<tokio::io::BufReader<tokio::net::unix::pipe::Receiver>> {
+    // Read-write, so the fifo never reads as closed between two writers.
+    tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_receiver(path)
+        .ok()
+        .map(tokio::io::BufReader::new)
+}

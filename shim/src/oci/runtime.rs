@@ -1,0 +1,64 @@
+//! The runtime of an existing container, as `create` configured it: its runsc client (and the
+//! sandbox core's `SandboxRuntime` over it), and the cleanup a failed create and `delete` share.
+
+use std::time::{Duration, Instant};
+
+use policy_injector::Policy;
+
+use super::error::Result;
+use super::state::Record;
+use crate::cgroup::SandboxCgroup;
+use crate::reaper::Reaper;
+use crate::runsc::client::Runsc;
+use crate::runtime::runsc::client_with;
+
+/// `delete`'s waits and [`remove_cgroups`]' retries usually end within a few milliseconds
+/// (the engine calls `delete` once the guard's pid has exited): a coarse poll would add most
+/// of its period to every `run --rm`.
+pub(super) const POLL: Duration = Duration::from_millis(2);
+
+/// After a SIGKILL the kernel refuses rmdir of a cgroup for a moment (threads still exiting).
+const CGROUP_RMDIR_WAIT: Duration = Duration::from_secs(5);
+
+/// The runsc client of a container, as its policy configured it at create.
+pub fn runsc_for(record: &Record, policy: &Policy, reaper: &Reaper) -> Result<Runsc> {
+    let resolved;
+    let policy = match &record.runsc_binary {
+        Some(binary) => {
+            let mut p = policy.clone();
+            p.runsc.path = binary.display().to_string();
+            resolved = p;
+            &resolved
+        }
+        None => policy,
+    };
+    Ok(client_with(
+        policy,
+        &record.runsc,
+        &record.namespace,
+        &record.bundle,
+        record.features.clone(),
+        reaper.clone(),
+    )?)
+}
+
+/// A create that failed after runsc started: remove what runsc made.
+pub(super) async fn undo(runsc: &Runsc, record: &Record) {
+    let _ = runsc.delete(&record.id, true).await;
+    let _ = remove_cgroups(record).await;
+}
+
+/// Removes the sandbox's cgroups runsc left, retrying while the kernel still refuses (threads
+/// of a killed sandbox exiting), at most [`CGROUP_RMDIR_WAIT`].
+pub(super) async fn remove_cgroups(record: &Record) -> Result<(), crate::cgroup::CgroupError> {
+    let Ok(cg) = SandboxCgroup::for_spec(&record.cgroups_path, &record.id) else {
+        return Ok(());
+    };
+    let deadline = Instant::now() + CGROUP_RMDIR_WAIT;
+    loop {
+        match cg.remove_empty() {
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
+            done => return done,
+        }
+    }
+}

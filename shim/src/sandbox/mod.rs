@@ -1,0 +1,21 @@
+//! The sandbox core: the operations a sandbox goes through that both front ends perform, each
+//! defined once over the seams (`crate::runtime::SandboxRuntime` for runsc, `crate::host` for
+//! the kernel) and free of containerd's types.
+//!
+//! - `crate::prepare`: load the policy, read and harden the spec, configure runsc, audit.
+//! - [`exit`]: why a sandbox ended (enforcement, the cgroup's counters, or its status), and
+//!   how that is said in the log.
+//! - [`lifetime`]: the policy's time limits (SIGTERM to every process, the grace period,
+//!   SIGKILL, the host's SIGKILL when runsc cannot deliver one).
+//! - [`update`]: new resources through the policy, into the cgroups, then to runsc.
+//! - [`host_process`]: a host process the runtime recorded, signalled through a pidfd so a
+//!   recycled pid is never hit.
+//!
+//! Callers: the containerd shim (`crate::container`, which maps them onto the task API) and
+//! runsc-hardened (`crate::oci`, which maps them onto runc's command line and its guard
+//! processes).
+
+pub mod exit;
+pub mod host_process;
+pub mod lifetime;
+pub mod update;
