@@ -47,6 +47,10 @@ export GOPATH="$CACHE_ROOT/go"
 export GOMODCACHE="$CACHE_ROOT/go/pkg/mod"
 export GOCACHE="$CACHE_ROOT/go/cache"
 export GOFLAGS=-modcacherw
+# The go command keeps telemetry counters (and its env file) in the user's config directory,
+# /root/.config/go: a build running beside the attack table's host check changed files under
+# /root that the check watches. Keep them with the caches.
+export XDG_CONFIG_HOME="$CACHE_ROOT/go/config"
 # Every binary is static: they run inside other mount namespaces and next to Debian's libc-linked
 # binaries, and nothing below needs cgo (containerd's only cgo user is the btrfs snapshotter).
 export CGO_ENABLED=0
