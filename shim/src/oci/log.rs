@@ -38,10 +38,6 @@ impl EngineLog {
         self.line("warning", msg);
     }
 
-    pub fn info(&self, msg: &str) {
-        self.line("info", msg);
-    }
-
     fn line(&self, level: &str, msg: &str) {
         eprintln!("runsc-hardened: {msg}");
         let Some(path) = &self.path else { return };
@@ -58,7 +54,7 @@ struct EngineLogger(EngineLog);
 
 impl log::Log for EngineLogger {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::max_level()
+        metadata.level() <= log::Level::Warn
     }
 
     fn log(&self, record: &log::Record<'_>) {
@@ -68,8 +64,7 @@ impl log::Log for EngineLogger {
         let msg = record.args().to_string();
         match record.level() {
             log::Level::Error => self.0.error(&msg),
-            log::Level::Warn => self.0.warn(&msg),
-            _ => self.0.info(&msg),
+            _ => self.0.warn(&msg),
         }
     }
 

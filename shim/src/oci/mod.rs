@@ -28,6 +28,8 @@ mod query;
 mod runtime;
 mod start;
 pub mod state;
+#[cfg(test)]
+mod tests;
 mod trail;
 mod update;
 
