@@ -204,31 +204,16 @@ pub fn is_service_account_token(bytes: &[u8]) -> bool {
     })
 }
 
-/// Decodes base64url (RFC 4648 §5), padding optional.
+/// Decodes base64url (RFC 4648 §5), padding optional (JWTs leave it out).
 fn base64url(s: &str) -> Option<Vec<u8>> {
-    let s = s.trim_end_matches('=');
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let mut acc: u32 = 0;
-    let mut bits = 0;
-    for c in s.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'-' => 62,
-            b'_' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    // A single leftover character cannot encode a byte.
-    (bits < 6).then_some(out)
+    use base64::alphabet::URL_SAFE;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    use base64::Engine;
+    const BASE64URL: GeneralPurpose = GeneralPurpose::new(
+        &URL_SAFE,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    BASE64URL.decode(s).ok()
 }
 
 #[cfg(test)]
