@@ -27,6 +27,10 @@
 #
 # Restarting the node's containerd (what the installer DaemonSet's --restart-command does):
 #   <GVH_KUBE_DIR>/restart-containerd.sh
+# The installer image (deploy/build-image.sh) is imported under the reference
+# deploy/kustomize/default renders. On this node the DaemonSet needs its host paths pointed at the
+# node's directory (an overlay setting the installer's GVH_* variables, see
+# tests/src/kube/overlay.rs): the defaults are the machine's own /etc/containerd and friends.
 # It stops containerd (SIGTERM, pods keep running: their shims are not its children) and starts
 # it again on the same config, detached and in the /gvh-kube-node cgroups, so it outlives the
 # caller and the caller's pod.
@@ -260,9 +264,11 @@ disabled_plugins = [
     conf_dir = "$DIR/cni/conf"
 
 [plugins."io.containerd.grpc.v1.cri"]
-  # Streaming (exec, attach, port-forward) on loopback, on a free port.
+  # Streaming (exec, attach, port-forward) on loopback, on a port picked free at up and kept
+  # across restarts (with "0" each restart moves it, and an exec URL handed out just before a
+  # restart points nowhere).
   stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
+  stream_server_port = "$STREAM_PORT"
 EOF
   cat >"$DIR/cni/conf/10-gvh-kube.conflist" <<EOF
 {
@@ -290,8 +296,10 @@ EOF
 # The restart command for the installer (and for the tests): stop, then start on the same
 # config, in our cgroups, detached. The shims (and so the pods) keep running meanwhile.
 write_restart_script() {
-  local bindir
-  bindir="$(dirname "${BIN[containerd]}")"
+  # containerd finds its runc shim, and our shim finds runsc, on PATH: the stack's, whatever
+  # PATH the caller (a test, the installer's pod) has.
+  local path
+  path="$(dirname "${BIN[containerd]}"):$(dirname "${BIN[runsc]}"):/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
   cat >"$DIR/restart-containerd.sh" <<EOF
 #!/bin/sh
 # Restarts the node's containerd (written by hack/kube-node.sh up). Returns once the new one
@@ -311,7 +319,7 @@ fi
 $(declare -f cgroup_hierarchies)
 for h in \$(cgroup_hierarchies); do echo \$\$ >"\$h/$CONTAINERD_CGROUP/cgroup.procs"; done
 rm -f "$DIR/containerd/containerd.sock"
-PATH="$bindir:\$PATH" setsid "${BIN[containerd]}" --config "$DIR/containerd/config.toml" \\
+PATH="$path" setsid "${BIN[containerd]}" --config "$DIR/containerd/config.toml" \\
   >>"$DIR/logs/containerd.log" 2>&1 </dev/null &
 echo \$! >"\$pidfile"
 i=0
@@ -454,7 +462,7 @@ up() {
   trap 'up_failed' EXIT
 
   read -r ETCD_PORT ETCD_PEER_PORT API_PORT CM_PORT SCHED_PORT KUBELET_PORT KUBELET_HEALTHZ_PORT \
-    < <(free_ports 7)
+    STREAM_PORT < <(free_ports 8)
   log "certificates and keys"
   make_pki
   for pair in admin:admin controller-manager:controller-manager scheduler:scheduler kubelet:kubelet; do
@@ -469,6 +477,10 @@ up() {
   write_restart_script
   "$DIR/restart-containerd.sh"
   pause_image
+  # The installer image, under the reference deploy/kustomize/default renders (a release build
+  # of the installer and the shim the first time; cached by content).
+  log "the installer image (deploy/build-image.sh)"
+  "$REPO_ROOT/deploy/build-image.sh" --import-to "$DIR/containerd/containerd.sock" >&2
 
   log "etcd, kube-apiserver"
   start_etcd

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use gvisor_hardened_tests::cri::runsc_sandbox_processes;
 use gvisor_hardened_tests::kube::{
-    install_shim_directly, KubeNode, NodePolicies, PodSpec, PodWatch,
+    install_shim_directly, uninstall_directly, InstallerOverlay, KubeNode, NodePolicies, PodSpec,
+    PodWatch, NODE_NAME,
 };
 use gvisor_hardened_tests::{poll_until, shim_binary, ProbeLine, TestImage, TEST_IMAGE_REF};
 use serde_json::json;
@@ -53,12 +54,16 @@ const CASES: &[(&str, Case)] = &[
         "exec_it_attach_logs_follow_and_cp",
         exec_it_attach_logs_follow_and_cp,
     ),
-    ("oom_shows_oomkilled", oom_shows_oomkilled),
     (
         "wall_clock_limit_stops_the_pod",
         wall_clock_limit_stops_the_pod,
     ),
     ("admission_by_the_api_server", admission_by_the_api_server),
+    // Last: it takes the harness's own install out first.
+    (
+        "installer_daemonset_installs_and_uninstalls",
+        installer_daemonset_installs_and_uninstalls,
+    ),
 ];
 
 fn main() {
@@ -556,26 +561,6 @@ fn tempfile_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("gvh-kube-{name}-{}", std::process::id()))
 }
 
-fn oom_shows_oomkilled(ctx: &Ctx) {
-    let ns = ns(ctx, "oom");
-    let pod = PodSpec::new("oom", &ns, TEST_IMAGE_REF)
-        .runtime_class("gvisor-hardened")
-        .annotation("gvisor-hardened.dev/memory", "128Mi")
-        .container("app", &["/bin/sandbox-probe", "mem", "1024", "60"]);
-    ctx.node.apply(&pod.to_yaml()).unwrap();
-    let reason = ctx
-        .node
-        .wait_field(
-            &ns,
-            "oom",
-            "{.status.containerStatuses[0].state.terminated.reason}",
-            READY,
-        )
-        .unwrap();
-    assert_eq!(reason, "OOMKilled");
-    ctx.node.delete_pod(&ns, "oom").unwrap();
-}
-
 fn wall_clock_limit_stops_the_pod(ctx: &Ctx) {
     let ns = ns(ctx, "lifetime");
     let pod = PodSpec::new("lifetime", &ns, TEST_IMAGE_REF)
@@ -919,4 +904,157 @@ fn admission_by_the_api_server(ctx: &Ctx) {
         .args(["delete", "clusterrolebinding,clusterrole", "gvh-test-rc"])
         .checked()
         .unwrap();
+}
+
+fn node_label(ctx: &Ctx) -> String {
+    ctx.node.jsonpath(
+        "default",
+        &format!("node/{NODE_NAME}"),
+        "{.metadata.labels.gvisor-hardened\\.dev/installed}",
+    )
+}
+
+fn installer_daemonset_installs_and_uninstalls(ctx: &Ctx) {
+    let k = &ctx.node;
+    uninstall_directly(k, &ctx.installed).unwrap();
+    let original = std::fs::read(&k.containerd_config).unwrap();
+    assert_eq!(original, ctx.installed.original_config);
+    assert_eq!(node_label(ctx), "");
+
+    // A runc pod that must keep running through the installer's containerd restarts.
+    let sns = ns(ctx, "survivor");
+    run(ctx, &sleeper("survivor", &sns, None));
+    let started = "{.status.containerStatuses[0].state.running.startedAt}";
+    let before = k.jsonpath(&sns, "pod/survivor", started);
+
+    let overlay = InstallerOverlay::write(k).unwrap();
+    k.kubectl()
+        .args(["apply", "-k"])
+        .arg(&overlay.dir)
+        .checked()
+        .unwrap();
+    poll_until(
+        "the installer to label the node",
+        Duration::from_secs(300),
+        || (node_label(ctx) == "true").then_some(()),
+    )
+    .unwrap_or_else(|e| {
+        let logs = k
+            .kubectl()
+            .args([
+                "-n",
+                "gvisor-hardened-system",
+                "logs",
+                "daemonset/gvisor-hardened-installer",
+            ])
+            .output()
+            .map(|o| format!("{o}"))
+            .unwrap_or_default();
+        panic!("{e}\ninstaller logs: {logs}");
+    });
+    let installed = std::fs::read(&k.containerd_config).unwrap();
+    assert_ne!(installed, original, "the config was not edited");
+    assert!(overlay.shim_dest().is_file());
+
+    // Hardened pods run under the installed shim and policies.
+    let hns = ns(ctx, "after-install");
+    run(ctx, &sleeper("hardened", &hns, Some("gvisor-hardened")));
+    // The installer may still be restarting containerd when the pod is Ready.
+    poll_until("exec through the installed containerd", READY, || {
+        k.exec(&hns, "hardened", "app", &["true"])
+            .ok()?
+            .success()
+            .then_some(())
+    })
+    .unwrap();
+    assert_hardened(ctx, &hns, "hardened", "app");
+    let cid = k.jsonpath(
+        &hns,
+        "pod/hardened",
+        "{.status.containerStatuses[0].containerID}",
+    );
+    let cid = cid.trim_start_matches("containerd://").to_string();
+    assert!(
+        overlay.audit_log().contains(&cid),
+        "no audit record for {cid} in the installed policy's log"
+    );
+    k.delete_pod(&hns, "hardened").unwrap();
+
+    // The runc pod is the same container, never restarted.
+    assert_eq!(k.jsonpath(&sns, "pod/survivor", started), before);
+    assert_eq!(
+        k.jsonpath(
+            &sns,
+            "pod/survivor",
+            "{.status.containerStatuses[0].restartCount}"
+        ),
+        "0"
+    );
+
+    // The installer's own account of the uninstall, shown if the checks below fail.
+    let log_path = tempfile_path("installer-log");
+    let mut follow = k.kubectl_command();
+    follow
+        .args([
+            "-n",
+            "gvisor-hardened-system",
+            "logs",
+            "-f",
+            "daemonset/gvisor-hardened-installer",
+        ])
+        .stdout(std::fs::File::create(&log_path).unwrap())
+        .stderr(Stdio::null());
+    let mut follow = follow.spawn().unwrap();
+    // The DaemonSet first, the rest after: `kubectl delete -k` of everything at once removes
+    // the installer's RBAC while it uninstalls, its unlabelling is refused (403) and it stops
+    // before restoring the config (seen here; see the README).
+    k.kubectl()
+        .args([
+            "-n",
+            "gvisor-hardened-system",
+            "delete",
+            "daemonset",
+            "gvisor-hardened-installer",
+        ])
+        .args(["--cascade=foreground", "--wait=true", "--timeout=300s"])
+        .timeout(Duration::from_secs(330))
+        .checked()
+        .unwrap();
+    // The installer uninstalls on SIGTERM: config byte for byte, label, files.
+    let restored = poll_until("the config restored", Duration::from_secs(120), || {
+        (std::fs::read(&k.containerd_config).ok()? == original).then_some(())
+    });
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    restored.unwrap_or_else(|e| panic!("{e}; the installer's log:\n{log}"));
+    poll_until("the label removed", Duration::from_secs(60), || {
+        node_label(ctx).is_empty().then_some(())
+    })
+    .unwrap();
+    for p in [
+        overlay.shim_dest(),
+        overlay.forwarder_dest(),
+        overlay.layout.policy_dir(),
+    ] {
+        assert!(!p.exists(), "{} left behind", p.display());
+    }
+    k.kubectl()
+        .args(["delete", "-k"])
+        .arg(&overlay.dir)
+        .args(["--ignore-not-found", "--wait=true", "--timeout=300s"])
+        .timeout(Duration::from_secs(330))
+        .checked()
+        .unwrap();
+    // Our classes are gone: a pod asking for one is refused.
+    let refused = k
+        .create(&sleeper("late", &hns, Some("gvisor-hardened")).to_yaml())
+        .unwrap();
+    assert!(
+        !refused.success() && refused.stderr.contains("not found"),
+        "{refused}"
+    );
+    assert_eq!(k.jsonpath(&sns, "pod/survivor", started), before);
+    k.delete_pod(&sns, "survivor").unwrap();
 }

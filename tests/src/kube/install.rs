@@ -98,7 +98,7 @@ pub fn install_shim_directly(node: &KubeNode, shim: &Path) -> Result<NodePolicie
 
 /// The node's kubelet keeps its pods under its own root (not /var/lib/kubelet): the policy's
 /// token-volume rule finds projected service-account tokens by that root.
-fn with_kubelet_root(policy: &str, root: &Path) -> Result<String> {
+pub(crate) fn with_kubelet_root(policy: &str, root: &Path) -> Result<String> {
     let mut doc: toml_edit::DocumentMut = policy
         .parse()
         .map_err(|e| HarnessError::Config(format!("policy is not TOML: {e}")))?;

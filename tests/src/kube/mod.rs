@@ -16,9 +16,11 @@
 //! `up` writes next to the containerd config's directory (`<dir>/restart-containerd.sh`).
 
 mod install;
+mod overlay;
 mod pods;
 
 pub use install::{install_shim_directly, uninstall_directly, NodePolicies, SHIPPED_AGENT_POLICY};
+pub use overlay::InstallerOverlay;
 pub use pods::{PodSpec, PodWatch};
 
 use std::path::{Path, PathBuf};
@@ -112,6 +114,16 @@ impl KubeNode {
     /// The command that restarts the node's containerd (what the installer is pointed at).
     pub fn restart_script(&self) -> PathBuf {
         self.dir().join("restart-containerd.sh")
+    }
+
+    /// The kubelet's pid (`<dir>/pids/kubelet`, where kube-node.sh keeps each daemon's).
+    pub fn kubelet_pid(&self) -> Result<u32> {
+        let path = self.dir().join("pids/kubelet");
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| HarnessError::io("reading", &path, e))?;
+        text.trim()
+            .parse()
+            .map_err(|_| HarnessError::Config(format!("{}: not a pid: {text}", path.display())))
     }
 
     /// `kubectl --kubeconfig <admin>`, with a 120 s deadline.
