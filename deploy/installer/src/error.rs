@@ -55,7 +55,7 @@ pub enum InstallError {
 
 #[derive(Debug, Error)]
 pub enum UninstallError {
-    #[error("unlabelling the node: {0}")]
+    #[error("unlabelling the node (everything else was undone): {0}")]
     Label(#[source] KubeError),
     #[error("install state: {0}")]
     State(#[from] StateError),

@@ -1,6 +1,10 @@
 //! `uninstall`: every install step reversed, in reverse order.
 //!
-//! 1. Unlabel the node, so the scheduler stops placing our pods here first.
+//! 1. Unlabel the node, so the scheduler stops placing our pods here first. A refusal does not
+//!    stop the rest: `kubectl delete -k` deletes the installer's RBAC together with the
+//!    DaemonSet, so the API server may answer 403 while the pod is uninstalling, and a node left
+//!    labelled but restored is better than one left labelled and still configured. The label
+//!    error is returned after everything else was undone.
 //! 2. Restore the config: the original bytes when the file is still exactly what we wrote,
 //!    otherwise (an operator edited it since) remove only our tables; a drop-in is deleted.
 //! 3. Restart containerd if the config changed and check over CRI that it is ready without
@@ -32,15 +36,23 @@ pub struct UninstallReport {
 
 impl Node {
     pub fn uninstall(&self) -> Result<UninstallReport, UninstallError> {
-        // 1: unlabel.
+        // 1: unlabel; a refusal is reported once the rest is undone.
+        let mut label_error = None;
         let unlabelled = match &self.labeller {
-            Some(l) => {
-                l.client
-                    .set_node_label(&l.node, NODE_LABEL, None)
-                    .map_err(UninstallError::Label)?;
-                (self.log)(&format!("removed label {NODE_LABEL} from node {}", l.node));
-                true
-            }
+            Some(l) => match l.client.set_node_label(&l.node, NODE_LABEL, None) {
+                Ok(()) => {
+                    (self.log)(&format!("removed label {NODE_LABEL} from node {}", l.node));
+                    true
+                }
+                Err(e) => {
+                    (self.log)(&format!(
+                        "could not remove label {NODE_LABEL} from node {} ({e}); restoring the node anyway",
+                        l.node
+                    ));
+                    label_error = Some(e);
+                    false
+                }
+            },
             None => false,
         };
 
@@ -115,6 +127,9 @@ impl Node {
         files::remove_dir_if_empty(&self.layout.on_host(&self.layout.state_dir))
             .map_err(UninstallError::Files)?;
 
+        if let Some(e) = label_error {
+            return Err(UninstallError::Label(e));
+        }
         Ok(UninstallReport {
             config,
             restarted,

@@ -35,7 +35,47 @@ on_both_releases!(
     install_refuses_when_an_import_shadows_our_handlers,
     missing_config_is_generated_from_containerd_defaults_and_passes_the_merged_check,
     cri_verify_failure_rolls_the_config_back,
+    a_refused_unlabel_still_restores_the_node,
 );
+
+/// `kubectl delete -k` removes the installer's RBAC with its DaemonSet: the API server answers
+/// 403 to the unlabel while the pod uninstalls. The config, containerd and the files are
+/// restored anyway, and the refusal is the error.
+fn a_refused_unlabel_still_restores_the_node(release: Release) {
+    let ctd = PrivateContainerd::new(release);
+    let original = ctd.base_config();
+    fs::write(ctd.config_path(), &original).unwrap();
+    ctd.start();
+    let api = FakeApi::start();
+    let client = KubeClient::new(
+        Some(api.url.clone()),
+        Path::new("/nonexistent/token"),
+        Path::new("/nonexistent/ca.crt"),
+    )
+    .unwrap();
+    let node = node(
+        &ctd,
+        Some(Labeller {
+            client,
+            node: "node-a".into(),
+        }),
+    );
+    node.install()
+        .unwrap_or_else(|e| panic!("{e}\n{}", ctd.log()));
+    api.answer_with(403);
+    let err = node.uninstall().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            gvisor_hardened_installer::error::UninstallError::Label(_)
+        ),
+        "{err}"
+    );
+    assert_eq!(fs::read(ctd.config_path()).unwrap(), original.as_bytes());
+    assert!(!node.layout.shim_path.exists());
+    assert!(!node.layout.state_dir.exists());
+    assert_cri_shows(&ctd, &[]);
+}
 
 /// The version the release's base config is written in.
 fn config_version(release: Release) -> ConfigVersion {
