@@ -38,10 +38,16 @@ on_both_releases!(
     a_refused_unlabel_still_restores_the_node,
 );
 
-/// `kubectl delete -k` removes the installer's RBAC with its DaemonSet: the API server answers
-/// 403 to the unlabel while the pod uninstalls. The config, containerd and the files are
-/// restored anyway, and the refusal is the error.
-fn a_refused_unlabel_still_restores_the_node(release: Release) {
+/// A private containerd of `release` started on its base config (returned), a fake API server,
+/// and the installer's view of the node labelling `node-a` through it.
+fn started_labelled_node(
+    release: Release,
+) -> (
+    PrivateContainerd,
+    FakeApi,
+    gvisor_hardened_installer::install::Node,
+    String,
+) {
     let ctd = PrivateContainerd::new(release);
     let original = ctd.base_config();
     fs::write(ctd.config_path(), &original).unwrap();
@@ -60,6 +66,14 @@ fn a_refused_unlabel_still_restores_the_node(release: Release) {
             node: "node-a".into(),
         }),
     );
+    (ctd, api, node, original)
+}
+
+/// `kubectl delete -k` removes the installer's RBAC with its DaemonSet: the API server answers
+/// 403 to the unlabel while the pod uninstalls. The config, containerd and the files are
+/// restored anyway, and the refusal is the error.
+fn a_refused_unlabel_still_restores_the_node(release: Release) {
+    let (ctd, api, node, original) = started_labelled_node(release);
     node.install()
         .unwrap_or_else(|e| panic!("{e}\n{}", ctd.log()));
     api.answer_with(403);
@@ -92,24 +106,7 @@ fn runtime_table(release: Release, handler: &str) -> String {
 }
 
 fn install_is_verified_over_cri_is_idempotent_and_uninstall_restores_the_bytes(release: Release) {
-    let ctd = PrivateContainerd::new(release);
-    let original = ctd.base_config();
-    fs::write(ctd.config_path(), &original).unwrap();
-    ctd.start();
-    let api = FakeApi::start();
-    let client = KubeClient::new(
-        Some(api.url.clone()),
-        Path::new("/nonexistent/token"),
-        Path::new("/nonexistent/ca.crt"),
-    )
-    .unwrap();
-    let node = node(
-        &ctd,
-        Some(Labeller {
-            client,
-            node: "node-a".into(),
-        }),
-    );
+    let (ctd, api, node, original) = started_labelled_node(release);
 
     // Before: only runc.
     assert_cri_shows(&ctd, &[]);
