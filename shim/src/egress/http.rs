@@ -302,12 +302,31 @@ fn status_text(status: u16) -> &'static str {
     }
 }
 
-/// A complete response that closes the connection, with `body` as text for the agent.
+/// The most of the reason a refusal's status line carries.
+const MAX_REASON_PHRASE: usize = 200;
+
+/// The status line's reason phrase: for a refusal, the reason itself. curl, pip and git show
+/// the status line but not the body, so a bare "Forbidden" left the agent guessing (and pip
+/// retrying). Only printable ASCII (a reason phrase must not carry CR/LF), bounded.
+fn reason_phrase(status: u16, body: &str) -> String {
+    let first = body.lines().next().unwrap_or("").trim();
+    if status == 200 || first.is_empty() {
+        return status_text(status).to_string();
+    }
+    first
+        .chars()
+        .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+        .take(MAX_REASON_PHRASE)
+        .collect()
+}
+
+/// A complete response that closes the connection, with `body` as text for the agent, whose
+/// first line is also the status line's reason phrase.
 pub fn response(status: u16, body: &str) -> Vec<u8> {
+    let reason = reason_phrase(status, body);
     let body = format!("{}\n", body.trim_end());
     format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\nX-Gvisor-Hardened-Egress: {}\r\n\r\n{body}",
-        status_text(status),
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\nX-Gvisor-Hardened-Egress: {}\r\n\r\n{body}",
         body.len(),
         if status == 200 { "allowed" } else { "denied" },
     )

@@ -168,12 +168,17 @@ fn run(lab: &Lab, prefix: &'static str, script: &str) -> Result<(Ran, UpstreamNe
     Ok((ran, ns))
 }
 
-/// The workload asks the proxy for `url` and gets a 403 whose body says why; the audit has the
-/// connection, denied, with that reason.
+/// The workload asks the proxy for `url` and gets a 403 whose status line and body say why; the
+/// audit has the connection, denied, with that reason.
 fn refused(lab: &Lab, prefix: &'static str, url: &str, must_say: &str) -> Outcome {
     let script = format!("wget -q -O - {url} 2>&1; echo rc=$?");
     let (ran, _ns) = run(lab, prefix, &script)?;
-    ensure(ran.out.stdout.contains("403"), || ran.summary())?;
+    // busybox wget, like curl, pip and git, shows the status line and not the body: the
+    // reason must be in the status line's reason phrase.
+    ensure(
+        ran.out.stdout.contains("403 egress denied") && ran.out.stdout.contains(must_say),
+        || ran.summary(),
+    )?;
     let host = url
         .split("//")
         .nth(1)

@@ -107,10 +107,34 @@ fn responses_carry_the_reason_as_the_body() {
         "egress denied: host x.test is not in the allowlist",
     ))
     .unwrap();
-    assert!(r.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{r}");
+    assert!(
+        r.starts_with("HTTP/1.1 403 egress denied: host x.test is not in the allowlist\r\n"),
+        "{r}"
+    );
     assert!(
         r.ends_with("\r\n\r\negress denied: host x.test is not in the allowlist\n"),
         "{r}"
     );
     assert!(r.contains("Content-Length: 51\r\n"), "{r}");
+}
+
+#[test]
+fn the_reason_phrase_is_one_printable_bounded_line() {
+    let r = String::from_utf8(response(
+        403,
+        "denied: h\u{e9}\tx\r\nInjected: 1\nsecond line",
+    ))
+    .unwrap();
+    let status = r.split("\r\n").next().unwrap();
+    assert_eq!(status, "HTTP/1.1 403 denied: h??x", "{r}");
+    let head = r.split("\r\n\r\n").next().unwrap();
+    assert!(!head.contains("Injected"), "no header from the reason: {r}");
+    let long = "x".repeat(1000);
+    let r = String::from_utf8(response(403, &long)).unwrap();
+    assert_eq!(
+        r.split("\r\n").next().unwrap().len(),
+        "HTTP/1.1 403 ".len() + 200
+    );
+    let r = String::from_utf8(response(502, "")).unwrap();
+    assert!(r.starts_with("HTTP/1.1 502 Bad Gateway\r\n"), "{r}");
 }
