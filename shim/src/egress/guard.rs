@@ -22,6 +22,8 @@ pub enum Refusal {
     /// 240.0.0.0/4 and other ranges no public host uses.
     Reserved,
     NodeAddress,
+    /// A cloud metadata service outside link-local (Azure's 168.63.129.16).
+    Metadata,
 }
 
 impl Refusal {
@@ -38,6 +40,7 @@ impl Refusal {
             Refusal::Broadcast => "broadcast",
             Refusal::Reserved => "reserved",
             Refusal::NodeAddress => "node-address",
+            Refusal::Metadata => "metadata",
         }
     }
 }
@@ -55,25 +58,64 @@ impl fmt::Display for Refusal {
             Refusal::Broadcast => "the broadcast address",
             Refusal::Reserved => "a reserved address",
             Refusal::NodeAddress => "an address of this node",
+            Refusal::Metadata => "a cloud metadata service address",
         })
     }
 }
 
-/// The IPv4 address an IPv6 address stands for: IPv4-mapped (`::ffff:a.b.c.d`) and the NAT64
-/// well-known prefix (`64:ff9b::/96`), which a NAT64 gateway would turn into that IPv4 address.
-pub fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return Some(v4);
-    }
+/// The IPv4 addresses an IPv6 address stands for, which a translator or tunnel on the way would
+/// deliver to: IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, deprecated), the
+/// NAT64 well-known prefix (`64:ff9b::/96`) and local-use prefix (`64:ff9b:1::/48`, RFC 6052's
+/// /48 layout), 6to4 (`2002:AABB:CCDD::/48`) and Teredo (`2001:0::/32`: its server, and its
+/// client with the bits inverted). Each is classified like the IPv4 address itself.
+pub fn embedded_v4s(ip: Ipv6Addr) -> Vec<Ipv4Addr> {
+    let o = ip.octets();
     let s = ip.segments();
-    if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
-        let o = ip.octets();
-        return Some(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
+    let v4 = |a: u8, b: u8, c: u8, d: u8| Ipv4Addr::new(a, b, c, d);
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return vec![v4];
     }
-    None
+    if s[..6] == [0, 0, 0, 0, 0, 0] && s[6] != 0 {
+        // IPv4-compatible; `::` and `::1` (s[6] == 0) are the unspecified and loopback addresses.
+        return vec![v4(o[12], o[13], o[14], o[15])];
+    }
+    if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
+        return vec![v4(o[12], o[13], o[14], o[15])];
+    }
+    if s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1 {
+        // /48: octets 6-7 hold the first two, octet 8 is the reserved "u" byte, 9-10 the rest.
+        return vec![v4(o[6], o[7], o[9], o[10])];
+    }
+    if s[0] == 0x2002 {
+        return vec![v4(o[2], o[3], o[4], o[5])];
+    }
+    if s[0] == 0x2001 && s[1] == 0 {
+        return vec![
+            v4(o[4], o[5], o[6], o[7]),
+            v4(!o[12], !o[13], !o[14], !o[15]),
+        ];
+    }
+    Vec::new()
 }
 
+/// The one IPv4 address an IPv6 address is another spelling of (mapped, compatible, NAT64), for
+/// comparing with the node's own addresses. Tunnels (6to4, Teredo) reach other hosts.
+pub fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    match embedded_v4s(ip).as_slice() {
+        [one] if s[0] != 0x2002 => Some(*one),
+        _ => None,
+    }
+}
+
+/// Metadata services reachable outside 169.254.0.0/16: Azure's WireServer (168.63.129.16),
+/// which hands out VM extensions' settings and keys to whoever asks from the VM.
+const METADATA_V4: &[Ipv4Addr] = &[Ipv4Addr::new(168, 63, 129, 16)];
+
 fn v4_class(ip: Ipv4Addr) -> Option<Refusal> {
+    if METADATA_V4.contains(&ip) {
+        return Some(Refusal::Metadata);
+    }
     let o = ip.octets();
     Some(match o {
         [0, ..] => Refusal::Unspecified,
@@ -91,8 +133,9 @@ fn v4_class(ip: Ipv4Addr) -> Option<Refusal> {
 }
 
 fn v6_class(ip: Ipv6Addr) -> Option<Refusal> {
-    if let Some(v4) = embedded_v4(ip) {
-        return v4_class(v4);
+    let embedded = embedded_v4s(ip);
+    if !embedded.is_empty() {
+        return embedded.into_iter().find_map(v4_class);
     }
     let s0 = ip.segments()[0];
     Some(if ip.is_unspecified() {
@@ -223,8 +266,23 @@ mod tests {
             ("::ffff:10.1.2.3", Refusal::Private),
             ("64:ff9b::a9fe:a9fe", Refusal::LinkLocal),
             ("64:ff9b::7f00:1", Refusal::Loopback),
+            ("168.63.129.16", Refusal::Metadata),
+            ("::ffff:168.63.129.16", Refusal::Metadata),
+            // IPv4 inside IPv6: IPv4-compatible, NAT64 local-use /48, 6to4, Teredo (server, and
+            // client with inverted bits).
+            ("::a9fe:a9fe", Refusal::LinkLocal),
+            ("::10.0.0.1", Refusal::Private),
+            ("64:ff9b:1:a9fe:00a9:fe00::", Refusal::LinkLocal),
+            ("64:ff9b:1:7f00:0001::", Refusal::Loopback),
+            ("2002:a9fe:a9fe::1", Refusal::LinkLocal),
+            ("2002:0a00:0001::", Refusal::Private),
+            ("2002:7f00:1::", Refusal::Loopback),
+            ("2001:0:a9fe:a9fe::1", Refusal::LinkLocal),
+            ("2001:0:c633:6401::f5ff:fffe", Refusal::Private),
+            ("64:ff9b::a83f:8110", Refusal::Metadata),
             ("203.0.113.7", Refusal::NodeAddress),
             ("::ffff:203.0.113.7", Refusal::NodeAddress),
+            ("::cb00:7107", Refusal::NodeAddress),
             ("2001:db8::7", Refusal::NodeAddress),
         ];
         for (ip, want) in cases {
@@ -249,6 +307,10 @@ mod tests {
             "2001:db8:1::1111",
             "::ffff:198.51.100.53",
             "203.0.113.8",
+            "64:ff9b::c633:6435",
+            "64:ff9b:1:c633:0064:3500::",
+            "2002:c633:6401::1",
+            "2001:0:c633:6401::3acc:9bca",
         ] {
             assert_eq!(g.check(ip.parse().unwrap()), Ok(None), "{ip}");
         }

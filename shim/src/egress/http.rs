@@ -180,6 +180,14 @@ pub fn parse_head(head: &[u8]) -> Result<Request, HeadError> {
     if header("host").len() > 1 {
         return Err(bad("more than one Host header"));
     }
+    if method == "TRACE" {
+        // TRACE echoes the request back, headers included: across a proxy that adds or keeps
+        // headers it is a way to read them (cross-site tracing). No agent needs it.
+        return Err(HeadError {
+            status: 405,
+            reason: "TRACE is refused: it echoes the request's headers back".into(),
+        });
+    }
     if method == "CONNECT" {
         let (host, port) = split_authority(target, None)?;
         return Ok(Request::Connect { host, port });

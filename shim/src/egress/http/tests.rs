@@ -138,3 +138,10 @@ fn the_reason_phrase_is_one_printable_bounded_line() {
     let r = String::from_utf8(response(502, "")).unwrap();
     assert!(r.starts_with("HTTP/1.1 502 Bad Gateway\r\n"), "{r}");
 }
+
+#[test]
+fn trace_is_refused_with_405() {
+    let e = parse("TRACE http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n").unwrap_err();
+    assert_eq!(e.status, 405);
+    assert!(e.reason.contains("TRACE"), "{}", e.reason);
+}
