@@ -34,6 +34,21 @@ pub enum Request {
 }
 
 impl Request {
+    /// The bytes of body that follow a plain request's head (its Content-Length, which
+    /// [`parse_head`] checked; 0 without one). A tunnel has no such bound.
+    pub fn body_len(&self) -> Option<u64> {
+        match self {
+            Request::Connect { .. } => None,
+            Request::Plain { headers, .. } => Some(
+                headers
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                    .and_then(|(_, v)| v.parse().ok())
+                    .unwrap_or(0),
+            ),
+        }
+    }
+
     pub fn host(&self) -> &str {
         match self {
             Request::Connect { host, .. } | Request::Plain { host, .. } => host,
@@ -217,6 +232,23 @@ pub fn parse_head(head: &[u8]) -> Result<Request, HeadError> {
     if path.bytes().any(|b| b <= b' ' || b == 0x7f || b == b'#') {
         return Err(bad("bad characters in the URL path"));
     }
+    // The proxy forwards exactly one request per plain connection: its head and the body its
+    // Content-Length announces, nothing after (a pipelined request for another host would go
+    // to this host's upstream unchecked). So the body's end must be known from the head.
+    if !header("transfer-encoding").is_empty() {
+        return Err(HeadError {
+            status: 411,
+            reason: "a Transfer-Encoding body is not forwarded over plain HTTP: send Content-Length, or use https://".into(),
+        });
+    }
+    let lengths = header("content-length");
+    if lengths.len() > 1
+        || lengths
+            .first()
+            .is_some_and(|v| v.is_empty() || v.len() > 18 || !v.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(bad("Content-Length must be one decimal number"));
+    }
     let (host, port) = split_authority(auth, Some(80))?;
     if let Some(h) = header("host").first() {
         let (hh, hp) = split_authority(h, Some(80))?;
@@ -301,6 +333,7 @@ fn status_text(status: u16) -> &'static str {
         403 => "Forbidden",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        411 => "Length Required",
         431 => "Request Header Fields Too Large",
         502 => "Bad Gateway",
         503 => "Service Unavailable",

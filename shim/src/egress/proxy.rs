@@ -68,6 +68,8 @@ struct Stop {
 struct Record {
     started: Instant,
     rec: ConnectionRecord,
+    /// Bytes the workload sent after a plain request's body, not forwarded.
+    held_back: u64,
 }
 
 impl Proxy {
@@ -145,6 +147,7 @@ impl Proxy {
                 bytes_down: 0,
                 duration_ms: 0,
             },
+            held_back: 0,
         };
         if let Err(stop) = self.handle(&mut stream, &mut r).await {
             if stop.status != 0 {
@@ -205,12 +208,31 @@ impl Proxy {
                 r.rec.sni = Some(sni);
             }
         }
+        // A plain request: only its own body goes on (see http::parse_head); what follows it
+        // in the same write is held back like anything later.
+        let mut body_left = req.body_len();
+        let mut held_back = 0;
+        if let Some(body) = body_left {
+            let body = usize::try_from(body).unwrap_or(usize::MAX);
+            if first_bytes.len() > body {
+                held_back = first_bytes.len() - body;
+                first_bytes.truncate(body);
+            }
+            body_left = Some((body - first_bytes.len()) as u64);
+        }
         let upstream = self.dial(addr, req.host(), &req).await?;
         if let Some(head) = http::origin_form(&req) {
             first_bytes.splice(0..0, head);
         }
         r.rec.verdict = Verdict::Allowed;
-        self.pump(stream, upstream, first_bytes, r).await
+        let result = self.pump(stream, upstream, first_bytes, body_left, r).await;
+        let held_back = held_back as u64 + r.held_back;
+        if held_back > 0 && r.rec.reason.is_none() {
+            r.rec.reason = Some(format!(
+                "{held_back} bytes after the request were not forwarded: one request per plain HTTP connection"
+            ));
+        }
+        result
     }
 
     /// Reads until the head is whole; returns it parsed and whatever followed it.
@@ -437,6 +459,7 @@ impl Proxy {
         stream: &mut MuxStream,
         upstream: TcpStream,
         first: Vec<u8>,
+        body_left: Option<u64>,
         r: &mut Record,
     ) -> Result<(), Stop> {
         let cap_stop = |rule: &str| Stop {
@@ -467,19 +490,33 @@ impl Proxy {
         }
         let up_bytes = AtomicU64::new(0);
         let down_bytes = AtomicU64::new(0);
+        let dropped = AtomicU64::new(0);
+        let mut body_left = body_left;
         let (reader, writer) = stream.halves();
         // Each direction ends on its own EOF; an error or reset on either ends both.
         let up = async {
             loop {
                 match reader.recv().await {
                     Inbound::Data(d) => {
-                        if !self.charge(d.len()) {
-                            return Err(cap_stop(&rule));
+                        let take = match &mut body_left {
+                            None => d.len(),
+                            Some(left) => {
+                                let take =
+                                    d.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                                *left -= take as u64;
+                                take
+                            }
+                        };
+                        dropped.fetch_add((d.len() - take) as u64, Ordering::Relaxed);
+                        if take > 0 {
+                            if !self.charge(take) {
+                                return Err(cap_stop(&rule));
+                            }
+                            up_w.write_all(&d[..take])
+                                .await
+                                .map_err(|e| upstream_gone(e, &rule))?;
+                            up_bytes.fetch_add(take as u64, Ordering::Relaxed);
                         }
-                        up_w.write_all(&d)
-                            .await
-                            .map_err(|e| upstream_gone(e, &rule))?;
-                        up_bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
                         reader.consumed(d.len());
                     }
                     Inbound::Eof => {
@@ -518,6 +555,7 @@ impl Proxy {
         };
         r.rec.bytes_up += up_bytes.into_inner();
         r.rec.bytes_down += down_bytes.into_inner();
+        r.held_back += dropped.into_inner();
         match result {
             // The workload hanging up mid-way is an ordinary end of an allowed connection.
             Err(stop) if stop.rule == "workload" => Ok(()),

@@ -238,6 +238,68 @@ async fn plain_http_goes_out_in_origin_form_when_enabled() {
 }
 
 #[tokio::test]
+async fn a_pipelined_second_request_is_never_forwarded() {
+    let up = Upstream::recorder().await;
+    let mut w = World::new(
+        &policy(&["plain_http = true", "allow = [\"api.example.test:80\"]"]),
+        &up,
+    )
+    .await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    // One write: a request with a 4-byte body, then a request for a host not on the list.
+    f.data(
+        1,
+        b"POST http://api.example.test/a HTTP/1.1\r\nHost: api.example.test\r\nContent-Length: 4\r\n\r\nbodyGET http://other.test/b HTTP/1.1\r\nHost: other.test\r\n\r\n",
+    )
+    .await;
+    let (resp, _) = f.read_to_end(1).await;
+    assert!(
+        resp.starts_with(b"HTTP/1.1 200 OK"),
+        "{}",
+        String::from_utf8_lossy(&resp)
+    );
+    f.eof(1).await;
+    assert_eq!(
+        up.received().await,
+        b"POST /a HTTP/1.1\r\nHost: api.example.test\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbody"
+    );
+    let rec = w.connection_record().await;
+    assert_eq!(rec.bytes_up, 86, "{rec:?}");
+    let why = rec.reason.unwrap_or_default();
+    assert!(
+        why.contains("54 bytes after the request were not forwarded"),
+        "{why}"
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_chunked_plain_request_is_refused_with_411() {
+    let up = Upstream::recorder().await;
+    let mut w = World::new(
+        &policy(&["plain_http = true", "allow = [\"api.example.test:80\"]"]),
+        &up,
+    )
+    .await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(
+        1,
+        b"POST http://api.example.test/a HTTP/1.1\r\nHost: api.example.test\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    )
+    .await;
+    let (resp, _) = f.read_to_end(1).await;
+    assert!(
+        resp.starts_with(b"HTTP/1.1 411 "),
+        "{}",
+        String::from_utf8_lossy(&resp)
+    );
+    assert!(up.received().await.is_empty());
+    w.stop().await;
+}
+
+#[tokio::test]
 async fn crossing_the_byte_cap_cuts_and_refuses_afterwards() {
     let up = Upstream::flood(64 * 1024).await;
     let mut w = World::new(
