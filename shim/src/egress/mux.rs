@@ -117,6 +117,21 @@ impl MuxReader {
         item
     }
 
+    /// Resolves once the workload's connection is gone (reset, or the forwarder died), without
+    /// taking anything queued from the stream: an upload blocked on an upstream that stopped
+    /// reading must still end when the workload goes, not when the upstream gives up.
+    pub async fn gone(&self) {
+        loop {
+            let notified = self.shared.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if lock(&self.shared.credit).closed {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Grants the workload credit for `n` bytes it sent that were passed on.
     pub fn consumed(&mut self, n: usize) {
         self.consumed += n as u32;

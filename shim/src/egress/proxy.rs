@@ -23,13 +23,19 @@ use super::mux::{Inbound, MuxStream};
 use super::net::{Dialer, Resolver};
 use super::sni;
 
-/// Deadlines of the steps before bytes flow; a workload that opens a connection and says
-/// nothing must not hold a stream forever.
+/// Deadlines: of the steps before bytes flow (a workload that opens a connection and says
+/// nothing must not hold a stream forever), and of the flow itself (an upstream that stops
+/// reading or a connection where nothing moves must not hold the proxy's sockets and buffers,
+/// which are the host's, not the sandbox's).
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
     pub head: Duration,
     pub resolve: Duration,
     pub client_hello: Duration,
+    /// The most one write may wait on a side that takes nothing (upstream or workload).
+    pub write: Duration,
+    /// The most a connection may go without a byte from its upstream.
+    pub idle: Duration,
 }
 
 impl Default for Timeouts {
@@ -38,6 +44,9 @@ impl Default for Timeouts {
             head: Duration::from_secs(30),
             resolve: Duration::from_secs(10),
             client_hello: Duration::from_secs(30),
+            write: Duration::from_secs(30),
+            // Long enough for a model's slow streamed answer, short of holding sockets for good.
+            idle: Duration::from_secs(300),
         }
     }
 }
@@ -512,9 +521,21 @@ impl Proxy {
                             if !self.charge(take) {
                                 return Err(cap_stop(&rule));
                             }
-                            up_w.write_all(&d[..take])
-                                .await
-                                .map_err(|e| upstream_gone(e, &rule))?;
+                            let write = tokio::time::timeout(
+                                self.timeouts.write,
+                                up_w.write_all(&d[..take]),
+                            );
+                            tokio::select! {
+                                written = write => match written {
+                                    Ok(Ok(())) => {}
+                                    Ok(Err(e)) => return Err(upstream_gone(e, &rule)),
+                                    Err(_) => return Err(stalled(&rule, "the upstream", self.timeouts.write)),
+                                },
+                                // The workload's reset sits behind the data in its queue.
+                                () = reader.gone() => {
+                                    return Err(gone("the workload reset the connection"));
+                                }
+                            }
                             up_bytes.fetch_add(take as u64, Ordering::Relaxed);
                         }
                         reader.consumed(d.len());
@@ -530,22 +551,39 @@ impl Proxy {
         let down = async {
             let mut buf = vec![0u8; 64 * 1024];
             loop {
-                match up_r.read(&mut buf).await {
-                    Ok(0) => {
+                let read = tokio::time::timeout(self.timeouts.idle, up_r.read(&mut buf));
+                match read.await {
+                    Err(_) => {
+                        return Err(Stop {
+                            status: 0,
+                            verdict: Verdict::Cut,
+                            rule: "idle".into(),
+                            reason: format!(
+                                "egress cut: nothing from the upstream for {} s",
+                                self.timeouts.idle.as_secs()
+                            ),
+                        })
+                    }
+                    Ok(Ok(0)) => {
                         writer.send_eof();
                         return Ok(());
                     }
-                    Ok(n) => {
+                    Ok(Ok(n)) => {
                         if !self.charge(n) {
                             return Err(cap_stop(&rule));
                         }
-                        writer
-                            .send(&buf[..n])
+                        match tokio::time::timeout(self.timeouts.write, writer.send(&buf[..n]))
                             .await
-                            .map_err(|_| gone("the workload's connection is gone"))?;
+                        {
+                            Ok(Ok(())) => {}
+                            Ok(Err(_)) => return Err(gone("the workload's connection is gone")),
+                            Err(_) => {
+                                return Err(stalled(&rule, "the workload", self.timeouts.write))
+                            }
+                        }
                         down_bytes.fetch_add(n as u64, Ordering::Relaxed);
                     }
-                    Err(e) => return Err(upstream_gone(e, &rule)),
+                    Ok(Err(e)) => return Err(upstream_gone(e, &rule)),
                 }
             }
         };
@@ -583,6 +621,19 @@ fn gone(why: &str) -> Stop {
         verdict: Verdict::Cut,
         rule: "workload".into(),
         reason: why.to_string(),
+    }
+}
+
+/// A side that took no byte for `after`: its connection is cut.
+fn stalled(rule: &str, side: &str, after: Duration) -> Stop {
+    Stop {
+        status: 0,
+        verdict: Verdict::Cut,
+        rule: rule.to_string(),
+        reason: format!(
+            "egress cut: {side} took no data for {} s",
+            after.as_secs_f64()
+        ),
     }
 }
 

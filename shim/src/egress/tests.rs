@@ -10,6 +10,7 @@ use gvisor_hardened_forwarder::{Frame, INITIAL_WINDOW};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::audit::{EgressEvent, Verdict};
+use super::proxy::Timeouts;
 use super::supervisor::ForwarderState;
 use fakes::*;
 
@@ -296,6 +297,83 @@ async fn a_chunked_plain_request_is_refused_with_411() {
         String::from_utf8_lossy(&resp)
     );
     assert!(up.received().await.is_empty());
+    w.stop().await;
+}
+
+/// A tunnel to an upstream that accepts and never reads, with 256 KiB (the window) sent into it.
+async fn stalled_upload(timeouts: Timeouts) -> (World, Fwd, Upstream) {
+    let up = Upstream::stall().await;
+    let mut w = World::with_timeouts(&policy(&["require_sni = false"]), &up, timeouts).await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(
+        1,
+        b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n",
+    )
+    .await;
+    let head = f.read_until(1, b"\r\n\r\n").await;
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    for _ in 0..4 {
+        f.data(1, &[b'u'; 64 * 1024]).await;
+    }
+    (w, f, up)
+}
+
+#[tokio::test]
+async fn a_workload_reset_ends_an_upload_stuck_on_a_stalled_upstream_at_once() {
+    // Deadlines far away: only the reset may end it.
+    let timeouts = Timeouts {
+        write: Duration::from_secs(3600),
+        idle: Duration::from_secs(3600),
+        ..Timeouts::default()
+    };
+    let (mut w, mut f, _up) = stalled_upload(timeouts).await;
+    f.reset(1).await;
+    let rec = w.connection_record().await;
+    assert_eq!(rec.host, "api.example.test");
+    assert!(
+        rec.bytes_up < 256 * 1024,
+        "the upload never finished: {rec:?}"
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn an_upstream_that_stops_reading_is_cut_after_the_write_deadline() {
+    let timeouts = Timeouts {
+        write: Duration::from_millis(300),
+        ..Timeouts::default()
+    };
+    let (mut w, _f, _up) = stalled_upload(timeouts).await;
+    let rec = w.connection_record().await;
+    let why = rec.reason.clone().unwrap_or_default();
+    assert_eq!(rec.verdict, Verdict::Cut, "{rec:?}");
+    assert!(why.contains("the upstream took no data"), "{rec:?}");
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_silent_upstream_is_cut_after_the_idle_deadline() {
+    let up = Upstream::hold().await;
+    let timeouts = Timeouts {
+        idle: Duration::from_millis(300),
+        ..Timeouts::default()
+    };
+    let mut w = World::with_timeouts(&policy(&["require_sni = false"]), &up, timeouts).await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(
+        1,
+        b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n",
+    )
+    .await;
+    let rec = w.connection_record().await;
+    assert_eq!(rec.rule, "idle", "{rec:?}");
+    up.wait_closed().await;
     w.stop().await;
 }
 

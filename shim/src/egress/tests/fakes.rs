@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::egress::audit::{ConnectionRecord, EgressEvent, MemorySink, SandboxRef};
 use crate::egress::guard::Guard;
 use crate::egress::net::{Dialer, Resolver};
-use crate::egress::proxy::Proxy;
+use crate::egress::proxy::{Proxy, Timeouts};
 use crate::egress::supervisor::{
     EgressSupervisor, ForwarderIo, ForwarderSpawner, SupervisorOptions,
 };
@@ -94,13 +94,19 @@ impl Resolver for FakeResolver {
 struct FakeDialer {
     upstream: SocketAddr,
     dialed: Mutex<Vec<SocketAddr>>,
+    /// A small send buffer, so that a stalled upstream blocks the proxy's writes early.
+    small_buffer: bool,
 }
 
 #[async_trait]
 impl Dialer for FakeDialer {
     async fn dial(&self, addr: SocketAddr) -> io::Result<TcpStream> {
         self.dialed.lock().unwrap().push(addr);
-        TcpStream::connect(self.upstream).await
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        if self.small_buffer {
+            socket.set_send_buffer_size(4096)?;
+        }
+        socket.connect(self.upstream).await
     }
 }
 
@@ -353,6 +359,27 @@ impl Upstream {
         .await
     }
 
+    /// Accepts with a small receive buffer and never reads: an upstream that stalls.
+    pub async fn stall() -> Upstream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let l = socket.listen(16).unwrap();
+        let addr = l.local_addr().unwrap();
+        let closed = Arc::new(AtomicBool::new(false));
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                held.push(s);
+            }
+        });
+        Upstream {
+            addr,
+            received: Arc::new(Mutex::new(Vec::new())),
+            closed,
+        }
+    }
+
     /// Holds each connection until the other side ends it.
     pub async fn hold() -> Upstream {
         Self::serve(|mut s, _, closed| async move {
@@ -399,12 +426,22 @@ pub struct World {
 
 impl World {
     pub async fn new(plan: &EgressPlan, up: &Upstream) -> World {
+        Self::build(plan, up, None).await
+    }
+
+    /// A world whose proxy has `timeouts` and dials with a small send buffer.
+    pub async fn with_timeouts(plan: &EgressPlan, up: &Upstream, timeouts: Timeouts) -> World {
+        Self::build(plan, up, Some(timeouts)).await
+    }
+
+    async fn build(plan: &EgressPlan, up: &Upstream, timeouts: Option<Timeouts>) -> World {
         let (tx, ends) = mpsc::unbounded_channel();
         let sink = Arc::new(MemorySink::default());
         let resolver = Arc::new(FakeResolver::default());
         let dialer = Arc::new(FakeDialer {
             upstream: up.addr,
             dialed: Mutex::new(Vec::new()),
+            small_buffer: timeouts.is_some(),
         });
         let proxy = Proxy::new(
             plan.clone(),
@@ -418,6 +455,10 @@ impl World {
             dialer.clone(),
             sink.clone(),
         );
+        let proxy = match timeouts {
+            Some(t) => proxy.with_timeouts(t),
+            None => proxy,
+        };
         let opts = SupervisorOptions {
             backoff: Duration::from_millis(10),
             // The fake never exits by itself when its stdin closes: do not wait for it.
