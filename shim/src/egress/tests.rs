@@ -238,8 +238,8 @@ async fn plain_http_goes_out_in_origin_form_when_enabled() {
     w.stop().await;
 }
 
-#[tokio::test]
-async fn a_pipelined_second_request_is_never_forwarded() {
+/// A recording upstream, a world allowing plain HTTP to `api.example.test:80`, stream 1 open.
+async fn plain_http_stream() -> (Upstream, World, Fwd) {
     let up = Upstream::recorder().await;
     let mut w = World::new(
         &policy(&["plain_http = true", "allow = [\"api.example.test:80\"]"]),
@@ -248,6 +248,12 @@ async fn a_pipelined_second_request_is_never_forwarded() {
     .await;
     let mut f = w.forwarder().await;
     f.open(1).await;
+    (up, w, f)
+}
+
+#[tokio::test]
+async fn a_pipelined_second_request_is_never_forwarded() {
+    let (up, mut w, mut f) = plain_http_stream().await;
     // One write: a request with a 4-byte body, then a request for a host not on the list.
     f.data(
         1,
@@ -277,14 +283,7 @@ async fn a_pipelined_second_request_is_never_forwarded() {
 
 #[tokio::test]
 async fn a_chunked_plain_request_is_refused_with_411() {
-    let up = Upstream::recorder().await;
-    let mut w = World::new(
-        &policy(&["plain_http = true", "allow = [\"api.example.test:80\"]"]),
-        &up,
-    )
-    .await;
-    let mut f = w.forwarder().await;
-    f.open(1).await;
+    let (up, mut w, mut f) = plain_http_stream().await;
     f.data(
         1,
         b"POST http://api.example.test/a HTTP/1.1\r\nHost: api.example.test\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
