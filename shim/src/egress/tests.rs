@@ -283,7 +283,7 @@ async fn a_pipelined_second_request_is_never_forwarded() {
 
 #[tokio::test]
 async fn a_chunked_plain_request_is_refused_with_411() {
-    let (up, mut w, mut f) = plain_http_stream().await;
+    let (up, w, mut f) = plain_http_stream().await;
     f.data(
         1,
         b"POST http://api.example.test/a HTTP/1.1\r\nHost: api.example.test\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
