@@ -9,8 +9,8 @@ require_root
 ensure_packages
 ensure_rust
 # containerd 2.x and a current runsc (hack/deps.sh); GVH_STACK=compat runs it on Debian's
-# containerd 1.6 and runsc 20221219 instead.
-ensure_stack
+# containerd 1.6 and runsc 20221219 instead. Nothing of Kubernetes is built for it.
+ensure_stack "${CONTAINER_STACK_NAMES[@]}"
 trap 'rm -f "$GVH_DEPS"' EXIT
 cd "$REPO_ROOT"
 log "building the shim and policy-injector (release)"

@@ -95,12 +95,23 @@ ensure_go() {
 # checkout when missing, and the `name=/path` lines of both stacks in the file named by
 # GVH_DEPS (exported: the test harness and the demo read it instead of running deps.sh in every
 # test process).
+# With NAMEs, only those are built and printed (the demo needs no Kubernetes, whose cold build
+# alone takes a quarter of an hour); without, everything.
 ensure_stack() {
   ensure_go
   export GVH_DEPS="${GVH_DEPS:-/tmp/gvh-deps.$$}"
   log "the current stack (hack/deps.sh; a cold build takes minutes, a warm one a second)"
-  "$HACK_DIR/deps.sh" --print >"$GVH_DEPS"
+  local only=() name
+  for name in "$@"; do
+    only+=(--only "$name")
+  done
+  "$HACK_DIR/deps.sh" --print "${only[@]}" >"$GVH_DEPS"
 }
+
+# The container stacks, both of them, without Kubernetes: what the harness links for ctr runs.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+CONTAINER_STACK_NAMES=(containerd ctr containerd-shim-runc-v2 runsc
+                       containerd-1.6 ctr-1.6 containerd-shim-runc-v2-1.6 runsc-20221219)
 
 # Python packages for the manifest checks and the audit-record schema test (jsonschema).
 ensure_python_tools() {
