@@ -171,8 +171,11 @@ if [ -n "$import_to" ]; then
   [ -x "$ctr_bin" ] || die "no ctr (hack/deps.sh --only ctr)"
   log "importing into $import_to (namespace k8s.io)"
   "$ctr_bin" -a "$import_to" -n k8s.io images import "$archive" >&2
-  "$ctr_bin" -a "$import_to" -n k8s.io images ls -q | grep -qxF "$REF" \
-    || die "the import did not create $REF"
+  listed="$("$ctr_bin" -a "$import_to" -n k8s.io images ls -q)"
+  # Seen twice (2026-12-03, one run in several): the import says "saved" and the name is not
+  # listed. Cause unknown: say what was listed, so the next occurrence can be read.
+  grep -qxF "$REF" <<<"$listed" \
+    || die "the import did not create $REF; listed: ${listed:-nothing}; archive $(ls -l "$archive" 2>&1)"
 else
   echo "$archive"
 fi
