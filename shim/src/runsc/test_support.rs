@@ -121,6 +121,10 @@ impl Harness {
             .expect("runsc feature detection");
         let mut flags = GlobalFlags::new(root.path());
         flags.network = Some(Network::None);
+        // A log, so that a failing call says runsc's reason (one create failed once in CI with
+        // exit 128 and nothing kept).
+        flags.log = Some(root.path().join("runsc.log"));
+        flags.log_format = Some(super::flags::LogFormat::Json);
         tweak(&mut flags);
         let runsc = Runsc::new(RUNSC, &flags, features, reaper.clone()).expect("runsc client");
         Harness {
