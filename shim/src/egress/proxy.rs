@@ -220,11 +220,10 @@ impl Proxy {
         // A plain request: only its own body goes on (see http::parse_head); what follows it
         // in the same write is held back like anything later.
         let mut body_left = req.body_len();
-        let mut held_back = 0;
         if let Some(body) = body_left {
             let body = usize::try_from(body).unwrap_or(usize::MAX);
             if first_bytes.len() > body {
-                held_back = first_bytes.len() - body;
+                r.held_back += (first_bytes.len() - body) as u64;
                 first_bytes.truncate(body);
             }
             body_left = Some((body - first_bytes.len()) as u64);
@@ -235,10 +234,10 @@ impl Proxy {
         }
         r.rec.verdict = Verdict::Allowed;
         let result = self.pump(stream, upstream, first_bytes, body_left, r).await;
-        let held_back = held_back as u64 + r.held_back;
-        if held_back > 0 && r.rec.reason.is_none() {
+        if r.held_back > 0 && r.rec.reason.is_none() {
             r.rec.reason = Some(format!(
-                "{held_back} bytes after the request were not forwarded: one request per plain HTTP connection"
+                "{} bytes after the request were not forwarded: one request per plain HTTP connection",
+                r.held_back
             ));
         }
         result
