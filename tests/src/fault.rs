@@ -212,12 +212,16 @@ impl RunscGate {
             GatePoint::Before => ("gate", ""),
             GatePoint::After => ("", "gate"),
         };
-        // `read` on the fifo blocks until the test opens it for writing: no polling, no sleep.
+        // The wrapper opens the fifo read-write (which never blocks on Linux) before it says
+        // it has reached the gate, so from then on the test's non-blocking open for writing
+        // finds a reader: `reached` existing means `release` works, with no window between the
+        // two (CI once saw `release` fail when the wrapper said `reached` first and opened the
+        // fifo after). `read` then blocks until the test writes: no polling, no sleep.
         // Only the first call of the subcommand is held (the test releases one).
         let script = format!(
             r#"#!/bin/sh
 # runsc wrapper of a fault test: holds `runsc {subcommand}` at a gate.
-gate() {{ : > '{dir}/reached'; read -r _ < '{dir}/release'; }}
+gate() {{ exec 3<> '{dir}/release'; : > '{dir}/reached'; read -r _ <&3; exec 3<&-; }}
 case " $* " in
 *" {subcommand} "*)
   if mkdir '{dir}/taken' 2>/dev/null; then
