@@ -115,6 +115,9 @@ impl Container {
             egress_plan: prepared.egress,
             egress: Default::default(),
             init_ended: Default::default(),
+            termination_message: crate::sandbox::termination_message::kubelet_message_file(
+                &prepared.spec,
+            ),
         });
 
         // 6-7. Side effects on the host, undone on failure.

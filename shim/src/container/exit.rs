@@ -39,6 +39,9 @@ impl Container {
         if cause == ExitCause::Oom {
             self.report_oom().await;
         }
+        if process.is_init() {
+            self.tell_the_kubelet_why(cause);
+        }
         let pid = process.pid();
         self.events()
             .exit(&self.id, &process.exec_id, pid, exit.status, exit.at)
@@ -72,6 +75,27 @@ impl Container {
             self.stopped_for.get().copied(),
             self.cgroups.get().map(|cg| cg.as_ref()),
         )
+    }
+
+    /// Enforcement ended a pod's container: one line in its termination-message file, before the
+    /// exit is published, so the kubelet's status shows the reason beside exit 137. Best effort:
+    /// the exit record in the audit log says the same and is what counts.
+    fn tell_the_kubelet_why(&self, cause: ExitCause) {
+        use crate::sandbox::termination_message::{append, message};
+        let Some(path) = &self.termination_message else {
+            return;
+        };
+        let Some(line) = message(cause, self.lifetime.max_runtime, self.lifetime.idle_timeout)
+        else {
+            return;
+        };
+        if let Err(e) = append(path, &line) {
+            log::warn!(
+                "container {}: writing the termination message {}: {e}",
+                self.id,
+                path.display()
+            );
+        }
     }
 
     /// The memory cgroup killed the sandbox: TaskOOM (what CRI turns into `OOMKilled`) and an

@@ -108,6 +108,9 @@ pub struct Container {
     egress: Mutex<Option<crate::egress::EgressSupervisor>>,
     /// Cancelled as soon as the init's end is known, before the exit path reports it.
     init_ended: tokio_util::sync::CancellationToken,
+    /// The kubelet's termination-message file of this container (a pod's app container), where
+    /// the exit path says why enforcement ended it (`crate::sandbox::termination_message`).
+    termination_message: Option<std::path::PathBuf>,
 }
 
 impl Container {

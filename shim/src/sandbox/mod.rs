@@ -8,6 +8,8 @@
 //! - [`lifetime`]: the policy's time limits (SIGTERM to every process, the grace period,
 //!   SIGKILL, the host's SIGKILL when runsc cannot deliver one).
 //! - [`update`]: new resources through the policy, into the cgroups, then to runsc.
+//! - [`termination_message`]: why enforcement ended a Kubernetes container, in the file the
+//!   kubelet reads into the pod's status.
 //! - [`host_process`]: a host process the runtime recorded, signalled through a pidfd so a
 //!   recycled pid is never hit.
 //!
@@ -18,4 +20,5 @@
 pub mod exit;
 pub mod host_process;
 pub mod lifetime;
+pub mod termination_message;
 pub mod update;

@@ -222,3 +222,61 @@ async fn egress_records_are_part_of_the_sandboxs_signed_trail() {
         .unwrap_or_else(|b| panic!("{b}"));
     bed.assert_clean();
 }
+
+/// A pod's container stopped by the wall-clock limit: the kubelet's termination-message file
+/// (the bind mount the kubelet makes for `terminationMessagePath`) says why before the exit
+/// is published; the sandbox container has no such file and nothing else is written.
+#[tokio::test(start_paused = true)]
+async fn a_pod_container_stopped_at_its_limit_says_why_in_its_termination_message() {
+    let bed = Bed::with_policy("[lifetime]\nmax_runtime = \"60s\"\ngrace_period = \"5s\"");
+    let pod_dir = bed.bundle("kubelet").join("pods/uid-1/containers/app");
+    std::fs::create_dir_all(&pod_dir).unwrap();
+    let message = pod_dir.join("0a1b2c3d");
+    std::fs::write(&message, "").unwrap();
+    let pod = [
+        (CRI_TYPE, "sandbox"),
+        (CRI_SANDBOX, "pod"),
+        ("io.kubernetes.cri.sandbox-uid", "uid-1"),
+    ];
+    bed.shim.create(bed.request("pod", &pod)).await.unwrap();
+    bed.shim.start("pod", "").await.unwrap();
+    let app = bed.request(
+        "app",
+        &[
+            (CRI_TYPE, "container"),
+            (CRI_SANDBOX, "pod"),
+            ("io.kubernetes.cri.sandbox-uid", "uid-1"),
+            ("io.kubernetes.cri.container-name", "app"),
+        ],
+    );
+    let config = bed.bundle("app").join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    spec["mounts"].as_array_mut().unwrap().push(json!({
+        "destination": "/dev/termination-log",
+        "type": "bind",
+        "source": message,
+        "options": ["rbind", "rw"],
+    }));
+    std::fs::write(&config, spec.to_string()).unwrap();
+    bed.shim.create(app).await.unwrap();
+    bed.shim.start("app", "").await.unwrap();
+    // The fake runsc ignores SIGTERM, so the exit comes with SIGKILL after the grace period.
+    assert_eq!(bed.exit_status("app").await, 137);
+    assert_eq!(
+        std::fs::read_to_string(&message).unwrap(),
+        "gvisor-hardened: stopped at the policy's maximum runtime (1m)\n"
+    );
+    assert_eq!(bed.audit_record("app", "exit")["exit_cause"], "timeout");
+    bed.shim.delete("app", "").await.unwrap();
+    // The sandbox container has the same limit and is stopped by it too: it has no
+    // termination-message file, and writes nowhere.
+    bed.exit_status("pod").await;
+    assert_eq!(bed.audit_record("pod", "exit")["exit_cause"], "timeout");
+    bed.shim.delete("pod", "").await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&message).unwrap().lines().count(),
+        1,
+        "only the app container wrote"
+    );
+    bed.assert_clean();
+}
