@@ -58,6 +58,7 @@ const CASES: &[(&str, Case)] = &[
         "wall_clock_limit_stops_the_pod",
         wall_clock_limit_stops_the_pod,
     ),
+    ("oom_shows_oomkilled", oom_shows_oomkilled),
     ("admission_by_the_api_server", admission_by_the_api_server),
     // Last: it takes the harness's own install out first.
     (
@@ -561,6 +562,35 @@ fn tempfile_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("gvh-kube-{name}-{}", std::process::id()))
 }
 
+/// A container over its Kubernetes memory limit: the kubelet makes that limit (plus the
+/// RuntimeClass overhead) the pod cgroup's, the sandbox is the pod's one process tree, so the
+/// memory cgroup kills the sandbox; the shim's TaskOOM makes containerd say `OOMKilled`.
+fn oom_shows_oomkilled(ctx: &Ctx) {
+    let ns = ns(ctx, "oom");
+    let pod = PodSpec::new("oom", &ns, TEST_IMAGE_REF)
+        .runtime_class("gvisor-hardened")
+        .container("app", &["/bin/sandbox-probe", "mem", "1024", "60"])
+        .each_container(json!({"resources": {"limits": {"memory": "128Mi"}}}));
+    ctx.node.apply(&pod.to_yaml()).unwrap();
+    let reason = ctx
+        .node
+        .wait_field(
+            &ns,
+            "oom",
+            "{.status.containerStatuses[0].state.terminated.reason}",
+            READY,
+        )
+        .unwrap();
+    let state = ctx.node.jsonpath(
+        &ns,
+        "pod/oom",
+        "{.status.containerStatuses[0].state.terminated}",
+    );
+    println!("  oom: terminated state {state}");
+    assert_eq!(reason, "OOMKilled", "{state}");
+    ctx.node.delete_pod(&ns, "oom").unwrap();
+}
+
 fn wall_clock_limit_stops_the_pod(ctx: &Ctx) {
     let ns = ns(ctx, "lifetime");
     let pod = PodSpec::new("lifetime", &ns, TEST_IMAGE_REF)
@@ -590,7 +620,19 @@ fn wall_clock_limit_stops_the_pod(ctx: &Ctx) {
         (ctx.node.jsonpath(&ns, "pod/lifetime", "{.status.phase}") == "Failed").then_some(())
     })
     .unwrap();
-    // Kubernetes shows the kill (exit code, reason Error); why it was killed is in the audit log.
+    // containerd's reason is `Error`; why is in the message the kubelet read from the
+    // container's termination-message file, where the shim wrote it before the exit.
+    let message = ctx.node.jsonpath(
+        &ns,
+        "pod/lifetime",
+        "{.status.containerStatuses[0].state.terminated.message}",
+    );
+    assert_eq!(
+        message.trim(),
+        "gvisor-hardened: stopped at the policy's maximum runtime (5s)",
+        "{state}"
+    );
+    // The audit log has the same, with the container's and the pod's ids.
     let cid = ctx.node.jsonpath(
         &ns,
         "pod/lifetime",
