@@ -7,27 +7,22 @@
 //! contains FILTER (all of them without one); needs root and the shim built.
 
 use std::io::{BufRead, BufReader, Write};
-use std::panic::{self, AssertUnwindSafe};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use gvisor_hardened_tests::cri::runsc_sandbox_processes;
-use gvisor_hardened_tests::kube::{
-    install_shim_directly, uninstall_directly, InstallerOverlay, KubeNode, NodePolicies, PodSpec,
-    PodWatch, NODE_NAME,
+use gvisor_hardened_tests::kube::cases::{
+    self, assert_hardened, exec_ok, ns, probe, run, sandbox_id, sleeper, Case, Ctx, READY, REPO,
 };
-use gvisor_hardened_tests::{poll_until, shim_binary, ProbeLine, TestImage, TEST_IMAGE_REF};
+use gvisor_hardened_tests::kube::{
+    uninstall_directly, InstallerOverlay, PodSpec, PodWatch, NODE_NAME,
+};
+use gvisor_hardened_tests::{poll_until, TEST_IMAGE_REF};
 use serde_json::json;
 
-const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-const READY: Duration = Duration::from_secs(120);
-
-struct Ctx {
-    node: KubeNode,
-    installed: NodePolicies,
+fn main() {
+    cases::main("kube_node", CASES);
 }
-
-type Case = fn(&Ctx);
 
 const CASES: &[(&str, Case)] = &[
     (
@@ -66,196 +61,6 @@ const CASES: &[(&str, Case)] = &[
         installer_daemonset_installs_and_uninstalls,
     ),
 ];
-
-fn main() {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if std::env::args().any(|a| a == "--list") {
-        for (name, _) in CASES {
-            println!("{name}: test");
-        }
-        return;
-    }
-    let selected: Vec<&(&str, Case)> = CASES
-        .iter()
-        .filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f.as_str())))
-        .collect();
-    if selected.is_empty() {
-        println!("no kube_node case matches {filters:?}");
-        return;
-    }
-    let started = Instant::now();
-    let shim =
-        shim_binary().expect("the shim binary (cargo build -p containerd-shim-gvisor-hardened)");
-    let node = KubeNode::up().expect("hack/kube-node.sh up");
-    println!("kube_node: node up in {:?}", started.elapsed());
-    let setup = panic::catch_unwind(AssertUnwindSafe(|| setup(&node, &shim)));
-    let mut failed = Vec::new();
-    match setup {
-        Ok(installed) => {
-            let ctx = Ctx { node, installed };
-            for (name, case) in &selected {
-                let t = Instant::now();
-                let r = panic::catch_unwind(AssertUnwindSafe(|| case(&ctx)));
-                let verdict = if r.is_ok() { "ok" } else { "FAILED" };
-                println!("test {name} ... {verdict} ({:.1?})", t.elapsed());
-                if r.is_err() {
-                    failed.push(name.to_string());
-                }
-            }
-            let down = ctx.node.down();
-            if let Err(e) = down {
-                println!("hack/kube-node.sh down failed: {e}");
-                failed.push("down".into());
-            }
-        }
-        Err(_) => {
-            failed.push("setup".into());
-            if let Err(e) = node.down() {
-                println!("hack/kube-node.sh down failed: {e}");
-            }
-        }
-    }
-    // Nothing of the node is left: processes, mounts, the bridge, cgroups, the rule.
-    let leftovers = leftovers();
-    if !leftovers.is_empty() {
-        println!("left behind after down: {leftovers:#?}");
-        failed.push("nothing-left".into());
-    }
-    println!(
-        "kube_node: {} cases, {} failed, {:.1?}",
-        selected.len(),
-        failed.len(),
-        started.elapsed()
-    );
-    if !failed.is_empty() {
-        println!("failed: {failed:?}");
-        std::process::exit(1);
-    }
-}
-
-fn leftovers() -> Vec<String> {
-    let dir = "/run/gvisor-hardened-kube";
-    let mut left = Vec::new();
-    if std::path::Path::new(dir).exists() {
-        left.push(dir.to_string());
-    }
-    for p in gvisor_hardened_tests::inspect::processes_mentioning(dir) {
-        left.push(format!("process {} {}", p.pid, p.cmdline));
-    }
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    left.extend(
-        mountinfo
-            .lines()
-            .filter(|l| l.contains(dir))
-            .map(String::from),
-    );
-    if std::path::Path::new("/sys/class/net/gvhkube0").exists() {
-        left.push("bridge gvhkube0".into());
-    }
-    for h in ["memory", "cpu,cpuacct", "pids", "cpuset"] {
-        for g in ["gvh-kube", "gvh-kube-node"] {
-            let p = format!("/sys/fs/cgroup/{h}/{g}");
-            if std::path::Path::new(&p).exists() {
-                left.push(p);
-            }
-        }
-    }
-    let nat = std::process::Command::new("iptables")
-        .args(["-t", "nat", "-S"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    left.extend(
-        nat.lines()
-            .filter(|l| l.contains("gvh-kube"))
-            .map(String::from),
-    );
-    left
-}
-
-/// The test image imported, the shim installed by the harness, the RuntimeClasses applied.
-fn setup(node: &KubeNode, shim: &std::path::Path) -> NodePolicies {
-    let image = TestImage::ensure().unwrap();
-    node.import(&image).unwrap();
-    let installed = install_shim_directly(node, shim).unwrap();
-    node.kubectl()
-        .args(["apply", "-k"])
-        .arg(format!("{REPO}/runtimeclass"))
-        .checked()
-        .unwrap();
-    installed
-}
-
-fn ns(ctx: &Ctx, name: &str) -> String {
-    ctx.node
-        .kubectl()
-        .args(["create", "namespace", name])
-        .output()
-        .unwrap();
-    // The service account the pods run as is made by the controller manager.
-    poll_until("the default service account", READY, || {
-        (!ctx
-            .node
-            .jsonpath(name, "serviceaccount/default", "{.metadata.name}")
-            .is_empty())
-        .then_some(())
-    })
-    .unwrap();
-    name.to_string()
-}
-
-fn run(ctx: &Ctx, pod: &PodSpec) {
-    ctx.node.apply(&pod.to_yaml()).unwrap();
-    ctx.node
-        .wait_ready(&pod.namespace, &pod.name, READY)
-        .unwrap();
-}
-
-fn sleeper(name: &str, namespace: &str, class: Option<&str>) -> PodSpec {
-    let p = PodSpec::new(name, namespace, TEST_IMAGE_REF).container("app", &["sleep", "600"]);
-    match class {
-        Some(c) => p.runtime_class(c),
-        None => p,
-    }
-}
-
-fn exec_ok(ctx: &Ctx, ns: &str, pod: &str, container: &str, argv: &[&str]) -> String {
-    let out = ctx.node.exec(ns, pod, container, argv).unwrap();
-    assert!(out.success(), "kubectl exec {argv:?}: {out}");
-    out.stdout
-}
-
-fn probe(ctx: &Ctx, ns: &str, pod: &str, container: &str, cmd: &str) -> ProbeLine {
-    let argv: Vec<&str> = std::iter::once("/bin/sandbox-probe")
-        .chain(cmd.split(' '))
-        .collect();
-    let out = exec_ok(ctx, ns, pod, container, &argv);
-    ProbeLine::parse_last(&out).unwrap_or_else(|e| panic!("{cmd}: {e}: {out}"))
-}
-
-fn assert_hardened(ctx: &Ctx, ns: &str, pod: &str, container: &str) {
-    let caps = probe(ctx, ns, pod, container, "caps");
-    for set in ["CapEff", "CapPrm", "CapBnd"] {
-        assert_eq!(caps.field(set), Some("0000000000000000"), "{set}: {caps:?}");
-    }
-    let ids = probe(ctx, ns, pod, container, "ids");
-    assert_eq!(ids.field("uid"), Some("65534"), "{ids:?}");
-    let nnp = probe(ctx, ns, pod, container, "nnp");
-    assert_eq!(nnp.field("nnp"), Some("1"), "{nnp:?}");
-    // /srv is world-writable in the image: only a read-only root refuses the write.
-    let srv = probe(ctx, ns, pod, container, "write /srv/probe x");
-    assert_eq!(srv.errno(), Some("EROFS"), "{srv:?}");
-    let tmp = probe(ctx, ns, pod, container, "statfs /tmp");
-    assert_eq!(tmp.field("fstype"), Some("tmpfs"), "{tmp:?}");
-    let uname = probe(ctx, ns, pod, container, "uname");
-    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    assert_ne!(uname.field("release"), Some(host.trim()), "{uname:?}");
-    let dmesg = exec_ok(ctx, ns, pod, container, &["dmesg"]);
-    assert!(dmesg.contains("gVisor"), "not gVisor's kernel log: {dmesg}");
-}
 
 fn runc_pod_keeps_running_across_a_containerd_restart(ctx: &Ctx) {
     let ns = ns(ctx, "plain");
@@ -433,22 +238,6 @@ fn two_containers_share_one_sandbox(ctx: &Ctx) {
     let sandboxes = runsc_sandbox_processes(&sandbox);
     assert_eq!(sandboxes.len(), 1, "{sandboxes:#?}");
     ctx.node.delete_pod(&ns, "two").unwrap();
-}
-
-/// The CRI sandbox id of a pod (`crictl pods`).
-fn sandbox_id(ctx: &Ctx, ns: &str, pod: &str) -> String {
-    let crictl = gvisor_hardened_tests::stack::Stack::Current
-        .binary("crictl")
-        .unwrap();
-    let out = std::process::Command::new(crictl)
-        .arg("--runtime-endpoint")
-        .arg(format!("unix://{}", ctx.node.containerd_address.display()))
-        .args(["pods", "-q", "--name", pod, "--namespace", ns])
-        .output()
-        .unwrap();
-    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(!id.is_empty(), "no sandbox for {ns}/{pod}");
-    id
 }
 
 fn exec_it_attach_logs_follow_and_cp(ctx: &Ctx) {

@@ -15,6 +15,7 @@
 //! `KUBECONFIG`) and nothing else of the script's insides, except the restart script that
 //! `up` writes next to the containerd config's directory (`<dir>/restart-containerd.sh`).
 
+pub mod cases;
 mod install;
 mod overlay;
 mod pods;
