@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build -p containerd-shim-gvisor-hardened --bins
-//! cargo run -p gvisor-hardened-tests --example runsc-modes -- [ROUNDS=7]
+//! [GVH_VARIANTS='NAME;NAME'] cargo run -p gvisor-hardened-tests --example runsc-modes -- [ROUNDS=7]
 //! ```
 //!
 //! One private containerd with the hardened shim; every variant is a policy file that differs
@@ -43,6 +43,9 @@ struct Variant {
     runc: bool,
     /// `[root] readonly = false`: the root filesystem takes writes (into the overlay).
     writable_root: bool,
+    /// `file-access-mounts = "exclusive"`: the sentry caches what it learnt of bind mounts
+    /// instead of revalidating every lookup with the host (runsc's default is `shared`).
+    mounts_exclusive: bool,
 }
 
 const fn hardened(
@@ -59,6 +62,14 @@ const fn hardened(
         old_runsc: false,
         runc: false,
         writable_root: false,
+        mounts_exclusive: false,
+    }
+}
+
+const fn mounts_exclusive(name: &'static str, directfs: bool) -> Variant {
+    Variant {
+        mounts_exclusive: true,
+        ..hardened(name, "systrap", Some(directfs), "auto")
     }
 }
 
@@ -114,6 +125,7 @@ const VARIANTS: &[Variant] = &[
         old_runsc: true,
         runc: false,
         writable_root: false,
+        mounts_exclusive: false,
     },
     Variant {
         name: "runc (no sandbox)",
@@ -123,12 +135,15 @@ const VARIANTS: &[Variant] = &[
         old_runsc: false,
         runc: true,
         writable_root: false,
+        mounts_exclusive: false,
     },
     writable_root("systrap, directfs on, writable root, overlay auto", "auto"),
     writable_root(
         "systrap, directfs on, writable root, overlay root:self",
         "root:self",
     ),
+    mounts_exclusive("systrap, directfs off, file-access-mounts exclusive", false),
+    mounts_exclusive("systrap, directfs on, file-access-mounts exclusive", true),
 ];
 
 const STEPS: &[&str] = &[
@@ -168,9 +183,17 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn write_policy(dir: &Path, i: usize, v: &Variant, runsc: &Path, ws: &Path) -> Result<PathBuf> {
-    let directfs = match v.directfs {
-        Some(on) => format!("[runsc.extra_flags]\ndirectfs = \"{on}\"\n"),
-        None => String::new(),
+    let mut flags = String::new();
+    if let Some(on) = v.directfs {
+        flags += &format!("directfs = \"{on}\"\n");
+    }
+    if v.mounts_exclusive {
+        flags += "file-access-mounts = \"exclusive\"\n";
+    }
+    let directfs = if flags.is_empty() {
+        flags
+    } else {
+        format!("[runsc.extra_flags]\n{flags}")
     };
     let root = if v.writable_root {
         "[root]\nreadonly = false\n\n"
@@ -198,6 +221,15 @@ fn main() -> Result<()> {
         .transpose()
         .context("ROUNDS must be a number")?
         .unwrap_or(7);
+    // GVH_VARIANTS='a;b': only the variants whose names contain one of these (runc always;
+    // names have commas).
+    let wanted = std::env::var("GVH_VARIANTS").unwrap_or_default();
+    let variants: Vec<&Variant> = VARIANTS
+        .iter()
+        .filter(|v| {
+            wanted.is_empty() || v.runc || wanted.split(';').any(|w| v.name.contains(w.trim()))
+        })
+        .collect();
     let runsc = Stack::Current.binary("runsc")?;
     let old_runsc = Stack::Compat.binary("runsc")?;
     let c = Containerd::start(ContainerdOptions::with_shim(shim_binary()?))?;
@@ -207,7 +239,7 @@ fn main() -> Result<()> {
     let ws_root = dir.join("ws");
     fs::create_dir_all(&ws_root)?;
     let mut policies = Vec::new();
-    for (i, v) in VARIANTS.iter().enumerate() {
+    for (i, v) in variants.iter().enumerate() {
         let binary = if v.old_runsc { &old_runsc } else { &runsc };
         policies.push(write_policy(&dir, i, v, binary, &ws_root)?);
     }
@@ -218,13 +250,13 @@ fn main() -> Result<()> {
     );
 
     // samples[variant][step]
-    let mut samples: Vec<BTreeMap<usize, Vec<f64>>> = vec![BTreeMap::new(); VARIANTS.len()];
+    let mut samples: Vec<BTreeMap<usize, Vec<f64>>> = vec![BTreeMap::new(); variants.len()];
     let mut owners: BTreeMap<usize, String> = BTreeMap::new();
     let mut failures = Vec::new();
     for round in 0..rounds {
-        for k in 0..VARIANTS.len() {
-            let i = (k + round) % VARIANTS.len();
-            let runtime = if VARIANTS[i].runc {
+        for k in 0..variants.len() {
+            let i = (k + round) % variants.len();
+            let runtime = if variants[i].runc {
                 Runtime::Runc
             } else {
                 Runtime::hardened_with_policy(&policies[i])
@@ -240,7 +272,7 @@ fn main() -> Result<()> {
             if out.success() {
                 samples[i].entry(0).or_default().push(secs);
             } else {
-                failures.push(format!("{}: true: {}", VARIANTS[i].name, out.stderr.trim()));
+                failures.push(format!("{}: true: {}", variants[i].name, out.stderr.trim()));
             }
             // The file steps, in a fresh workspace directory.
             let ws = ws_root.join(format!("r{round}-v{i}"));
@@ -261,12 +293,12 @@ fn main() -> Result<()> {
                     seen += 1;
                 }
             }
-            let writes_root = VARIANTS[i].writable_root || VARIANTS[i].runc;
+            let writes_root = variants[i].writable_root || variants[i].runc;
             let expected = STEPS.len() - if writes_root { 1 } else { 2 };
             if !out.success() || seen != expected {
                 failures.push(format!(
                     "{}: fs steps: exit {}, stdout {:?}, stderr {:?}",
-                    VARIANTS[i].name,
+                    variants[i].name,
                     out.code(),
                     out.stdout.trim(),
                     out.stderr.trim()
@@ -286,11 +318,11 @@ fn main() -> Result<()> {
     );
     println!();
     print!("| step |");
-    for v in VARIANTS {
+    for v in &variants {
         print!(" {} |", v.name);
     }
     println!();
-    println!("|---|{}", "---|".repeat(VARIANTS.len()));
+    println!("|---|{}", "---|".repeat(variants.len()));
     for (s, step) in STEPS.iter().enumerate() {
         print!("| {step} |");
         for per in samples.iter_mut() {
@@ -312,7 +344,7 @@ fn main() -> Result<()> {
     for (i, owner) in &owners {
         println!(
             "host owner of a workspace file, {}: {owner}",
-            VARIANTS[*i].name
+            variants[*i].name
         );
     }
     let report = c.shutdown();
