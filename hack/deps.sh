@@ -11,6 +11,7 @@
 #   containerd-1.6 ctr-1.6 containerd-shim-runc-v2-1.6 runsc-20221219 (Debian bookworm's packages)
 #   kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd
 #   cni-bridge cni-host-local cni-loopback                           (built here, for kube-node.sh)
+#   agent-sandbox-controller                                         (built here, for kube_agents)
 # Whatever is missing is built (or, for Debian's, installed) first; with nothing missing it
 # builds nothing and prints the same lines. `--print` is the default and is kept as the name the
 # acceptance checks use. `--only NAME` (repeatable) builds and prints just those names, so a test
@@ -18,6 +19,7 @@
 #
 # Cache layout, outside the checkout so that fresh clones and CI runs on the same machine share it:
 #   /var/cache/gvisor-hardened/<component>-<version>/bin/<binary>   the binaries
+#   /var/cache/gvisor-hardened/agent-sandbox-<version>/crds/*.yaml   agent-sandbox's CRDs
 #   /var/cache/gvisor-hardened/<component>-<version>/build-info     go version, wall time of the build
 #   /var/cache/gvisor-hardened/<component>-<version>/modules.txt    `go version -m`: deps, tags, flags
 #   /var/cache/gvisor-hardened/<component>-<version>/build.log      the go commands' output
@@ -60,10 +62,10 @@ GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 ALL_NAMES=(containerd ctr containerd-shim-runc-v2 runsc nerdctl crictl
            containerd-1.6 ctr-1.6 containerd-shim-runc-v2-1.6 runsc-20221219
            kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd
-           cni-bridge cni-host-local cni-loopback)
+           cni-bridge cni-host-local cni-loopback agent-sandbox-controller)
 
 usage() {
-  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit "${1:-0}"
 }
 
@@ -76,6 +78,7 @@ component_of() {
     kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kubectl) echo kubernetes ;;
     etcd) echo etcd ;;
     cni-bridge | cni-host-local | cni-loopback) echo cni ;;
+    agent-sandbox-controller) echo agent-sandbox ;;
     *) return 1 ;;
   esac
 }
@@ -89,6 +92,7 @@ version_of() {
     kubernetes) echo "$KUBERNETES_VERSION" ;;
     etcd) echo "$ETCD_VERSION" ;;
     cni) echo "$CNI_PLUGINS_VERSION" ;;
+    agent-sandbox) echo "$AGENT_SANDBOX_VERSION" ;;
   esac
 }
 
@@ -97,6 +101,7 @@ binaries_of() {
     containerd) echo containerd ctr containerd-shim-runc-v2 ;;
     kubernetes) echo kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl ;;
     cni) echo bridge host-local loopback ;;
+    agent-sandbox) echo agent-sandbox-controller ;;
     *) echo "$1" ;;
   esac
 }
@@ -242,11 +247,29 @@ build_cni() {
   step "$GO" -C "$out/module" build -trimpath -buildvcs=false -ldflags "-s -w" -o "$out/bin/" "${pkgs[@]}"
 }
 
-# A component directory counts as done only with every binary in it executable.
+build_agent-sandbox() {
+  local out=$1 m=sigs.k8s.io/agent-sandbox v=$AGENT_SANDBOX_VERSION
+  scratch_module "$out/module" "$m@$v" "$AGENT_SANDBOX_SUM" "$AGENT_SANDBOX_GOMOD_SUM" \
+    "$m/cmd/agent-sandbox-controller"
+  # What its Makefile stamps: `agent-sandbox-controller --version` then names the release.
+  go_build "$out/module" "$out/bin/agent-sandbox-controller" "$m/cmd/agent-sandbox-controller" "" \
+    "-X $m/internal/version.gitVersion=$v"
+  # Its CRDs, next to it (bin/../crds/): the controller is useless without them, and the module
+  # cache they come from may be cleared.
+  local src
+  src="$("$GO" -C "$out/module" list -m -f '{{.Dir}}' "$m")"
+  mkdir -p "$out/crds"
+  cp "$src"/k8s/crds/*.yaml "$out/crds/"
+  chmod 644 "$out/crds/"*.yaml
+}
+
+# A component directory counts as done only with every binary in it executable (and, for
+# agent-sandbox, its CRDs there).
 is_complete() {
   local dir=$1 b
   [ -d "$dir" ] || return 1
   for b in $(binaries_of "$2"); do [ -x "$dir/bin/$b" ] || return 1; done
+  [ "$2" != agent-sandbox ] || [ -s "$dir/crds/agents.x-k8s.io_sandboxes.yaml" ]
 }
 
 TMP_DIR=
