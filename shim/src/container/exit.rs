@@ -69,10 +69,17 @@ impl Container {
         if !process.is_init() {
             return ExitCause::of_status(status);
         }
+        // A pod's container ends with its sandbox: when the sandbox's own limit stopped the
+        // pod (its timer started first), that is why this container ended too.
+        let stopped_for = self
+            .stopped_for
+            .get()
+            .or_else(|| self.pod_sandbox().and_then(|sb| sb.stopped_for.get()))
+            .copied();
         crate::sandbox::exit::classify(
             &self.id,
             status,
-            self.stopped_for.get().copied(),
+            stopped_for,
             self.cgroups.get().map(|cg| cg.as_ref()),
         )
     }

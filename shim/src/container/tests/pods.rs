@@ -223,11 +223,13 @@ async fn egress_records_are_part_of_the_sandboxs_signed_trail() {
     bed.assert_clean();
 }
 
-/// A pod's container stopped by the wall-clock limit: the kubelet's termination-message file
-/// (the bind mount the kubelet makes for `terminationMessagePath`) says why before the exit
-/// is published; the sandbox container has no such file and nothing else is written.
+/// A pod stopped by the wall-clock limit: its sandbox started first, so the sandbox's timer
+/// fires first and the sandbox's end takes the app container with it, before the app's own
+/// timer. The app's exit is still the limit's doing (audit `timeout`), and its kubelet
+/// termination-message file (the bind mount the kubelet makes for `terminationMessagePath`)
+/// says so before the exit is published; the sandbox container has no such file.
 #[tokio::test(start_paused = true)]
-async fn a_pod_container_stopped_at_its_limit_says_why_in_its_termination_message() {
+async fn a_pod_stopped_at_its_limit_says_why_in_its_containers_termination_message() {
     let bed = Bed::with_policy("[lifetime]\nmax_runtime = \"60s\"\ngrace_period = \"5s\"");
     let pod_dir = bed.bundle("kubelet").join("pods/uid-1/containers/app");
     std::fs::create_dir_all(&pod_dir).unwrap();
@@ -240,6 +242,7 @@ async fn a_pod_container_stopped_at_its_limit_says_why_in_its_termination_messag
     ];
     bed.shim.create(bed.request("pod", &pod)).await.unwrap();
     bed.shim.start("pod", "").await.unwrap();
+    tokio::time::advance(std::time::Duration::from_secs(10)).await;
     let app = bed.request(
         "app",
         &[
@@ -260,18 +263,24 @@ async fn a_pod_container_stopped_at_its_limit_says_why_in_its_termination_messag
     std::fs::write(&config, spec.to_string()).unwrap();
     bed.shim.create(app).await.unwrap();
     bed.shim.start("app", "").await.unwrap();
-    // The fake runsc ignores SIGTERM, so the exit comes with SIGKILL after the grace period.
+    // The sandbox's limit (60 s after its start) fires; the app's (at 70 s) has not.
+    while bed.fake.calls_of("kill").is_empty() {
+        tokio::time::advance(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        bed.fake.calls_of("kill"),
+        [format!("kill pod {SIGTERM} all")]
+    );
+    bed.fake.exit("pod", ExitStatus::killed());
     assert_eq!(bed.exit_status("app").await, 137);
+    assert_eq!(bed.audit_record("app", "exit")["exit_cause"], "timeout");
     assert_eq!(
         std::fs::read_to_string(&message).unwrap(),
         "gvisor-hardened: stopped at the policy's maximum runtime (1m)\n"
     );
-    assert_eq!(bed.audit_record("app", "exit")["exit_cause"], "timeout");
-    bed.shim.delete("app", "").await.unwrap();
-    // The sandbox container has the same limit and is stopped by it too: it has no
-    // termination-message file, and writes nowhere.
     bed.exit_status("pod").await;
     assert_eq!(bed.audit_record("pod", "exit")["exit_cause"], "timeout");
+    bed.shim.delete("app", "").await.unwrap();
     bed.shim.delete("pod", "").await.unwrap();
     assert_eq!(
         std::fs::read_to_string(&message).unwrap().lines().count(),
