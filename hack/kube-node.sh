@@ -39,6 +39,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DIR="${GVH_KUBE_DIR:-/run/gvisor-hardened-kube}"
+# kubectl keeps its discovery and HTTP caches in the node's directory, not in ~/.kube (which
+# outlives the node, and which the attack tests watch for host changes).
+export KUBECACHEDIR="$DIR/kubectl-cache"
 BRIDGE=gvhkube0
 # Inside the harness's pod range (tests/src/public_targets.rs CRI_POD_RANGE, 10.128.0.0/10).
 NODE_IP=10.190.0.1

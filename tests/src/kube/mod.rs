@@ -20,7 +20,9 @@ mod install;
 mod overlay;
 mod pods;
 
-pub use install::{install_shim_directly, uninstall_directly, NodePolicies, SHIPPED_AGENT_POLICY};
+pub use install::{
+    install_shim_directly, uninstall_directly, NodePolicies, PolicyOverride, SHIPPED_AGENT_POLICY,
+};
 pub use overlay::InstallerOverlay;
 pub use pods::{PodSpec, PodWatch};
 
@@ -129,9 +131,7 @@ impl KubeNode {
 
     /// `kubectl --kubeconfig <admin>`, with a 120 s deadline.
     pub fn kubectl(&self) -> BoundedCommand {
-        let mut cmd = Command::new(&self.kubectl);
-        cmd.arg("--kubeconfig").arg(&self.kubeconfig);
-        BoundedCommand::new(cmd, Duration::from_secs(120))
+        BoundedCommand::new(self.kubectl_command(), Duration::from_secs(120))
     }
 
     /// The `kubectl` binary and the admin kubeconfig, for commands the caller drives itself
@@ -139,6 +139,8 @@ impl KubeNode {
     pub fn kubectl_command(&self) -> Command {
         let mut cmd = Command::new(&self.kubectl);
         cmd.arg("--kubeconfig").arg(&self.kubeconfig);
+        // Its caches in the node's directory (removed by `down`), never in ~/.kube.
+        cmd.env("KUBECACHEDIR", self.dir().join("kubectl-cache"));
         cmd
     }
 
