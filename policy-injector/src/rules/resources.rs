@@ -2,7 +2,8 @@
 //! to any tighter `gvisor-hardened.dev/*` annotation.
 //!
 //! - Memory: limit = min(ceiling, annotation, spec); swap = limit (no swap); reservation <= limit.
-//! - CPU: quota/period clamped to the ceiling; no quota gives the ceiling over a 100ms period.
+//! - CPU: quota/period clamped to the ceiling; no quota gives the ceiling over a 100ms period. A
+//!   pod's sandbox container also stays within the pod's own CPU limit (the CRI's annotations).
 //! - Processes: the guest budget B = min(policy, annotation, spec pids.limit read as a guest
 //!   count) becomes `pids.limit = pids_base + per_process * B`, because runsc's own host tasks
 //!   live in the same pids cgroup; `per_process` is `pids_per_process_systrap` when the caller
@@ -29,7 +30,31 @@ const DEFAULT_PERIOD: i128 = 100_000;
 
 mod cgroup_path;
 
+/// What containerd's CRI writes into a pod sandbox container's spec: the pod's CPU limit as the
+/// kubelet computed it (the containers' limits plus the RuntimeClass overhead), which the kubelet
+/// has already set on the pod's cgroup.
+const CRI_SANDBOX_CPU_QUOTA: &str = "io.kubernetes.cri.sandbox-cpu-quota";
+const CRI_SANDBOX_CPU_PERIOD: &str = "io.kubernetes.cri.sandbox-cpu-period";
+
+/// The pod's CPU limit in millicores (rounded down), if the CRI gave one. runsc puts the sandbox
+/// in a cgroup under the pod's, and cgroup v1 refuses a child CFS quota above its parent's
+/// (EINVAL on cpu.cfs_quota_us, and the pod never starts), so the sandbox's quota must not exceed
+/// the pod's: it can only tighten the ceiling, whoever set the annotations.
+fn pod_cpu_millis(spec: &Object) -> Option<u64> {
+    let annotations = spec.get("annotations")?.as_object()?;
+    let read = |key: &str| -> Option<i128> {
+        let v: i128 = annotations.get(key)?.as_str()?.parse().ok()?;
+        (v > 0).then_some(v)
+    };
+    let (quota, period) = (read(CRI_SANDBOX_CPU_QUOTA)?, read(CRI_SANDBOX_CPU_PERIOD)?);
+    u64::try_from(quota * 1000 / period).ok()
+}
+
 pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), HardenError> {
+    if let Some(pod) = pod_cpu_millis(spec) {
+        let t = &mut pass.tightening.cpu_millis;
+        *t = Some(t.map_or(pod, |a| a.min(pod)));
+    }
     let linux = json::ensure_object(spec, "linux", "")?;
     cgroup_path::check(linux, pass)?;
     let resources = json::ensure_object(linux, "resources", "linux")?;

@@ -193,3 +193,36 @@ fn the_pids_budget_uses_systraps_factor_when_runsc_runs_on_systrap() {
         json!(32 + 12 * 16)
     );
 }
+
+#[test]
+fn a_pod_sandbox_stays_within_the_pods_cpu_limit() {
+    // containerd's CRI: the pod's limit (1 CPU + 20m overhead) on a pause container's spec,
+    // which has no quota of its own; the pod's cgroup already has 102000us per 100000us.
+    let mut spec = base_spec();
+    spec["annotations"] = json!({
+        "io.kubernetes.cri.sandbox-cpu-quota": "102000",
+        "io.kubernetes.cri.sandbox-cpu-period": "100000",
+    });
+    let h = harden_ok(&spec);
+    assert_eq!(
+        h.spec["linux"]["resources"]["cpu"],
+        json!({"period": 100000, "quota": 102000})
+    );
+    assert_eq!(harden_ok(&h.spec).spec, h.spec);
+    // Above the policy's ceiling (2 CPUs), or no limit (0), the ceiling stays.
+    for (quota, period) in [("800000", "100000"), ("0", "100000"), ("-1", "0")] {
+        spec["annotations"]["io.kubernetes.cri.sandbox-cpu-quota"] = json!(quota);
+        spec["annotations"]["io.kubernetes.cri.sandbox-cpu-period"] = json!(period);
+        let h = harden_ok(&spec);
+        assert_eq!(
+            h.spec["linux"]["resources"]["cpu"]["quota"],
+            json!(200000),
+            "{quota}"
+        );
+    }
+    // A period other than the sandbox's: the same share, rounded down.
+    spec["annotations"]["io.kubernetes.cri.sandbox-cpu-quota"] = json!("50001");
+    spec["annotations"]["io.kubernetes.cri.sandbox-cpu-period"] = json!("200000");
+    let h = harden_ok(&spec);
+    assert_eq!(h.spec["linux"]["resources"]["cpu"]["quota"], json!(25000));
+}
