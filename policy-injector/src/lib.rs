@@ -13,6 +13,7 @@ pub mod git_config;
 mod glob;
 pub mod harden;
 mod json;
+pub mod metrics;
 pub mod mount;
 pub mod policy;
 pub mod quantity;

@@ -273,6 +273,13 @@ impl Verifier {
         matches!(self.state, State::Broken(_))
     }
 
+    /// True while every line so far extends the chain. A `seq` jump turns it false at once
+    /// (whether the missing record was deleted or comes later, the log is not what was
+    /// written), which is what a live follower reports; [`Verifier::finish`] tells which.
+    pub fn intact(&self) -> bool {
+        matches!(self.state, State::Intact)
+    }
+
     /// One line, without its newline; `terminated` is false for bytes after the file's last
     /// newline.
     pub fn line(&mut self, bytes: &[u8], terminated: bool) {

@@ -1,5 +1,6 @@
 //! The command line, as data: clap structs only, no logic.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -95,6 +96,21 @@ pub enum AuditCommand {
         /// Log files, oldest first.
         #[arg(value_name = "FILE", required_unless_present = "log")]
         files: Vec<PathBuf>,
+    },
+    /// Serve Prometheus metrics at http://ADDR/metrics, folded from the audit log: its rotated
+    /// files first, then the live file followed as it grows and across rotations. The chain is
+    /// verified line by line as it is read (gvh_audit_chain_intact turns 0 at the first break).
+    /// Runs until killed; exits 1 when ADDR cannot be bound.
+    Metrics {
+        /// The live log: its rotated files (PATH.N ... PATH.1) are read first, then PATH.
+        #[arg(long, value_name = "PATH")]
+        log: PathBuf,
+        /// Address to serve on, e.g. 127.0.0.1:9464 (port 0: any free port, printed at start).
+        #[arg(long, value_name = "ADDR")]
+        listen: SocketAddr,
+        /// How often to look for new lines once at the end of the live file, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 250)]
+        poll_ms: u64,
     },
     /// Write a new ed25519 key pair: PREFIX.key (private, PKCS#8 PEM, mode 0600) for
     /// `[audit] signing_key`, and PREFIX.pub (public, PEM) for `audit verify --public-key`.

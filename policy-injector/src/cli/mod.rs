@@ -5,6 +5,7 @@
 pub mod args;
 mod audit;
 mod explain;
+mod metrics;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -79,6 +80,15 @@ fn run(cmd: Command) -> Result<(), Failure> {
                     }
                     Err(text) => Err(Failure::ChainBroken(text)),
                 }
+            }
+            AuditCommand::Metrics {
+                log,
+                listen,
+                poll_ms,
+            } => {
+                let poll = std::time::Duration::from_millis(poll_ms.max(1));
+                // Serves until killed: only a failure returns.
+                match metrics::serve(&log, listen, poll)? {}
             }
             AuditCommand::Keygen { out } => {
                 print!("{}", audit::keygen(&out)?);

@@ -1,0 +1,213 @@
+//! Following the audit log: its files in rotation order, then the live file as it grows, into
+//! the pure `Metrics` fold. Each byte is read once; nothing is re-read to check the chain.
+//!
+//! Rotation (shim/src/audit/file.rs) renames the live file to PATH.1 under the writer's lock and
+//! the next record starts a new PATH, so the descriptor we hold keeps reading the old file to
+//! its true end, and only then do we move on to what came after it. A file is known by its
+//! (device, inode), not its name: names shift by one at every rotation.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use policy_injector::metrics::Metrics;
+
+use crate::cli::audit::files_of_log;
+
+/// A line longer than this is not a record a writer made (the shim bounds its records far
+/// below): it is fed as a cut line, which breaks the chain, rather than buffered without end.
+const MAX_LINE: usize = 64 << 20;
+
+const CHUNK: usize = 256 << 10;
+
+struct Open {
+    file: File,
+    id: (u64, u64),
+    name: String,
+    /// Bytes read past the last newline: the live file's line still being written.
+    pending: Vec<u8>,
+    /// Where the next read starts, to notice a file that shrank (truncated in place).
+    offset: u64,
+}
+
+pub struct Follower {
+    live: PathBuf,
+    metrics: Arc<Mutex<Metrics>>,
+    current: Option<Open>,
+}
+
+impl Follower {
+    pub fn new(live: &Path, metrics: Arc<Mutex<Metrics>>) -> Follower {
+        Follower {
+            live: live.to_path_buf(),
+            metrics,
+            current: None,
+        }
+    }
+
+    /// Reads what there is and follows the log for ever, looking again every `poll` once at
+    /// the end of the live file. A log that does not exist yet is waited for.
+    pub fn run(mut self, poll: Duration) -> ! {
+        let mut last_error = String::new();
+        loop {
+            match self.step() {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => {
+                    // Said once, not every poll: a missing log is normal before the first
+                    // sandbox of a node.
+                    let msg = format!("{e:#}");
+                    if msg != last_error {
+                        eprintln!("audit metrics: {msg}");
+                        last_error = msg;
+                    }
+                }
+            }
+            std::thread::sleep(poll);
+        }
+    }
+
+    /// One round: true when it read something (so the caller reads again at once).
+    fn step(&mut self) -> anyhow::Result<bool> {
+        let Some(cur) = self.current.as_mut() else {
+            // First round: every file of the log, oldest first; the live one stays open. Not
+            // before the live file exists: the rotated ones would be read twice.
+            if !self.live.exists() {
+                anyhow::bail!("{}: no such file (yet)", self.live.display());
+            }
+            let files = files_of_log(&self.live);
+            self.read_files(&files, None)?;
+            return Ok(self.current.is_some());
+        };
+        if read_available(cur, &self.metrics)? {
+            return Ok(true);
+        }
+        let now = match std::fs::metadata(&self.live) {
+            Ok(m) => Some(((m.dev(), m.ino()), m.len())),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) => return Err(anyhow::Error::new(e).context(self.live.display().to_string())),
+        };
+        match now {
+            Some((id, len)) if id == cur.id && len < cur.offset => {
+                // Truncated in place: a writer never does this. Read it again as a new file;
+                // its first line cannot link to what we read before, so the chain gauge drops.
+                let name = cur.name.clone();
+                self.current = None;
+                self.read_files(&[PathBuf::from(name)], None)?;
+                Ok(true)
+            }
+            Some((id, _)) if id == cur.id => Ok(false),
+            // Renamed away and nothing new yet (or a new file whose first line is not there
+            // yet): wait.
+            None => Ok(false),
+            Some(_) => {
+                // Rotated: the old file is complete (the rename happened under the writer's lock,
+                // after its last write), so read it to the end and finish its last line.
+                read_available(cur, &self.metrics)?;
+                let done = self.current.take().expect("checked above");
+                let done_id = done.id;
+                finish(done, &self.metrics);
+                // The files newer than it, oldest first. When it is no longer among them (more
+                // rotations than the log keeps happened between two looks), only the live file
+                // is left to read, and the chain gauge reports the gap.
+                let files = files_of_log(&self.live);
+                let after = files
+                    .iter()
+                    .position(|p| file_id(p) == Some(done_id))
+                    .map_or(files.len() - 1, |i| i + 1);
+                self.read_files(&files[after..], Some(done_id))?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Reads `files` in order; all but the last are finished, the last stays open.
+    fn read_files(&mut self, files: &[PathBuf], skip: Option<(u64, u64)>) -> anyhow::Result<()> {
+        for (i, path) in files.iter().enumerate() {
+            let file = match File::open(path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => {
+                    return Err(
+                        anyhow::Error::new(e).context(format!("cannot read {}", path.display()))
+                    )
+                }
+            };
+            let meta = file.metadata()?;
+            let id = (meta.dev(), meta.ino());
+            if Some(id) == skip {
+                continue;
+            }
+            let name = path.display().to_string();
+            lock(&self.metrics).begin_file(&name);
+            let mut open = Open {
+                file,
+                id,
+                name,
+                pending: Vec::new(),
+                offset: 0,
+            };
+            while read_available(&mut open, &self.metrics)? {}
+            if i + 1 == files.len() {
+                self.current = Some(open);
+            } else {
+                finish(open, &self.metrics);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads one chunk and feeds its whole lines; false at the end of the file.
+fn read_available(open: &mut Open, metrics: &Mutex<Metrics>) -> anyhow::Result<bool> {
+    let mut buf = vec![0u8; CHUNK];
+    let n = loop {
+        match open.file.read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("reading {}", open.name))),
+        }
+    };
+    if n == 0 {
+        return Ok(false);
+    }
+    open.offset += n as u64;
+    let mut m = lock(metrics);
+    let mut rest = &buf[..n];
+    while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+        if open.pending.is_empty() {
+            m.line(&rest[..i], true);
+        } else {
+            open.pending.extend_from_slice(&rest[..i]);
+            m.line(&open.pending, true);
+            open.pending.clear();
+        }
+        rest = &rest[i + 1..];
+    }
+    open.pending.extend_from_slice(rest);
+    if open.pending.len() > MAX_LINE {
+        m.line(&open.pending, false);
+        open.pending = Vec::new();
+    }
+    Ok(true)
+}
+
+/// A file the log has moved past: bytes after its last newline were a cut line.
+fn finish(open: Open, metrics: &Mutex<Metrics>) {
+    if !open.pending.is_empty() {
+        lock(metrics).line(&open.pending, false);
+    }
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The state stays consistent even if a holder panicked (each line is folded whole or not at
+/// all as far as the gauges a scrape shows go), so a poisoned lock is taken over.
+pub fn lock(m: &Mutex<Metrics>) -> std::sync::MutexGuard<'_, Metrics> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
