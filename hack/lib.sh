@@ -32,10 +32,18 @@ install_missing() {
   fi
 }
 
+# Prometheus (and promtool) for the metrics exporter's test (policy-injector/tests/
+# metrics_prometheus.rs), which runs the binary itself with its own config, data directory and
+# loopback port. The system service is never started: policy-rc.d denies it while installing,
+# and update-rc.d disables its start at boot (its SysV links and its systemd unit).
+NO_START_PACKAGES=(prometheus)
+
 ensure_packages() {
   install_missing "${APT_PACKAGES[@]}"
   # Debian's containerd package starts the system daemon; our tests and demo use private
   # instances and never touch it, so leave it as the package left it.
+  install_missing_no_start "${NO_START_PACKAGES[@]}"
+  update-rc.d prometheus disable >/dev/null 2>&1 || true
 }
 
 # Docker and Podman for runsc-hardened's end-to-end tests, the agent sandbox and the benches.
@@ -54,11 +62,17 @@ ensure_engines() {
 BENCH_PACKAGES=(tinyproxy socat)
 
 ensure_bench_packages() {
+  install_missing_no_start "${BENCH_PACKAGES[@]}"
+}
+
+# install_missing, with the packages' services kept from starting where an init would start
+# them (a policy-rc.d that denies, removed again if it was ours).
+install_missing_no_start() {
   local rcd=/usr/sbin/policy-rc.d own_rcd=0
   if [ ! -e "$rcd" ]; then
     printf '#!/bin/sh\nexit 101\n' > "$rcd" && chmod 755 "$rcd" && own_rcd=1
   fi
-  install_missing "${BENCH_PACKAGES[@]}"
+  install_missing "$@"
   if [ "$own_rcd" = 1 ]; then rm -f "$rcd"; fi
 }
 
