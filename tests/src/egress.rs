@@ -410,3 +410,53 @@ impl Connections {
             .collect()
     }
 }
+
+/// `policy` (a whole policy file) with every key of `section`'s `[network.egress]` (an
+/// [`egress_section`]) set in its own `[network.egress]`, its other keys and comments kept: a
+/// shipped policy that already has the table (the agent class's) gets the test's allowlist.
+pub fn with_egress(policy: &str, section: &str) -> Result<String> {
+    let parse = |text: &str, what: &str| {
+        text.parse::<toml_edit::DocumentMut>()
+            .map_err(|e| HarnessError::Config(format!("{what} is not TOML: {e}")))
+    };
+    let mut doc = parse(policy, "the policy")?;
+    let add = parse(section, "the egress section")?;
+    let from = add
+        .get("network")
+        .and_then(|n| n.get("egress"))
+        .and_then(toml_edit::Item::as_table)
+        .ok_or_else(|| HarnessError::Config("no [network.egress] in the section".into()))?;
+    for (key, item) in from.iter() {
+        doc["network"]["egress"][key] = item.clone();
+    }
+    Ok(doc.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_egress_sets_the_sections_keys_and_keeps_the_rest() {
+        let shipped = "version = 1\n[network]\nmode = \"none\"\n[network.egress]\n# kept\nallow = []\nmax_bytes = \"2Gi\"\nplain_http = false\n";
+        let section = egress_section(
+            &["up.example.test:8080"],
+            &[("up.example.test", "10.0.0.2".into())],
+            &["10.0.0.2/32".into()],
+        );
+        let out = with_egress(shipped, &section).unwrap();
+        let doc: toml_edit::DocumentMut = out.parse().unwrap();
+        let egress = &doc["network"]["egress"];
+        assert_eq!(egress["allow"][0].as_str(), Some("up.example.test:8080"));
+        assert_eq!(
+            egress["hosts"]["up.example.test"].as_str(),
+            Some("10.0.0.2")
+        );
+        assert_eq!(egress["allow_cidrs"][0].as_str(), Some("10.0.0.2/32"));
+        assert_eq!(egress["plain_http"].as_bool(), Some(true));
+        assert_eq!(egress["max_bytes"].as_str(), Some("2Gi"));
+        assert_eq!(doc["network"]["mode"].as_str(), Some("none"));
+        assert!(out.contains("# kept"), "{out}");
+        assert_eq!(out.matches("[network.egress]").count(), 1, "{out}");
+    }
+}

@@ -69,8 +69,7 @@ pub fn install_shim_directly(node: &KubeNode, shim: &Path) -> Result<NodePolicie
         SHIPPED_TOOL_POLICY,
         SHIPPED_AGENT_POLICY,
     ]) {
-        let text = test_policy(shipped, &layout).map_err(HarnessError::Config)?;
-        let text = with_kubelet_root(&text, &node.dir().join("kubelet"))?;
+        let text = node_policy(node, shipped, &layout)?;
         write(&handler.config_path, text.as_bytes())?;
     }
 
@@ -96,14 +95,63 @@ pub fn install_shim_directly(node: &KubeNode, shim: &Path) -> Result<NodePolicie
     })
 }
 
+/// A shipped policy as the harness installs it: the audit log and runsc root in the node's
+/// directory, the node kubelet's root.
+fn node_policy(node: &KubeNode, shipped: &str, layout: &CriLayout) -> Result<String> {
+    let text = test_policy(shipped, layout).map_err(HarnessError::Config)?;
+    with_kubelet_root(&text, &node.dir().join("kubelet"))
+}
+
+/// A handler's policy file replaced for a while (the shim reads it at every Create); the
+/// installed one is put back on drop, also when the case panics.
+#[derive(Debug)]
+pub struct PolicyOverride {
+    path: PathBuf,
+    original: Vec<u8>,
+}
+
+impl PolicyOverride {
+    /// `handler`'s file becomes `shipped` as installed with `edit` applied to it.
+    pub fn write(
+        node: &KubeNode,
+        installed: &NodePolicies,
+        handler: &str,
+        shipped: &str,
+        edit: impl FnOnce(&str) -> Result<String>,
+    ) -> Result<PolicyOverride> {
+        let path = installed
+            .policy_path(handler)
+            .ok_or_else(|| HarnessError::Config(format!("no handler {handler} installed")))?;
+        let original = fs::read(&path).map_err(|e| HarnessError::io("reading", &path, e))?;
+        let text = edit(&node_policy(node, shipped, &installed.layout)?)?;
+        write(&path, text.as_bytes())?;
+        Ok(PolicyOverride { path, original })
+    }
+}
+
+impl Drop for PolicyOverride {
+    fn drop(&mut self) {
+        if let Err(e) = write(&self.path, &self.original) {
+            eprintln!("restoring {}: {e}", self.path.display());
+        }
+    }
+}
+
 /// The node's kubelet keeps its pods under its own root (not /var/lib/kubelet): the policy's
-/// token-volume rule finds projected service-account tokens by that root.
+/// token-volume rule finds projected service-account tokens by that root, and the default
+/// `writable_sources` (emptyDir volumes under /var/lib/kubelet) becomes the same glob under it;
+/// otherwise every emptyDir on this node would be mounted read-only.
 pub(crate) fn with_kubelet_root(policy: &str, root: &Path) -> Result<String> {
     let mut doc: toml_edit::DocumentMut = policy
         .parse()
         .map_err(|e| HarnessError::Config(format!("policy is not TOML: {e}")))?;
     let mounts = doc.entry("mounts").or_insert_with(toml_edit::table);
     mounts["kubelet_root"] = toml_edit::value(root.display().to_string());
+    let empty_dirs = format!(
+        "{}/pods/*/volumes/kubernetes.io~empty-dir/**",
+        root.display()
+    );
+    mounts["writable_sources"] = toml_edit::value(toml_edit::Array::from_iter([empty_dirs]));
     Ok(doc.to_string())
 }
 
