@@ -43,7 +43,7 @@ KNOWN_FROM = {
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): 36,
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 36,
 }
-CRD_POD_TEMPLATES = {("agents.x-k8s.io/v1alpha1", "Sandbox"): ("spec", "podTemplate")}
+CRD_POD_TEMPLATES = {("agents.x-k8s.io/v1beta1", "Sandbox"): ("spec", "podTemplate")}
 PSS_LABEL = "pod-security.kubernetes.io/enforce"
 INSTALLER_IMAGE = "gvisor-hardened-installer"
 CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
