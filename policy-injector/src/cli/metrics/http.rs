@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Prometheus scrapes one target with one connection at a time; a few operators with curl on
 /// top fit easily. More than this at once are answered 503 and closed.
@@ -16,7 +16,7 @@ const MAX_CONNECTIONS: usize = 32;
 /// A request head larger than this is refused (431): a scraper sends a few hundred bytes.
 const MAX_HEAD: usize = 8 << 10;
 
-/// How long a client may take to send its request head, and to take the response.
+/// How long a client may take to send its whole request head, and to take the response.
 const DEADLINE: Duration = Duration::from_secs(10);
 
 /// The content type of the text exposition format, version 0.0.4.
@@ -128,7 +128,9 @@ fn handle(
     mut stream: TcpStream,
     render: &(dyn Fn() -> String + Send + Sync),
 ) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(DEADLINE))?;
+    // One deadline for the whole head, not per read: a client dripping a byte at a time must
+    // not hold one of the few connection slots for long.
+    let deadline = Instant::now() + DEADLINE;
     stream.set_write_timeout(Some(DEADLINE))?;
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
@@ -140,8 +142,14 @@ fn handle(
             stream.write_all(
                 b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
             )?;
+            lingering_close(stream);
             return Ok(());
         }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        stream.set_read_timeout(Some(left))?;
         let n = stream.read(&mut buf)?;
         if n == 0 {
             // Closed before a whole head: nothing to answer.
@@ -150,7 +158,28 @@ fn handle(
         head.extend_from_slice(&buf[..n]);
     };
     stream.write_all(&response(route, render))?;
-    stream.flush()
+    lingering_close(stream);
+    Ok(())
+}
+
+/// Closing a socket with unread input makes the kernel send a reset, which can destroy the
+/// response before the client reads it. So: end our side, then discard what the client still
+/// sends until it closes, for at most a second or two and a bounded amount.
+fn lingering_close(mut stream: TcpStream) {
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut buf = [0u8; 8192];
+    let mut left: usize = 1 << 20;
+    while left > 0 {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        if wait.is_zero() || stream.set_read_timeout(Some(wait)).is_err() {
+            break;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
