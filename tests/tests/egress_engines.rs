@@ -83,6 +83,11 @@ fn assert_egress_worked(out: &CommandOutput, dir: &EngineDir, id: &str) {
         at("egress-proxy-stopped") < at("exit") && at("exit") < at("delete"),
         "{events:?}"
     );
+    // The forwarder ended with the container: that is the exit, not a forwarder death.
+    assert!(
+        !events.iter().any(|e| e == "egress-forwarder-died"),
+        "{events:?}"
+    );
     // The log, egress records included, is one intact chain and every record fits the schema.
     // Signed: the guard's egress records are inside the container's trail, which delete seals.
     let verified = dir.assert_audit_signed_and_intact();

@@ -90,10 +90,12 @@ impl Host {
             // This test process waits for its own children; the shim passes its reaper.
             reaper: None,
         };
+        // The sandbox runs for the whole test: every forwarder end here is a death.
         EgressSupervisor::start(
             Arc::new(proxy),
             Arc::new(spawner),
             SupervisorOptions::default(),
+            Arc::new(|| true),
         )
     }
 }

@@ -103,6 +103,11 @@ fn a_ctr_container_reaches_allowlisted_hosts_through_the_shims_proxy_and_nothing
         events.contains(&"egress-forwarder-ready".to_string()),
         "{events:?}"
     );
+    // The forwarder ended with its sandbox: that is the exit, not a forwarder death.
+    assert!(
+        !events.contains(&"egress-forwarder-died".to_string()),
+        "{events:?}"
+    );
     // The log, egress records included, is one intact chain and every record fits the schema.
     assert_chain_intact_and_records_fit_the_schema(&policy.audit_path);
 

@@ -177,6 +177,7 @@ fn a_tls_tunnel_needs_the_sni_of_its_connect_host() {
                 listen: listen.clone(),
             }),
             SupervisorOptions::default(),
+            Arc::new(|| true),
         )
     };
     rt.block_on(sup.wait_ready(WAIT)).unwrap();

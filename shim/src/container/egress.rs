@@ -81,6 +81,15 @@ impl Container {
                 },
                 netns: self.network_namespace.clone(),
                 node_addresses,
+                running: {
+                    let sandbox = egress::running_while(self.sandbox_process.get().cloned());
+                    let me = Arc::downgrade(self);
+                    // The init's end is known to the shim before its sandbox process is reaped.
+                    Arc::new(move || {
+                        me.upgrade()
+                            .is_some_and(|c| !c.init_ended.is_cancelled() && sandbox())
+                    })
+                },
             },
             spawner,
             Arc::new(TrailSink(self.audit.clone())),

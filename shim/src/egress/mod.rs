@@ -38,7 +38,9 @@ use policy_injector::EgressPlan;
 
 pub use audit::{EgressAudit, EgressAuditSink, EgressEvent, SandboxRef};
 pub use proxy::Proxy;
-pub use supervisor::{EgressSupervisor, ForwarderSpawner, ForwarderState, SupervisorOptions};
+pub use supervisor::{
+    EgressSupervisor, ForwarderSpawner, ForwarderState, SandboxRunning, SupervisorOptions,
+};
 
 /// Everything the wiring knows about one sandbox.
 pub struct SandboxEgress {
@@ -49,6 +51,16 @@ pub struct SandboxEgress {
     pub netns: Option<PathBuf>,
     /// The node's addresses (`guard::node_addresses()`), refused as destinations.
     pub node_addresses: Vec<std::net::IpAddr>,
+    /// Whether the sandbox still runs: a forwarder that ends with it is not a death.
+    pub running: SandboxRunning,
+}
+
+/// A sandbox that runs while its host process does (a pidfd, so a recycled pid is never
+/// mistaken for it); without one, while nothing says otherwise.
+pub fn running_while(
+    process: Option<Arc<crate::sandbox::host_process::HostProcess>>,
+) -> SandboxRunning {
+    Arc::new(move || process.as_ref().is_none_or(|p| p.is_running()))
 }
 
 /// Builds the proxy with the real resolver and the netns dialer, and starts supervising the
@@ -67,7 +79,12 @@ pub fn start_for_sandbox(
         Arc::new(net::NetnsDialer::new(s.netns, Duration::from_secs(10))),
         audit,
     );
-    EgressSupervisor::start(Arc::new(proxy), spawner, SupervisorOptions::default())
+    EgressSupervisor::start(
+        Arc::new(proxy),
+        spawner,
+        SupervisorOptions::default(),
+        s.running,
+    )
 }
 
 #[cfg(all(test, feature = "host-tests"))]

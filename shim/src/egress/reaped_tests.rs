@@ -65,6 +65,7 @@ async fn the_spawner_runs_under_the_shims_reaper_and_stops_with_stdin() {
             stop_grace: WAIT,
             ..SupervisorOptions::default()
         },
+        Arc::new(|| true),
     );
     assert_eq!(sup.wait_ready(WAIT).await.unwrap(), "127.0.0.1:3128");
     // Stop closes stdin; the stand-in exits and the reaper reports the exec's exit, well within

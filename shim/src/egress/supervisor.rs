@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 use super::audit::EgressEvent;
 use super::mux::{Session, SessionEnd};
@@ -54,6 +54,11 @@ pub struct SupervisorOptions {
     pub healthy_after: Duration,
     /// How long `stop` waits for the forwarder to exit before killing it.
     pub stop_grace: Duration,
+    /// How long after a forwarder ended the supervisor waits before calling it a death. A
+    /// forwarder also ends with its sandbox, moments before the shim's exit path learns of the
+    /// sandbox's end and stops this loop (measured: the forwarder's `runsc exec` returns first);
+    /// the sandbox is asked only after this wait, and a stop within it ends the loop quietly.
+    pub confirm_death: Duration,
 }
 
 impl Default for SupervisorOptions {
@@ -64,6 +69,7 @@ impl Default for SupervisorOptions {
             max_backoff: Duration::from_secs(5),
             healthy_after: Duration::from_secs(10),
             stop_grace: Duration::from_secs(2),
+            confirm_death: Duration::from_secs(1),
         }
     }
 }
@@ -76,6 +82,12 @@ pub enum ForwarderState {
     Down { attempt: u32, reason: String },
     Stopped,
 }
+
+/// Whether the sandbox the forwarder runs in still runs. A forwarder that ends with its
+/// sandbox has not died: its end is the sandbox's, which the exit path reports and which stops
+/// the supervisor; recording it as `egress-forwarder-died` would put a false alarm into every
+/// normal exit's trail, and restarting it could only fail.
+pub type SandboxRunning = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// A running supervisor. Dropping it without [`EgressSupervisor::stop`] aborts the loop (the
 /// forwarder then sees its stdin close and exits).
@@ -92,10 +104,18 @@ impl EgressSupervisor {
         proxy: Arc<Proxy>,
         spawner: Arc<dyn ForwarderSpawner>,
         opts: SupervisorOptions,
+        running: SandboxRunning,
     ) -> EgressSupervisor {
         let (stop, stop_rx) = watch::channel(false);
         let (state_tx, state) = watch::channel(ForwarderState::Starting { attempt: 1 });
-        let task = tokio::spawn(supervise(proxy.clone(), spawner, opts, stop_rx, state_tx));
+        let task = tokio::spawn(supervise(
+            proxy.clone(),
+            spawner,
+            opts,
+            running,
+            stop_rx,
+            state_tx,
+        ));
         EgressSupervisor {
             stop,
             state,
@@ -162,42 +182,77 @@ async fn supervise(
     proxy: Arc<Proxy>,
     spawner: Arc<dyn ForwarderSpawner>,
     opts: SupervisorOptions,
+    running: SandboxRunning,
     mut stop: watch::Receiver<bool>,
     state: watch::Sender<ForwarderState>,
 ) {
     let mut attempt = 0u32;
     let mut failures = 0u32;
+    // Every workload connection being served, across forwarder restarts.
+    let mut connections = JoinSet::new();
     loop {
         attempt += 1;
         let _ = state.send(ForwarderState::Starting { attempt });
         let started = Instant::now();
         let outcome = match spawner.spawn().await {
             Err(e) => Outcome::Died(format!("cannot start the forwarder: {e}")),
-            Ok(io) => run_one(&proxy, io, attempt, &opts, &mut stop, &state).await,
+            Ok(io) => {
+                run_one(
+                    &proxy,
+                    io,
+                    attempt,
+                    &opts,
+                    &mut stop,
+                    &state,
+                    &mut connections,
+                )
+                .await
+            }
         };
         let reason = match outcome {
             Outcome::Stop => break,
             Outcome::Died(reason) => reason,
         };
-        proxy.emit(EgressEvent::ForwarderDied {
-            reason: reason.clone(),
+        let _ = state.send(ForwarderState::Down {
             attempt,
+            reason: reason.clone(),
         });
-        let _ = state.send(ForwarderState::Down { attempt, reason });
         if started.elapsed() >= opts.healthy_after {
             failures = 0;
         }
         let delay = opts
             .backoff
             .saturating_mul(1 << failures.min(16))
-            .min(opts.max_backoff);
+            .min(opts.max_backoff)
+            .max(opts.confirm_death);
         failures += 1;
-        // Restart pacing, not synchronisation: a forwarder that dies at once (its port taken,
-        // say) must not be restarted in a tight loop.
+        // Restart pacing and the death's confirmation, not synchronisation: a forwarder that
+        // dies at once (its port taken, say) must not be restarted in a tight loop, and one
+        // that ended with its sandbox is stopped within this wait.
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = stopped(&mut stop) => break,
         }
+        if !running() {
+            log::debug!("egress forwarder ended with its sandbox ({reason}); not restarted");
+            stopped(&mut stop).await;
+            break;
+        }
+        proxy.emit(EgressEvent::ForwarderDied { reason, attempt });
+    }
+    // Every connection's record before `egress-proxy-stopped`, and so before the exit record
+    // the front end writes once `stop` returned (a guard process ends right after it, and its
+    // pending tasks with it). Their streams were reset, so they end at once; bounded anyway.
+    let drained = tokio::time::timeout(opts.stop_grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        log::warn!(
+            "egress: {} connection(s) still open {:?} after the proxy stopped; cut",
+            connections.len(),
+            opts.stop_grace
+        );
     }
     proxy.emit(EgressEvent::ProxyStopped);
     let _ = state.send(ForwarderState::Stopped);
@@ -210,6 +265,7 @@ async fn run_one(
     opts: &SupervisorOptions,
     stop: &mut watch::Receiver<bool>,
     state: &watch::Sender<ForwarderState>,
+    connections: &mut JoinSet<()>,
 ) -> Outcome {
     let ForwarderIo {
         stdin,
@@ -246,7 +302,11 @@ async fn run_one(
     let _ = state.send(ForwarderState::Ready { attempt, listen });
     let serving = proxy.clone();
     let end = tokio::select! {
-        end = session.run(|s| { tokio::spawn(serving.clone().serve(s)); }) => Some(end),
+        end = session.run(|s| {
+            // Finished ones are reaped as new ones come, so the set holds the live ones.
+            while connections.try_join_next().is_some() {}
+            connections.spawn(serving.clone().serve(s));
+        }) => Some(end),
         why = &mut exited => Some(SessionEnd::Fatal(format!("its process exited: {why}"))),
         _ = stopped(stop) => None,
     };

@@ -483,6 +483,37 @@ async fn a_forwarder_that_dies_is_audited_and_restarted() {
 }
 
 #[tokio::test]
+async fn a_forwarder_that_ends_with_its_sandbox_is_no_death_and_is_not_restarted() {
+    let up = Upstream::hold().await;
+    let mut w = World::new(&policy(&["require_sni = false"]), &up).await;
+    let mut f = w.forwarder().await;
+    w.end_sandbox();
+    f.die("the sandbox exited").await;
+    w.sup()
+        .wait_for(Duration::from_secs(10), |s| {
+            matches!(s, ForwarderState::Down { .. })
+        })
+        .await
+        .unwrap();
+    let events = w.stop_keep_events().await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, EgressEvent::ForwarderDied { .. })),
+        "{events:?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, EgressEvent::ForwarderReady { attempt: 2, .. })),
+        "{events:?}"
+    );
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, EgressEvent::ProxyStopped)));
+}
+
+#[tokio::test]
 async fn a_forwarder_that_cannot_listen_is_a_death_with_its_reason() {
     let up = Upstream::hold().await;
     let mut w = World::new(&policy(&[]), &up).await;

@@ -59,6 +59,7 @@ pub(super) fn start(
     runsc: &Runsc,
     reaper: &Reaper,
     audit: &StateTrail,
+    sandbox_process: Option<Arc<crate::sandbox::host_process::HostProcess>>,
 ) -> Option<EgressSupervisor> {
     let plan = record.egress.clone()?;
     let sandbox = SandboxRef {
@@ -107,6 +108,7 @@ pub(super) fn start(
             sandbox,
             netns: record.network_namespace.clone(),
             node_addresses,
+            running: egress::running_while(sandbox_process),
         },
         spawner,
         sink,

@@ -422,9 +422,18 @@ pub struct World {
     resolver: Arc<FakeResolver>,
     dialer: Arc<FakeDialer>,
     seen: usize,
+    /// What the supervisor is told about the sandbox: `false` once the test ends it.
+    running: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl World {
+    /// The sandbox the forwarder runs in has ended (as a normal exit does, before the shim stops
+    /// egress).
+    pub fn end_sandbox(&self) {
+        self.running
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
     pub async fn new(plan: &EgressPlan, up: &Upstream) -> World {
         Self::build(plan, up, None).await
     }
@@ -463,11 +472,20 @@ impl World {
             backoff: Duration::from_millis(10),
             // The fake never exits by itself when its stdin closes: do not wait for it.
             stop_grace: Duration::from_millis(20),
+            confirm_death: Duration::from_millis(10),
             ..SupervisorOptions::default()
         };
-        let sup = EgressSupervisor::start(Arc::new(proxy), Arc::new(FakeSpawner { tx }), opts);
+        let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let alive = running.clone();
+        let sup = EgressSupervisor::start(
+            Arc::new(proxy),
+            Arc::new(FakeSpawner { tx }),
+            opts,
+            Arc::new(move || alive.load(std::sync::atomic::Ordering::SeqCst)),
+        );
         World {
             sup: Some(sup),
+            running,
             ends,
             sink,
             resolver,

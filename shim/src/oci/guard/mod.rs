@@ -286,6 +286,7 @@ impl Guard {
                             &self.runsc,
                             &self.reaper,
                             &self.audit,
+                            self.limits.sandbox.clone(),
                         );
                     }
                 }
