@@ -12,6 +12,8 @@
 mod file;
 pub(crate) use file::open_locked;
 #[cfg(test)]
+mod metrics_tests;
+#[cfg(test)]
 pub(crate) mod test_support;
 mod trail;
 
