@@ -171,11 +171,12 @@ impl Policy {
     /// contradictions are errors naming the key and, where it is in the text, its line.
     pub fn from_toml_str(src: &str) -> Result<Policy, PolicyError> {
         let de = toml::Deserializer::parse(src).map_err(|e| parse_error(src, &e, None))?;
-        let policy: Policy = serde_path_to_error::deserialize(de).map_err(|e| {
+        let mut policy: Policy = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             let key = (!path.is_empty() && path != ".").then_some(path);
             parse_error(src, e.inner(), key)
         })?;
+        policy.mounts.follow_kubelet_root();
         policy.validate_in(Some(src))?;
         Ok(policy)
     }

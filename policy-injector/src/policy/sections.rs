@@ -141,6 +141,37 @@ pub struct MountsPolicy {
     pub workspace: super::WorkspacePolicy,
 }
 
+impl MountsPolicy {
+    /// Where the default lists expect the kubelet's files.
+    pub const DEFAULT_KUBELET_ROOT: &'static str = "/var/lib/kubelet";
+
+    /// The default lists name the kubelet's files under `/var/lib/kubelet`. On a node whose
+    /// kubelet keeps them elsewhere (`kubelet_root`), each such entry is added for that root
+    /// too: its emptyDirs writable, its pki, plugins and pods directory denied, where otherwise
+    /// emptyDirs would be read-only and the real pki not denied. Entries are only added (a
+    /// `/var/lib/kubelet` entry stays), never twice, so loading a policy again changes nothing.
+    pub(crate) fn follow_kubelet_root(&mut self) {
+        let root = self.kubelet_root.trim_end_matches('/');
+        if root == Self::DEFAULT_KUBELET_ROOT || !root.starts_with('/') {
+            return;
+        }
+        for list in [&mut self.writable_sources, &mut self.denied_sources] {
+            let moved: Vec<String> = list
+                .iter()
+                .filter_map(|entry| {
+                    let rest = entry.strip_prefix(Self::DEFAULT_KUBELET_ROOT)?;
+                    (rest.is_empty() || rest.starts_with('/')).then(|| format!("{root}{rest}"))
+                })
+                .collect();
+            for entry in moved {
+                if !list.contains(&entry) {
+                    list.push(entry);
+                }
+            }
+        }
+    }
+}
+
 impl Default for MountsPolicy {
     fn default() -> Self {
         MountsPolicy {
@@ -196,7 +227,7 @@ impl Default for MountsPolicy {
                 "/var/run/secrets/eks.amazonaws.com/serviceaccount",
             ]),
             token_volumes: TokenVolumeAction::Remove,
-            kubelet_root: "/var/lib/kubelet".to_string(),
+            kubelet_root: Self::DEFAULT_KUBELET_ROOT.to_string(),
             protect: Vec::new(),
             mask: Vec::new(),
             workspace: super::WorkspacePolicy::default(),

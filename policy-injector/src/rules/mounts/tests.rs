@@ -54,6 +54,40 @@ fn empty_dir_bind_stays_writable() {
 }
 
 #[test]
+fn a_kubelet_root_elsewhere_moves_the_empty_dir_and_kubelet_entries_with_it() {
+    let policy = Policy::from_toml_str("[mounts]\nkubelet_root = \"/srv/kubelet\"\n").unwrap();
+    let ctx = Context::default();
+    let src = "/srv/kubelet/pods/0b7e/volumes/kubernetes.io~empty-dir/cache";
+    let h = harden_with(
+        &with_mount(bind(src, "/cache", json!(["rbind", "rw"]))),
+        &policy,
+        &ctx,
+    )
+    .unwrap();
+    assert_eq!(
+        mount_at(&h.spec, "/cache").unwrap()["options"],
+        json!(["rbind", "rw", "nosuid", "nodev"])
+    );
+    for denied in [
+        "/srv/kubelet",
+        "/srv/kubelet/pods",
+        "/srv/kubelet/pki/kubelet.key",
+    ] {
+        let spec = with_mount(bind(denied, "/x", json!(["rbind", "ro"])));
+        assert!(harden_with(&spec, &policy, &ctx).is_err(), "{denied}");
+    }
+    // The entries for /var/lib/kubelet stay; loading the policy again adds nothing.
+    assert!(policy
+        .mounts
+        .writable_sources
+        .contains(&"/var/lib/kubelet/pods/*/volumes/kubernetes.io~empty-dir/**".to_string()));
+    assert_eq!(
+        Policy::from_toml_str(&policy.to_toml_string()).unwrap(),
+        policy
+    );
+}
+
+#[test]
 fn empty_dir_that_resolves_elsewhere_is_made_readonly() {
     let src = "/var/lib/kubelet/pods/0b7e/volumes/kubernetes.io~empty-dir/cache";
     let spec = with_mount(bind(src, "/cache", json!(["rbind", "rw"])));
