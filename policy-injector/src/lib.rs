@@ -5,6 +5,7 @@
 //! rejection naming the rule and field. It does no I/O and reads no clock, environment or
 //! global: the same input gives byte-identical output.
 
+pub mod attestation;
 pub mod audit_chain;
 pub mod decision;
 pub mod egress;
