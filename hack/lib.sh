@@ -127,12 +127,24 @@ ensure_stack() {
 CONTAINER_STACK_NAMES=(containerd ctr containerd-shim-runc-v2 runsc
                        containerd-1.6 ctr-1.6 containerd-shim-runc-v2-1.6 runsc-20221219)
 
-# Python packages for the manifest checks and the audit-record schema test (jsonschema).
+# Python packages for the manifest checks and the audit-record schema test (jsonschema), and the
+# third-party verifier of run attestations (policy-injector/tests/attest/verify_in_toto.py):
+# securesystemslib's DSSE envelope and ed25519 key (its crypto extra brings `cryptography`) and
+# in-toto-attestation's Statement v1. Those two are pinned: the test is that a given standard
+# implementation accepts our envelopes, so a new release must be taken on purpose.
+PYTHON_ATTESTATION_PACKAGES=("securesystemslib[crypto]==1.6.0" "in-toto-attestation==0.9.3")
+
 ensure_python_tools() {
   if ! python3 -c 'import kubernetes_validate, jsonschema' 2>/dev/null; then
     log "installing kubernetes-validate and jsonschema (PyPI)"
     python3 -m pip install -q --disable-pip-version-check kubernetes-validate jsonschema 2>/dev/null \
       || python3 -m pip install -q --disable-pip-version-check --break-system-packages kubernetes-validate jsonschema
+  fi
+  if ! python3 -c 'import importlib.metadata as m, sys
+sys.exit(m.version("securesystemslib") != "1.6.0" or m.version("in-toto-attestation") != "0.9.3")' 2>/dev/null; then
+    log "installing ${PYTHON_ATTESTATION_PACKAGES[*]} (PyPI)"
+    python3 -m pip install -q --disable-pip-version-check "${PYTHON_ATTESTATION_PACKAGES[@]}" 2>/dev/null \
+      || python3 -m pip install -q --disable-pip-version-check --break-system-packages "${PYTHON_ATTESTATION_PACKAGES[@]}"
   fi
 }
 

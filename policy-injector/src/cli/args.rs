@@ -112,6 +112,46 @@ pub enum AuditCommand {
         #[arg(long, value_name = "MS", default_value_t = 250)]
         poll_ms: u64,
     },
+    /// Write a signed run attestation of one sandbox: an in-toto Statement v1 in a DSSE
+    /// envelope, signed with the audit signing key. Subjects: the files the sandbox added or
+    /// modified (its exit manifest, with their sha256); predicate: what ran. The log is verified
+    /// with the key first (exit 3 when it does not verify); exit 1 when there is no ended run of
+    /// the container or it wrote no file.
+    Attest {
+        /// The live log: its rotated files (PATH.N ... PATH.1) are read first, then PATH.
+        #[arg(long, value_name = "PATH")]
+        log: PathBuf,
+        /// The container (sandbox) id.
+        #[arg(long, value_name = "ID")]
+        container: String,
+        /// The containerd namespace, when the id is in several.
+        #[arg(long, value_name = "NS")]
+        namespace: Option<String>,
+        /// The audit signing key (PKCS#8 PEM, as `[audit] signing_key`).
+        #[arg(long, value_name = "KEYFILE")]
+        key: PathBuf,
+        /// The exit manifest, when it is no longer where the exit record says.
+        #[arg(long, value_name = "FILE")]
+        manifest: Option<PathBuf>,
+        /// Write the envelope to this new file instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Check a run attestation: the DSSE signature with the public key, the statement's form,
+    /// and with --artifacts that each subject's file hashes as attested. Exit 0 when it holds,
+    /// 3 when refused, 1 when a file cannot be read.
+    VerifyAttestation {
+        /// The audit signing key's public half (PEM, as `audit keygen` writes it).
+        #[arg(long, value_name = "PUB")]
+        public_key: PathBuf,
+        /// A directory standing for the container's root: the subject /data/out.txt is checked
+        /// at DIR/data/out.txt.
+        #[arg(long, value_name = "DIR")]
+        artifacts: Option<PathBuf>,
+        /// The envelope (JSON).
+        #[arg(value_name = "ENVELOPE")]
+        envelope: PathBuf,
+    },
     /// Write a new ed25519 key pair: PREFIX.key (private, PKCS#8 PEM, mode 0600) for
     /// `[audit] signing_key`, and PREFIX.pub (public, PEM) for `audit verify --public-key`.
     /// Existing files are never overwritten.

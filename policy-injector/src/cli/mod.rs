@@ -3,6 +3,7 @@
 //! chain is broken).
 
 pub mod args;
+mod attest;
 mod audit;
 mod explain;
 mod metrics;
@@ -89,6 +90,39 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 let poll = std::time::Duration::from_millis(poll_ms.max(1));
                 // Serves until killed: only a failure returns.
                 match metrics::serve(&log, listen, poll)? {}
+            }
+            AuditCommand::Attest {
+                log,
+                container,
+                namespace,
+                key,
+                manifest,
+                out,
+            } => {
+                let files = audit::files_of_log(&log);
+                let req = attest::AttestRequest {
+                    files: &files,
+                    container_id: &container,
+                    namespace: namespace.as_deref(),
+                    key: &key,
+                    manifest: manifest.as_deref(),
+                };
+                let envelope = attest::attest(&req)?.map_err(Failure::ChainBroken)?;
+                match out {
+                    Some(path) => attest::write_new(&path, &envelope)?,
+                    None => print!("{envelope}"),
+                }
+                Ok(())
+            }
+            AuditCommand::VerifyAttestation {
+                public_key,
+                artifacts,
+                envelope,
+            } => {
+                let report = attest::verify(&public_key, &envelope, artifacts.as_deref())?
+                    .map_err(Failure::ChainBroken)?;
+                print!("{report}");
+                Ok(())
             }
             AuditCommand::Keygen { out } => {
                 print!("{}", audit::keygen(&out)?);
