@@ -9,6 +9,8 @@
 //! full (`file.rs`); a sandbox's records can be signed (`trail.rs`).
 //! Environment values never reach this module: decisions carry variable names only.
 
+#[cfg(test)]
+mod attest_tests;
 mod file;
 pub(crate) use file::open_locked;
 #[cfg(test)]
