@@ -1,5 +1,6 @@
-//! Following the audit log: its files in rotation order, then the live file as it grows, into
-//! the pure `Metrics` fold. Each byte is read once; nothing is re-read to check the chain.
+//! Following the audit log: its files in rotation order, then the live file as it grows, into a
+//! [`LineSink`]: the pure `Metrics` fold (`audit metrics`) or an `Exporter` (`audit export
+//! --follow`). Each byte is read once; nothing is re-read to check the chain.
 //!
 //! Rotation (shim/src/audit/file.rs) renames the live file to PATH.1 under the writer's lock and
 //! the next record starts a new PATH, so the descriptor we hold keeps reading the old file to
@@ -17,6 +18,24 @@ use policy_injector::metrics::Metrics;
 
 use crate::cli::audit::files_of_log;
 
+/// What a follower feeds: each file as it is begun, then its lines in order, without their
+/// newlines; `terminated` is false only for bytes a rotated-away file ended with (the live
+/// file's unfinished last line is held back until its newline comes).
+pub trait LineSink {
+    fn begin_file(&mut self, name: &str);
+    fn line(&mut self, bytes: &[u8], terminated: bool);
+}
+
+impl LineSink for Metrics {
+    fn begin_file(&mut self, name: &str) {
+        Metrics::begin_file(self, name)
+    }
+
+    fn line(&mut self, bytes: &[u8], terminated: bool) {
+        Metrics::line(self, bytes, terminated)
+    }
+}
+
 /// A line longer than this is not a record a writer made (the shim bounds its records far
 /// below): it is fed as a cut line, which breaks the chain, rather than buffered without end.
 const MAX_LINE: usize = 64 << 20;
@@ -33,14 +52,14 @@ struct Open {
     offset: u64,
 }
 
-pub struct Follower {
+pub struct Follower<S> {
     live: PathBuf,
-    metrics: Arc<Mutex<Metrics>>,
+    metrics: Arc<Mutex<S>>,
     current: Option<Open>,
 }
 
-impl Follower {
-    pub fn new(live: &Path, metrics: Arc<Mutex<Metrics>>) -> Follower {
+impl<S: LineSink> Follower<S> {
+    pub fn new(live: &Path, metrics: Arc<Mutex<S>>) -> Follower<S> {
         Follower {
             live: live.to_path_buf(),
             metrics,
@@ -50,18 +69,35 @@ impl Follower {
 
     /// Reads what there is and follows the log for ever, looking again every `poll` once at
     /// the end of the live file. A log that does not exist yet is waited for.
-    pub fn run(mut self, poll: Duration) -> ! {
+    pub fn run(self, poll: Duration) -> ! {
+        match self.run_until(poll, |_| Ok(())) {
+            Ok(never) => match never {},
+            // The check above never fails.
+            Err(_) => unreachable!(),
+        }
+    }
+
+    /// Like `run`, and after every round asks `check` whether to go on: its error ends the
+    /// follow (an export whose reader went away).
+    pub fn run_until(
+        mut self,
+        poll: Duration,
+        mut check: impl FnMut(&mut S) -> anyhow::Result<()>,
+    ) -> anyhow::Result<std::convert::Infallible> {
         let mut last_error = String::new();
         loop {
             match self.step() {
-                Ok(true) => continue,
-                Ok(false) => {}
+                Ok(true) => {
+                    check(&mut lock(&self.metrics))?;
+                    continue;
+                }
+                Ok(false) => check(&mut lock(&self.metrics))?,
                 Err(e) => {
                     // Said once, not every poll: a missing log is normal before the first
                     // sandbox of a node.
                     let msg = format!("{e:#}");
                     if msg != last_error {
-                        eprintln!("audit metrics: {msg}");
+                        eprintln!("following {}: {msg}", self.live.display());
                         last_error = msg;
                     }
                 }
@@ -162,7 +198,7 @@ impl Follower {
 }
 
 /// Reads one chunk and feeds its whole lines; false at the end of the file.
-fn read_available(open: &mut Open, metrics: &Mutex<Metrics>) -> anyhow::Result<bool> {
+fn read_available<S: LineSink>(open: &mut Open, metrics: &Mutex<S>) -> anyhow::Result<bool> {
     let mut buf = vec![0u8; CHUNK];
     let n = loop {
         match open.file.read(&mut buf) {
@@ -196,7 +232,7 @@ fn read_available(open: &mut Open, metrics: &Mutex<Metrics>) -> anyhow::Result<b
 }
 
 /// A file the log has moved past: bytes after its last newline were a cut line.
-fn finish(open: Open, metrics: &Mutex<Metrics>) {
+fn finish<S: LineSink>(open: Open, metrics: &Mutex<S>) {
     if !open.pending.is_empty() {
         lock(metrics).line(&open.pending, false);
     }
@@ -208,6 +244,6 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
 
 /// The state stays consistent even if a holder panicked (each line is folded whole or not at
 /// all as far as the gauges a scrape shows go), so a poisoned lock is taken over.
-pub fn lock(m: &Mutex<Metrics>) -> std::sync::MutexGuard<'_, Metrics> {
+pub fn lock<S>(m: &Mutex<S>) -> std::sync::MutexGuard<'_, S> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

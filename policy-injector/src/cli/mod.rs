@@ -6,6 +6,7 @@ pub mod args;
 mod attest;
 mod audit;
 mod explain;
+mod follow;
 mod metrics;
 
 use std::collections::BTreeMap;

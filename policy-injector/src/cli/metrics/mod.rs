@@ -1,7 +1,6 @@
 //! `audit metrics`: the audit log followed into `policy_injector::metrics`, served over HTTP.
 //! Two threads share the state: the follower folds lines in, each scrape renders it.
 
-mod follow;
 mod http;
 
 use std::convert::Infallible;
@@ -14,6 +13,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use policy_injector::metrics::Metrics;
+
+use crate::cli::follow;
 
 /// Binds `listen` (before any reading, so a taken port fails at once), prints where it serves,
 /// then follows `live` and answers scrapes until killed.
