@@ -7,7 +7,10 @@
 //! and reported as an error. Under the same lock the writer reads the last line, links the new
 //! record to it (`seq`, `prev`: `policy_injector::audit_chain`) and rotates the file when it is
 //! full (`file.rs`); a sandbox's records can be signed (`trail.rs`).
-//! Environment values never reach this module: decisions carry variable names only.
+//! Environment values never reach the file: the environment rule names secret variables
+//! without their values, and what values decisions still carry (`environment.defaults`' own
+//! entries, a removed hook's `env`) are redacted here, before a record is serialised
+//! (`policy_injector::redact`).
 
 #[cfg(test)]
 mod attest_tests;
@@ -15,6 +18,8 @@ mod file;
 pub(crate) use file::open_locked;
 #[cfg(test)]
 mod metrics_tests;
+#[cfg(test)]
+mod redaction_tests;
 #[cfg(test)]
 pub(crate) mod test_support;
 mod trail;
@@ -315,6 +320,22 @@ impl AuditLog {
         record: &AuditRecord<'_>,
         seal: Option<&policy_injector::audit_chain::SealInput<'_>>,
     ) -> Result<Digest, AuditError> {
+        // Redacted here, at the one place every front end's lifecycle records pass, so no
+        // caller can forget it; the line hashed and signed is the redacted one.
+        let redacted = record
+            .decisions
+            .and_then(policy_injector::redact::decisions);
+        let redacted_record;
+        let record = match &redacted {
+            Some(decisions) => {
+                redacted_record = AuditRecord {
+                    decisions: Some(decisions),
+                    ..record.clone()
+                };
+                &redacted_record
+            }
+            None => record,
+        };
         let line = serde_json::to_vec(record).expect("audit records always serialise");
         let durable = matches!(
             record.event,

@@ -1,0 +1,380 @@
+//! Audit records as OCSF events (Open Cybersecurity Schema Framework 1.8.0, profiles `host`,
+//! `container` and `security_control`), one class per kind of record:
+//!
+//! | records | OCSF class |
+//! | --- | --- |
+//! | create, create-failed, start, exec, exec-start, exec-exit, exit, update, oom, timeout, idle-timeout, delete | Process Activity (1007) |
+//! | egress-connection allowed, cut, failed | Network Activity (4001) |
+//! | create-rejected, exec-rejected, egress-connection denied | Detection Finding (2004) |
+//!
+//! Genesis records, name lookups and the forwarder's and byte cap's events have no class here
+//! and are not exported (the connection records they lead to are). Every event keeps the
+//! redacted record whole under `unmapped` and its line under `raw_data`; `metadata.uid` is the
+//! sha256 of the original line (what the chain's next `prev` names).
+
+use serde_json::{json, Map, Value};
+
+use super::{Record, Severity};
+
+pub const VERSION: &str = "1.8.0";
+pub const PROFILES: [&str; 3] = ["host", "container", "security_control"];
+
+const PROCESS_ACTIVITY: u64 = 1007;
+const NETWORK_ACTIVITY: u64 = 4001;
+const DETECTION_FINDING: u64 = 2004;
+
+/// The event for one record, or `None` when no class fits it.
+pub fn event(rec: &Record<'_>) -> Option<Value> {
+    match rec.event.as_str() {
+        "create" | "create-failed" | "start" | "exec" | "exec-start" | "exec-exit" | "exit"
+        | "update" | "oom" | "timeout" | "idle-timeout" | "delete" => Some(process_activity(rec)),
+        "create-rejected" | "exec-rejected" => Some(refusal(rec)),
+        "egress-connection" if rec.str("verdict") == Some("denied") => Some(refusal(rec)),
+        "egress-connection" => Some(network_activity(rec)),
+        _ => None,
+    }
+}
+
+fn severity(s: Severity) -> (u64, &'static str) {
+    match s {
+        Severity::Info => (1, "Informational"),
+        Severity::Low => (2, "Low"),
+        Severity::Medium => (3, "Medium"),
+        Severity::High => (4, "High"),
+    }
+}
+
+/// What every class has: classification, time, severity, metadata, device, policy, the record.
+fn base(
+    rec: &Record<'_>,
+    class: (u64, &str),
+    category: (u64, &str),
+    activity: (u64, &str),
+) -> Map<String, Value> {
+    let (sev_id, sev) = severity(rec.severity());
+    let mut metadata = json!({
+        "version": VERSION,
+        "product": {
+            "name": "gvisor-hardened",
+            "vendor_name": "gvisor-hardened",
+            "version": env!("CARGO_PKG_VERSION"),
+        },
+        "profiles": PROFILES,
+        "uid": rec.line_sha256,
+        "event_code": rec.event,
+        "log_name": "gvisor-hardened audit log",
+    });
+    if let Some(t) = rec.str("time") {
+        metadata["original_time"] = json!(t);
+    }
+    if let Some(seq) = rec.u64("seq") {
+        metadata["sequence"] = json!(seq);
+    }
+    let mut e = Map::new();
+    e.insert("class_uid".into(), json!(class.0));
+    e.insert("class_name".into(), json!(class.1));
+    e.insert("category_uid".into(), json!(category.0));
+    e.insert("category_name".into(), json!(category.1));
+    e.insert("activity_id".into(), json!(activity.0));
+    e.insert("activity_name".into(), json!(activity.1));
+    e.insert("type_uid".into(), json!(class.0 * 100 + activity.0));
+    e.insert(
+        "type_name".into(),
+        json!(format!(
+            "{}: {}",
+            class.1,
+            if activity.0 == 99 {
+                "Other"
+            } else {
+                activity.1
+            }
+        )),
+    );
+    e.insert("time".into(), json!(rec.time_ms));
+    e.insert("severity_id".into(), json!(sev_id));
+    e.insert("severity".into(), json!(sev));
+    e.insert("metadata".into(), metadata);
+    e.insert(
+        "device".into(),
+        json!({"type_id": 1, "type": "Server", "hostname": rec.node}),
+    );
+    if let Some(p) = policy(rec) {
+        e.insert("policy".into(), p);
+    }
+    e.insert("raw_data".into(), json!(rec.raw));
+    e.insert("unmapped".into(), rec.value.clone());
+    e
+}
+
+/// The policy in force: its file's path (or name, on egress records) and the digest of its
+/// bytes; `is_applied` is false in audit mode (the spec ran unchanged).
+fn policy(rec: &Record<'_>) -> Option<Value> {
+    let (name, sha256, mode) = rec.policy();
+    let mut p = json!({"name": name?, "type": "gvisor-hardened policy"});
+    if let Some(sha) = sha256 {
+        p["uid"] = json!(sha);
+    }
+    if let Some(mode) = mode {
+        p["is_applied"] = json!(mode == "enforce");
+        p["data"] = json!({"mode": mode});
+    }
+    Some(p)
+}
+
+/// A pod uid is a UUID; OCSF's `pod_uuid` takes nothing else.
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// The container a record is about.
+fn container(rec: &Record<'_>) -> Option<Value> {
+    let id = rec.str("container_id")?;
+    let pod = rec.value.get("pod");
+    let pod_str = |k: &str| pod.and_then(|p| p.get(k)).and_then(Value::as_str);
+    let mut c = json!({
+        "uid": id,
+        "name": pod_str("container_name").unwrap_or(id),
+        "runtime": "runsc",
+    });
+    if let Some(image) = rec.str("image") {
+        // The record names the image by reference only: the reference is its id here.
+        c["image"] = json!({"uid": image, "name": image});
+    }
+    if pod.is_some() {
+        c["orchestrator"] = json!("Kubernetes");
+    }
+    if let Some(uid) = pod_str("uid").filter(|u| is_uuid(u)) {
+        c["pod_uuid"] = json!(uid);
+    }
+    Some(c)
+}
+
+/// The process a lifecycle record is about: the container's init, or one exec.
+fn process(rec: &Record<'_>) -> Value {
+    let id = rec.str("container_id").unwrap_or("");
+    let uid = match rec.str("exec_id") {
+        Some(exec) => format!("{id}/{exec}"),
+        None => id.to_string(),
+    };
+    let mut p = json!({"uid": uid});
+    if let Some(pid) = rec.u64("pid") {
+        p["pid"] = json!(pid);
+    }
+    if let Some(c) = container(rec) {
+        p["container"] = c;
+    }
+    p
+}
+
+fn process_activity(rec: &Record<'_>) -> Value {
+    let activity = match rec.event.as_str() {
+        "start" | "exec-start" => (1, "Launch"),
+        "exit" | "exec-exit" => (2, "Terminate"),
+        "create" | "create-failed" => (99, "Create"),
+        "exec" => (99, "Exec"),
+        "update" => (99, "Update"),
+        "oom" => (99, "OOM"),
+        "timeout" => (99, "Timeout"),
+        "idle-timeout" => (99, "Idle Timeout"),
+        _ => (99, "Delete"),
+    };
+    let mut e = base(
+        rec,
+        (PROCESS_ACTIVITY, "Process Activity"),
+        (1, "System Activity"),
+        activity,
+    );
+    e.insert("actor".into(), json!({"app_name": "gvisor-hardened"}));
+    e.insert("process".into(), process(rec));
+    let failed = rec.event == "create-failed";
+    e.insert("status_id".into(), json!(if failed { 2 } else { 1 }));
+    e.insert(
+        "status".into(),
+        json!(if failed { "Failure" } else { "Success" }),
+    );
+    if let Some(err) = rec.str("error") {
+        e.insert("status_detail".into(), json!(err));
+    }
+    if let Some(code) = rec.u64("exit_status") {
+        e.insert("exit_code".into(), json!(code));
+    }
+    if matches!(rec.event.as_str(), "create" | "exec") {
+        // The policy's verdict on what it admitted: modified (hardened), or only observed in
+        // audit mode, or allowed as it was.
+        let changed = rec
+            .value
+            .get("decisions")
+            .and_then(Value::as_array)
+            .is_some_and(|ds| {
+                ds.iter()
+                    .any(|d| d.get("action").and_then(Value::as_str) != Some("reported"))
+            });
+        let (id, name) = match (rec.policy().2, changed) {
+            (Some("audit"), _) => (3, "Observed"),
+            (_, true) => (4, "Modified"),
+            _ => (1, "Allowed"),
+        };
+        e.insert("action_id".into(), json!(id));
+        e.insert("action".into(), json!(name));
+    }
+    let mut message = format!("{} {}", rec.event, process_uid(rec));
+    if let Some(cause) = rec.str("exit_cause") {
+        message.push_str(&format!(": {cause}"));
+    }
+    e.insert("message".into(), json!(message));
+    Value::Object(e)
+}
+
+fn process_uid(rec: &Record<'_>) -> String {
+    process(rec)["uid"].as_str().unwrap_or("").to_string()
+}
+
+/// The endpoints and direction of an egress record: the workload inside the sandbox, the host
+/// it asked for (and the address dialled, when it was).
+fn endpoints(rec: &Record<'_>) -> (Value, Value, Value) {
+    let mut src = match rec
+        .str("peer")
+        .and_then(|p| p.parse::<std::net::SocketAddr>().ok())
+    {
+        Some(addr) => json!({"ip": addr.ip().to_string(), "port": addr.port()}),
+        None => json!({"uid": rec.str("sandbox_id").unwrap_or("")}),
+    };
+    if let Some(c) = container(rec) {
+        src["container"] = c;
+    }
+    let mut dst = json!({"hostname": rec.str("host").unwrap_or("")});
+    if let Some(port) = rec.u64("port") {
+        dst["port"] = json!(port);
+    }
+    if let Some(ip) = rec
+        .str("resolved")
+        .and_then(|r| r.parse::<std::net::SocketAddr>().ok())
+    {
+        dst["ip"] = json!(ip.ip().to_string());
+    }
+    let conn = json!({"direction_id": 2, "direction": "Outbound", "protocol_name": "tcp"});
+    (src, dst, conn)
+}
+
+fn network_activity(rec: &Record<'_>) -> Value {
+    let verdict = rec.str("verdict").unwrap_or("");
+    let (activity, action, disposition, status) = match verdict {
+        "cut" => ((3, "Reset"), (2, "Denied"), (6, "Dropped"), (1, "Success")),
+        "failed" => ((4, "Fail"), (1, "Allowed"), (1, "Allowed"), (2, "Failure")),
+        _ => ((2, "Close"), (1, "Allowed"), (1, "Allowed"), (1, "Success")),
+    };
+    let mut e = base(
+        rec,
+        (NETWORK_ACTIVITY, "Network Activity"),
+        (4, "Network Activity"),
+        activity,
+    );
+    let (src, dst, conn) = endpoints(rec);
+    e.insert("src_endpoint".into(), src);
+    e.insert("dst_endpoint".into(), dst);
+    e.insert("connection_info".into(), conn);
+    let (up, down) = (
+        rec.u64("bytes_up").unwrap_or(0),
+        rec.u64("bytes_down").unwrap_or(0),
+    );
+    e.insert(
+        "traffic".into(),
+        json!({"bytes_out": up, "bytes_in": down, "bytes": up + down}),
+    );
+    if let Some(ms) = rec.u64("duration_ms") {
+        e.insert("duration".into(), json!(ms));
+    }
+    e.insert("action_id".into(), json!(action.0));
+    e.insert("action".into(), json!(action.1));
+    e.insert("disposition_id".into(), json!(disposition.0));
+    e.insert("disposition".into(), json!(disposition.1));
+    e.insert("status_id".into(), json!(status.0));
+    e.insert("status".into(), json!(status.1));
+    if let Some(reason) = rec.str("reason") {
+        e.insert("status_detail".into(), json!(reason));
+    }
+    if let Some(rule) = rec.str("rule") {
+        e.insert("firewall_rule".into(), json!({"name": rule}));
+    }
+    e.insert(
+        "message".into(),
+        json!(format!(
+            "egress {verdict}: {}:{}",
+            rec.str("host").unwrap_or(""),
+            rec.u64("port").unwrap_or(0)
+        )),
+    );
+    Value::Object(e)
+}
+
+/// A refusal: a create or exec the policy rejected, or an egress connection it denied.
+fn refusal(rec: &Record<'_>) -> Value {
+    let egress = rec.event == "egress-connection";
+    let mut e = base(
+        rec,
+        (DETECTION_FINDING, "Detection Finding"),
+        (2, "Findings"),
+        (1, "Create"),
+    );
+    let (title, desc, rule) = if egress {
+        (
+            format!(
+                "egress connection to {}:{} refused by policy",
+                rec.str("host").unwrap_or(""),
+                rec.u64("port").unwrap_or(0)
+            ),
+            rec.str("reason").unwrap_or("denied").to_string(),
+            rec.str("rule").unwrap_or("egress").to_string(),
+        )
+    } else {
+        let what = if rec.event == "exec-rejected" {
+            "exec"
+        } else {
+            "container create"
+        };
+        let rule = crate::metrics::rejected_rule(rec.str("error"));
+        (
+            format!("{what} refused by policy rule {rule}"),
+            rec.str("error").unwrap_or("rejected by policy").to_string(),
+            rule.to_string(),
+        )
+    };
+    e.insert(
+        "finding_info".into(),
+        json!({
+            "uid": rec.line_sha256,
+            "title": title,
+            "desc": desc,
+            "types": ["policy refusal"],
+            "created_time": rec.time_ms,
+            "analytic": {"name": rule, "type_id": 1, "type": "Rule"},
+        }),
+    );
+    let evidence = if egress {
+        let (src, dst, conn) = endpoints(rec);
+        json!({"src_endpoint": src, "dst_endpoint": dst, "connection_info": conn})
+    } else {
+        json!({"process": process(rec)})
+    };
+    e.insert("evidences".into(), json!([evidence]));
+    if let Some(id) = rec.str("container_id") {
+        let mut r = json!({"uid": id, "type": "Container"});
+        if let Some(ns) = rec.str("namespace") {
+            r["namespace"] = json!(ns);
+        }
+        e.insert("resources".into(), json!([r]));
+    }
+    e.insert("action_id".into(), json!(2));
+    e.insert("action".into(), json!("Denied"));
+    e.insert("disposition_id".into(), json!(2));
+    e.insert("disposition".into(), json!("Blocked"));
+    e.insert("status_id".into(), json!(1));
+    e.insert("status".into(), json!("New"));
+    e.insert("is_alert".into(), json!(true));
+    e.insert("message".into(), json!(title));
+    Value::Object(e)
+}

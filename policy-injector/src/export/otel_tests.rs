@@ -1,0 +1,102 @@
+//! The OTLP JSON mapping. Each line is parsed with the OTLP protobuf classes in
+//! tests/cli_export.rs; here, what lands where.
+
+use serde_json::{json, Value};
+
+use super::otel::any_value;
+use super::{Exporter, Format};
+
+fn export(record: Value) -> Value {
+    let mut x = Exporter::new(Format::Otel, "node-a");
+    serde_json::from_str(&x.line(record.to_string().as_bytes()).unwrap()).unwrap()
+}
+
+fn attribute<'a>(log: &'a Value, key: &str) -> Option<&'a Value> {
+    log["attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["key"] == key)
+        .map(|a| &a["value"])
+}
+
+#[test]
+fn one_record_is_one_logs_data_with_the_node_as_resource() {
+    let out = export(
+        json!({"seq": 3, "time": "2026-12-03T08:22:42.620Z", "event": "exit",
+        "container_id": "c1", "pid": 9, "exit_status": 137, "exit_cause": "oom",
+        "pod": {"name": "agent", "namespace": "default"},
+        "policy": {"path": "/p.toml", "sha256": "", "mode": "enforce"}}),
+    );
+    let rl = &out["resourceLogs"][0];
+    assert_eq!(
+        rl["resource"]["attributes"][1],
+        json!({"key": "host.name", "value": {"stringValue": "node-a"}})
+    );
+    let log = &rl["scopeLogs"][0]["logRecords"][0];
+    assert_eq!(log["timeUnixNano"], "1796286162620000000");
+    assert_eq!(log["severityNumber"], 13);
+    assert_eq!(log["eventName"], "gvisor_hardened.exit");
+    assert_eq!(
+        attribute(log, "container.id"),
+        Some(&json!({"stringValue": "c1"}))
+    );
+    assert_eq!(
+        attribute(log, "process.exit.code"),
+        Some(&json!({"intValue": "137"}))
+    );
+    assert_eq!(
+        attribute(log, "k8s.pod.name"),
+        Some(&json!({"stringValue": "agent"}))
+    );
+    // An empty digest (no policy file) is no attribute.
+    assert_eq!(attribute(log, "gvisor_hardened.policy.sha256"), None);
+}
+
+#[test]
+fn the_body_is_the_whole_record_as_an_any_value() {
+    assert_eq!(
+        any_value(&json!({"a": [1, true, null, "x", 1.5]})),
+        json!({"kvlistValue": {"values": [{"key": "a", "value": {"arrayValue": {"values": [
+            {"intValue": "1"}, {"boolValue": true}, {}, {"stringValue": "x"}, {"doubleValue": 1.5}
+        ]}}}]}})
+    );
+}
+
+#[test]
+fn every_record_is_exported_genesis_included() {
+    let out = export(
+        json!({"seq": 0, "time": "2026-12-03T08:22:42.000Z", "event": "genesis",
+        "node": "node-b", "policy_sha256": "", "reason": "new"}),
+    );
+    let rl = &out["resourceLogs"][0];
+    assert_eq!(
+        rl["resource"]["attributes"][1]["value"]["stringValue"],
+        "node-b"
+    );
+    assert_eq!(rl["scopeLogs"][0]["logRecords"][0]["severityText"], "INFO");
+}
+
+#[test]
+fn a_denied_connection_is_a_warning_with_server_and_client_addresses() {
+    let out = export(
+        json!({"time": "2026-12-03T08:22:43.000Z", "event": "egress-connection",
+        "sandbox_id": "s", "container_id": "s", "policy": "agent", "peer": "10.88.0.2:40000",
+        "host": "evil.test", "port": 443, "verdict": "denied", "rule": "not-listed",
+        "bytes_up": 0, "bytes_down": 0, "duration_ms": 1}),
+    );
+    let log = &out["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0];
+    assert_eq!(log["severityText"], "WARN");
+    assert_eq!(
+        attribute(log, "server.address"),
+        Some(&json!({"stringValue": "evil.test"}))
+    );
+    assert_eq!(
+        attribute(log, "client.port"),
+        Some(&json!({"intValue": "40000"}))
+    );
+    assert_eq!(
+        attribute(log, "gvisor_hardened.policy.path"),
+        Some(&json!({"stringValue": "agent"}))
+    );
+}
