@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// Operator tool for gvisor-hardened's hardening policy: applies it to an OCI config.json,
 /// explains what it would change, and prints or checks policy files.
@@ -97,6 +97,31 @@ pub enum AuditCommand {
         #[arg(value_name = "FILE", required_unless_present = "log")]
         files: Vec<PathBuf>,
     },
+    /// Write the log's records as OCSF events (--format ocsf) or OpenTelemetry logs in OTLP JSON
+    /// (--format otel), one JSON document per line on stdout, environment values redacted.
+    /// FILEs are read in the order given, or all of a log's files with --log; --follow then
+    /// follows the live file as it grows and across rotations, until killed. Records with no
+    /// OCSF class (genesis, lookups, forwarder events) are left out; the counts go to stderr.
+    /// Exits 0, or 1 when a file cannot be read or stdout cannot be written.
+    Export {
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        /// The live log: its rotated files (PATH.N ... PATH.1) are read first, then PATH.
+        #[arg(long, value_name = "PATH", conflicts_with = "files")]
+        log: Option<PathBuf>,
+        /// Keep following the live log (--log) for new records.
+        #[arg(long, requires = "log")]
+        follow: bool,
+        /// With --follow: how often to look for new lines at the end of the live file, in ms.
+        #[arg(long, value_name = "MS", default_value_t = 250)]
+        poll_ms: u64,
+        /// The node's name for records before a genesis record names it (default: this host's).
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+        /// Log files, oldest first.
+        #[arg(value_name = "FILE", required_unless_present = "log")]
+        files: Vec<PathBuf>,
+    },
     /// Serve Prometheus metrics at http://ADDR/metrics, folded from the audit log: its rotated
     /// files first, then the live file followed as it grows and across rotations. The chain is
     /// verified line by line as it is read (gvh_audit_chain_intact turns 0 at the first break).
@@ -159,4 +184,13 @@ pub enum AuditCommand {
         #[arg(long, value_name = "PREFIX", default_value = "audit-signing")]
         out: PathBuf,
     },
+}
+
+/// `audit export --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// OCSF 1.8.0 events: Process Activity, Network Activity, Detection Finding.
+    Ocsf,
+    /// OpenTelemetry logs, OTLP JSON: one LogsData per line.
+    Otel,
 }

@@ -6,6 +6,7 @@ pub mod args;
 mod attest;
 mod audit;
 mod explain;
+mod export;
 mod follow;
 mod metrics;
 
@@ -81,6 +82,27 @@ fn run(cmd: Command) -> Result<(), Failure> {
                         Ok(())
                     }
                     Err(text) => Err(Failure::ChainBroken(text)),
+                }
+            }
+            AuditCommand::Export {
+                format,
+                log,
+                follow,
+                poll_ms,
+                node,
+                files,
+            } => {
+                let files = match &log {
+                    Some(live) => audit::files_of_log(live),
+                    None => files,
+                };
+                let node = node.unwrap_or_else(export::host_name);
+                match (follow, log) {
+                    (true, Some(live)) => {
+                        let poll = std::time::Duration::from_millis(poll_ms.max(1));
+                        match export::follow(&live, format, &node, poll)? {}
+                    }
+                    _ => Ok(export::files(&files, format, &node)?),
                 }
             }
             AuditCommand::Metrics {

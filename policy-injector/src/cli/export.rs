@@ -1,0 +1,134 @@
+//! `audit export`: the log's files read (or followed) into `policy_injector::export`, one JSON
+//! document per line to stdout.
+
+use std::convert::Infallible;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context as _};
+
+use policy_injector::export::{Exporter, Format};
+
+use super::args::ExportFormat;
+use super::follow::{lock, Follower, LineSink};
+
+/// This host's name: the node, when the export runs on it and a log file starts mid-way.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn format(f: ExportFormat) -> Format {
+    match f {
+        ExportFormat::Ocsf => Format::Ocsf,
+        ExportFormat::Otel => Format::Otel,
+    }
+}
+
+/// The exporter and stdout. A write error is kept (and nothing more written) so the follower,
+/// which cannot fail on a line, can be stopped by the caller that checks it.
+struct Sink {
+    exporter: Exporter,
+    out: std::io::BufWriter<std::io::Stdout>,
+    error: Option<std::io::Error>,
+}
+
+impl Sink {
+    fn new(format: Format, node: &str) -> Sink {
+        Sink {
+            exporter: Exporter::new(format, node),
+            out: std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()),
+            error: None,
+        }
+    }
+
+    /// Flushes; the first write error, if any.
+    fn flush(&mut self) -> anyhow::Result<()> {
+        if self.error.is_none() {
+            if let Err(e) = self.out.flush() {
+                self.error = Some(e);
+            }
+        }
+        match self.error.take() {
+            Some(e) => Err(anyhow!(e).context("writing to stdout")),
+            None => Ok(()),
+        }
+    }
+
+    fn summary(&self) {
+        let x = &self.exporter;
+        eprintln!(
+            "{} exported, {} without a class in this format, {} unparsable line(s)",
+            x.exported, x.skipped, x.unparsed
+        );
+    }
+}
+
+impl LineSink for Sink {
+    fn begin_file(&mut self, _name: &str) {}
+
+    fn line(&mut self, bytes: &[u8], terminated: bool) {
+        if !terminated {
+            // A rotated file's cut last line: no record.
+            self.exporter.unparsed += 1;
+            return;
+        }
+        let Some(mut out) = self.exporter.line(bytes) else {
+            return;
+        };
+        if self.error.is_none() {
+            out.push('\n');
+            if let Err(e) = self.out.write_all(out.as_bytes()) {
+                self.error = Some(e);
+            }
+        }
+    }
+}
+
+/// Exports `files`, in order.
+pub fn files(files: &[PathBuf], f: ExportFormat, node: &str) -> anyhow::Result<()> {
+    let mut sink = Sink::new(format(f), node);
+    let mut line = Vec::new();
+    for path in files {
+        let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let mut reader = BufReader::with_capacity(1 << 20, file);
+        sink.begin_file(&path.display().to_string());
+        loop {
+            line.clear();
+            let n = reader
+                .read_until(b'\n', &mut line)
+                .with_context(|| format!("reading {}", path.display()))?;
+            if n == 0 {
+                break;
+            }
+            let terminated = line.last() == Some(&b'\n');
+            if terminated {
+                line.pop();
+            }
+            sink.line(&line, terminated);
+        }
+        sink.flush()?;
+    }
+    sink.summary();
+    Ok(())
+}
+
+/// Exports the log's files, then what is appended, until killed or stdout is closed.
+pub fn follow(
+    live: &Path,
+    f: ExportFormat,
+    node: &str,
+    poll: Duration,
+) -> anyhow::Result<Infallible> {
+    let sink = Arc::new(Mutex::new(Sink::new(format(f), node)));
+    let follower = Follower::new(live, sink.clone());
+    let result = follower.run_until(poll, Sink::flush);
+    lock(&sink).summary();
+    result
+}
