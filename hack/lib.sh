@@ -133,6 +133,10 @@ CONTAINER_STACK_NAMES=(containerd ctr containerd-shim-runc-v2 runsc
 # in-toto-attestation's Statement v1. Those two are pinned: the test is that a given standard
 # implementation accepts our envelopes, so a new release must be taken on purpose.
 PYTHON_ATTESTATION_PACKAGES=("securesystemslib[crypto]==1.6.0" "in-toto-attestation==0.9.3")
+# The schemas `audit export` is checked against (policy-injector/tests/export/): OCSF's published
+# schema as shipped by ocsf-json-schema (schema.ocsf.io's exports of OCSF 1.0-1.8, Apache-2.0)
+# and OTLP's generated protobuf classes; pinned, so a new schema release is taken on purpose.
+PYTHON_EXPORT_PACKAGES=("ocsf-json-schema==1.2.0" "opentelemetry-proto==1.45.2")
 
 ensure_python_tools() {
   if ! python3 -c 'import kubernetes_validate, jsonschema' 2>/dev/null; then
@@ -145,6 +149,12 @@ sys.exit(m.version("securesystemslib") != "1.6.0" or m.version("in-toto-attestat
     log "installing ${PYTHON_ATTESTATION_PACKAGES[*]} (PyPI)"
     python3 -m pip install -q --disable-pip-version-check "${PYTHON_ATTESTATION_PACKAGES[@]}" 2>/dev/null \
       || python3 -m pip install -q --disable-pip-version-check --break-system-packages "${PYTHON_ATTESTATION_PACKAGES[@]}"
+  fi
+  if ! python3 -c 'import importlib.metadata as m, sys
+sys.exit(m.version("ocsf-json-schema") != "1.2.0" or m.version("opentelemetry-proto") != "1.45.2")' 2>/dev/null; then
+    log "installing ${PYTHON_EXPORT_PACKAGES[*]} (PyPI)"
+    python3 -m pip install -q --disable-pip-version-check "${PYTHON_EXPORT_PACKAGES[@]}" 2>/dev/null \
+      || python3 -m pip install -q --disable-pip-version-check --break-system-packages "${PYTHON_EXPORT_PACKAGES[@]}"
   fi
 }
 

@@ -98,3 +98,33 @@ pub fn assert_chain_intact_and_records_fit_the_schema(log: &Path) {
         panic!("audit verify {}: {e}", log.display());
     }
 }
+
+/// `policy-injector/tests/export/NAME`: the validators of `audit export`'s output.
+fn export_validator(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../policy-injector/tests/export")
+        .join(name)
+}
+
+/// Validates OCSF events (one per line) against OCSF VERSION's published schema, per class and
+/// profiles (`ocsf-json-schema`, installed by `hack/lib.sh`); `Ok` has the counts.
+pub fn validate_ocsf(version: &str, file: &Path) -> std::result::Result<String, String> {
+    let out = Command::new("python3")
+        .arg(export_validator("validate_ocsf.py"))
+        .arg(version)
+        .arg(file)
+        .output()
+        .map_err(|e| format!("running python3: {e}"))?;
+    outcome(&out)
+}
+
+/// Parses OTLP JSON LogsData (one per line) with `opentelemetry-proto`'s classes, unknown fields
+/// refused; `Ok` has the counts.
+pub fn validate_otlp(file: &Path) -> std::result::Result<String, String> {
+    let out = Command::new("python3")
+        .arg(export_validator("validate_otlp.py"))
+        .arg(file)
+        .output()
+        .map_err(|e| format!("running python3: {e}"))?;
+    outcome(&out)
+}
