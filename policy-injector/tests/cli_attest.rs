@@ -170,8 +170,8 @@ fn fixture() -> Fixture {
     let egress = |verdict: &str, host: &str, up: u64| {
         json!({"time": "2026-12-03T10:00:05.000Z", "event": "egress-connection",
             "namespace": "k8s.io", "sandbox_id": "pause-1", "container_id": "pause-1",
-            "policy": "gvisor-hardened-agent", "peer": "10.0.0.2:40000", "method": "CONNECT",
-            "host": host, "port": 443, "verdict": verdict, "rule": "api.example.com",
+            "policy": "gvisor-hardened-agent", "peer": "10.0.0.2:40000", "method": "CONNECT", // net-scan: data
+            "host": host, "port": 443, "verdict": verdict, "rule": "api.example.com", // net-scan: data
             "bytes_up": up, "bytes_down": up * 3, "duration_ms": 12})
     };
     w.append(
@@ -198,8 +198,8 @@ fn fixture() -> Fixture {
         ),
         false,
     );
-    w.append(egress("allowed", "api.example.com", 1200), false);
-    w.append(egress("denied", "exfil.example.net", 0), false);
+    w.append(egress("allowed", "api.example.com", 1200), false); // net-scan: data
+    w.append(egress("denied", "exfil.example.net", 0), false); // net-scan: data
     w.append(
         lifecycle(
             "exit",
@@ -302,10 +302,10 @@ fn an_attestation_of_a_signed_run_verifies_with_ours_and_with_securesystemslib()
 
     let (envelope, statement) = payload(&env);
     assert_eq!(envelope["payloadType"], "application/vnd.in-toto+json");
-    assert_eq!(statement["_type"], "https://in-toto.io/Statement/v1");
+    assert_eq!(statement["_type"], "https://in-toto.io/Statement/v1"); // net-scan: data
     assert_eq!(
         statement["predicateType"],
-        "https://gvisor-hardened.dev/run/v1"
+        "https://gvisor-hardened.dev/run/v1" // net-scan: data
     );
     let names: Vec<&str> = statement["subject"]
         .as_array()
@@ -328,7 +328,7 @@ fn an_attestation_of_a_signed_run_verifies_with_ours_and_with_securesystemslib()
     );
     assert_eq!(
         p["egress"]["hosts_denied"],
-        json!(["exfil.example.net:443"])
+        json!(["exfil.example.net:443"]) // net-scan: data
     );
     assert_eq!(p["output"]["stdout_sha256"], sha(b"done.\n"));
     assert_eq!(p["times"]["started"], "2026-12-03T10:00:02.000Z");
@@ -393,7 +393,7 @@ fn attest_refuses_a_log_that_does_not_verify_with_the_key() {
     let text = std::fs::read_to_string(&f.log).unwrap();
     std::fs::write(
         &f.log,
-        text.replace("exfil.example.net", "docs.example.org"),
+        text.replace("exfil.example.net", "docs.example.org"), // net-scan: data
     )
     .unwrap();
     let o = attest(&f, &f.root.join("x.json"));

@@ -58,7 +58,7 @@ fn exporter(dir: &std::path::Path, records: usize) -> (Killed, SocketAddr) {
         .read_line(&mut first)
         .unwrap();
     let addr = first
-        .strip_prefix("serving http://")
+        .strip_prefix("serving http://") // net-scan: data
         .and_then(|r| r.split_once("/metrics"))
         .map(|(a, _)| a.parse().unwrap())
         .unwrap_or_else(|| panic!("unexpected first line {first:?}"));

@@ -113,7 +113,7 @@ fn exit(id: &str, cause: &str, status: u32) -> String {
 
 fn connection(verdict: &str, host: &str, rule: &str, up: u64, down: u64) -> String {
     format!(
-        r#"{{"time":"2026-12-03T08:00:05.000Z","namespace":"k8s.io","sandbox_id":"a","container_id":"a","policy":"{AGENT}","event":"egress-connection","peer":"10.88.0.2:40000","method":"CONNECT","host":"{host}","port":443,"verdict":"{verdict}","rule":"{rule}","bytes_up":{up},"bytes_down":{down},"duration_ms":12}}"#
+        r#"{{"time":"2026-12-03T08:00:05.000Z","namespace":"k8s.io","sandbox_id":"a","container_id":"a","policy":"{AGENT}","event":"egress-connection","peer":"10.88.0.2:40000","method":"CONNECT","host":"{host}","port":443,"verdict":"{verdict}","rule":"{rule}","bytes_up":{up},"bytes_down":{down},"duration_ms":12}}"# // net-scan: data
     )
 }
 
@@ -318,7 +318,7 @@ fn prometheus_scrapes_the_counts_of_a_known_log_and_the_alerts_fire() {
         .unwrap();
     // "serving http://127.0.0.1:PORT/metrics from PATH"
     let addr: SocketAddr = first
-        .strip_prefix("serving http://")
+        .strip_prefix("serving http://") // net-scan: data
         .and_then(|r| r.split_once("/metrics"))
         .map(|(a, _)| a.parse().unwrap())
         .unwrap_or_else(|| panic!("unexpected first line {first:?}"));

@@ -441,8 +441,8 @@ mod tests {
         let shipped = "version = 1\n[network]\nmode = \"none\"\n[network.egress]\n# kept\nallow = []\nmax_bytes = \"2Gi\"\nplain_http = false\n";
         let section = egress_section(
             &["up.example.test:8080"],
-            &[("up.example.test", "10.0.0.2".into())],
-            &["10.0.0.2/32".into()],
+            &[("up.example.test", "10.0.0.2".into())], // net-scan: data
+            &["10.0.0.2/32".into()],                   // net-scan: data
         );
         let out = with_egress(shipped, &section).unwrap();
         let doc: toml_edit::DocumentMut = out.parse().unwrap();
@@ -450,9 +450,9 @@ mod tests {
         assert_eq!(egress["allow"][0].as_str(), Some("up.example.test:8080"));
         assert_eq!(
             egress["hosts"]["up.example.test"].as_str(),
-            Some("10.0.0.2")
+            Some("10.0.0.2") // net-scan: data
         );
-        assert_eq!(egress["allow_cidrs"][0].as_str(), Some("10.0.0.2/32"));
+        assert_eq!(egress["allow_cidrs"][0].as_str(), Some("10.0.0.2/32")); // net-scan: data
         assert_eq!(egress["plain_http"].as_bool(), Some(true));
         assert_eq!(egress["max_bytes"].as_str(), Some("2Gi"));
         assert_eq!(doc["network"]["mode"].as_str(), Some("none"));
