@@ -23,7 +23,12 @@ fn spec() -> serde_json::Value {
         "process": {
             "user": {"uid": 1000, "gid": 1000},
             "args": ["sh"],
-            "env": ["PATH=/usr/bin:/bin", "HOME=/", format!("API_KEY={}", SECRETS[0])],
+            "env": [
+                "PATH=/usr/bin:/bin",
+                "HOME=/",
+                format!("API_KEY={}", SECRETS[0]),
+                format!("OPENAI_API_KEY={}", SECRETS[0]),
+            ],
             "cwd": "/"
         },
         "root": {"path": "rootfs"},
@@ -69,7 +74,9 @@ fn planted_env_values_are_in_no_record_and_no_export() {
     // The path this test guards: the decisions themselves carry values.
     assert!(decisions.contains(SECRETS[1]), "{decisions}");
     assert!(decisions.contains(SECRETS[2]), "{decisions}");
-    assert!(decisions.contains("API_KEY"), "the secret name is reported");
+    // OPENAI_API_KEY matches the default secret pattern *_API_KEY and is reported by name; a
+    // bare API_KEY matches none and is not mentioned at all.
+    assert!(decisions.contains("OPENAI_API_KEY"), "{decisions}");
 
     let dir = tempfile::tempdir().unwrap();
     let log = AuditLog::new(dir.path().join("audit.jsonl"));
@@ -85,7 +92,10 @@ fn planted_env_values_are_in_no_record_and_no_export() {
     // What was changed is still there, by name.
     assert!(text.contains("PIP_INDEX_URL=<redacted>"), "{text}");
     assert!(text.contains("HOOK_TOKEN=<redacted>"), "{text}");
-    assert!(text.contains("API_KEY"), "the secret's name stays: {text}");
+    assert!(
+        text.contains("OPENAI_API_KEY"),
+        "the secret's name stays: {text}"
+    );
     super::test_support::verify(log.path(), None).expect("the chain holds");
 
     for format in [Format::Ocsf, Format::Otel] {
