@@ -110,7 +110,7 @@ pub enum AuditCommand {
         #[arg(long, value_name = "PATH", conflicts_with = "files")]
         log: Option<PathBuf>,
         /// Keep following the live log (--log) for new records.
-        #[arg(long, requires = "log")]
+        #[arg(long, requires = "log", conflicts_with = "files")]
         follow: bool,
         /// With --follow: how often to look for new lines at the end of the live file, in ms.
         #[arg(long, value_name = "MS", default_value_t = 250)]
