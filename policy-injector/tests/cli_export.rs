@@ -10,7 +10,7 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_policy-injector"))
 }
 
-const OLD_CREATE: &str = r#"{"seq":1,"prev":"00","time":"2026-12-03T08:00:00.000Z","event":"create","namespace":"default","container_id":"c1","policy":{"path":"/p.toml","sha256":"","mode":"enforce"},"decisions":[{"rule":"environment","field":"process.env[PIP_INDEX_URL]","action":"added","before":null,"after":"PIP_INDEX_URL=https://u:planted-secret-77@pypi.test/simple","reason":"not set by the spec: environment.defaults"}],"oom":false,"timed_out":false,"process_limit_exceeded":false}"#;
+const OLD_CREATE: &str = r#"{"seq":1,"prev":"00","time":"2026-12-03T08:00:00.000Z","event":"create","namespace":"default","container_id":"c1","policy":{"path":"/p.toml","sha256":"","mode":"enforce"},"decisions":[{"rule":"environment","field":"process.env[PIP_INDEX_URL]","action":"added","before":null,"after":"PIP_INDEX_URL=https://u:planted-secret-77@pypi.test/simple","reason":"not set by the spec: environment.defaults"}],"oom":false,"timed_out":false,"process_limit_exceeded":false}"#; // net-scan: data
 
 #[test]
 fn an_old_logs_env_values_are_redacted_in_both_formats() {

@@ -63,11 +63,11 @@ fn connection(verdict: Verdict, host: &str, reason: Option<&str>) -> EgressAudit
             policy: "gvisor-hardened-agent".into(),
         },
         event: EgressEvent::Connection(ConnectionRecord {
-            peer: "10.88.0.2:40000".into(),
+            peer: "10.88.0.2:40000".into(), // net-scan: data
             method: "CONNECT".into(),
             host: host.into(),
             port: 443,
-            resolved: (verdict != Verdict::Denied).then(|| "192.0.2.1:443".parse().unwrap()),
+            resolved: (verdict != Verdict::Denied).then(|| "192.0.2.1:443".parse().unwrap()), // net-scan: data
             verdict,
             rule: if verdict == Verdict::Denied {
                 "not-allowlisted".into()
@@ -88,7 +88,7 @@ fn write_a_run(log: &AuditLog) {
     let mut policy = Policy::default();
     policy.environment.defaults = [(
         "PIP_INDEX_URL".to_string(),
-        format!("https://ci:{SECRET}@pypi.internal.test/simple"),
+        format!("https://ci:{SECRET}@pypi.internal.test/simple"), // net-scan: data
     )]
     .into_iter()
     .collect();
@@ -139,7 +139,7 @@ fn write_a_run(log: &AuditLog) {
         event: EgressEvent::Lookup {
             host: "api.example.test".into(),
             source: "dns",
-            answers: vec!["192.0.2.1".parse().unwrap()],
+            answers: vec!["192.0.2.1".parse().unwrap()], // net-scan: data
             error: None,
         },
         ..connection(Verdict::Allowed, "x", None)
