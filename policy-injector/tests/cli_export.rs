@@ -1,5 +1,6 @@
-//! `policy-injector audit export` as a command: its exit codes, its redaction of a log written
-//! before the writer redacted, and a follow that ends when its reader goes away. The mappings are
+//! `policy-injector audit export` as a command: its exit codes (3 after the export when the chain
+//! is broken), its redaction of a log written before the writer redacted, and a follow that ends
+//! when its reader goes away. An intact log exits 0 in tests/tests/audit_export.rs. The mappings are
 //! the library's unit tests; the schemas are checked in tests/tests/audit_export.rs.
 
 use std::io::{BufRead, BufReader, Write};
@@ -12,6 +13,7 @@ fn bin() -> Command {
 
 const OLD_CREATE: &str = r#"{"seq":1,"prev":"00","time":"2026-12-03T08:00:00.000Z","event":"create","namespace":"default","container_id":"c1","policy":{"path":"/p.toml","sha256":"","mode":"enforce"},"decisions":[{"rule":"environment","field":"process.env[PIP_INDEX_URL]","action":"added","before":null,"after":"PIP_INDEX_URL=https://u:planted-secret-77@pypi.test/simple","reason":"not set by the spec: environment.defaults"}],"oom":false,"timed_out":false,"process_limit_exceeded":false}"#; // net-scan: data
 
+/// The line is exported, and since it is no chained record the status says so.
 #[test]
 fn an_old_logs_env_values_are_redacted_in_both_formats() {
     let dir = tempfile::tempdir().unwrap();
@@ -23,7 +25,7 @@ fn an_old_logs_env_values_are_redacted_in_both_formats() {
             .arg(&log)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.status.code(), Some(3), "{out:?}");
         let text = String::from_utf8(out.stdout).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
         assert!(!text.contains("planted-secret-77"), "{format}: {text}");
@@ -32,7 +34,8 @@ fn an_old_logs_env_values_are_redacted_in_both_formats() {
             "{format}: {text}"
         );
         let stderr = String::from_utf8(out.stderr).unwrap();
-        assert!(stderr.starts_with("1 exported"), "{stderr}");
+        assert!(stderr.contains("1 exported"), "{stderr}");
+        assert!(stderr.contains("chain broken: "), "{stderr}");
     }
 }
 

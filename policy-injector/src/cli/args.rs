@@ -102,7 +102,8 @@ pub enum AuditCommand {
     /// FILEs are read in the order given, or all of a log's files with --log; --follow then
     /// follows the live file as it grows and across rotations, until killed. Records with no
     /// OCSF class (genesis, lookups, forwarder events) are left out; the counts go to stderr.
-    /// Exits 0, or 1 when a file cannot be read or stdout cannot be written.
+    /// The chain is verified as the lines go by: a break is named on stderr, and over files the
+    /// exit status is then 3. Exits 0, or 1 when a file cannot be read or stdout cannot be written.
     Export {
         #[arg(long, value_enum)]
         format: ExportFormat,

@@ -1,5 +1,6 @@
 //! `audit export`: the log's files read (or followed) into `policy_injector::export`, one JSON
-//! document per line to stdout.
+//! document per line to stdout. The chain is verified as the lines go by (an export is evidence
+//! for whoever receives it): a break is said on stderr, and over files the exit status is 3.
 
 use std::convert::Infallible;
 use std::fs::File;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context as _};
 
+use policy_injector::audit_chain::Verifier;
 use policy_injector::export::{Exporter, Format};
 
 use super::args::ExportFormat;
@@ -35,6 +37,11 @@ fn format(f: ExportFormat) -> Format {
 /// which cannot fail on a line, can be stopped by the caller that checks it.
 struct Sink {
     exporter: Exporter,
+    verifier: Verifier,
+    /// Where the reading is, to name a break while following.
+    file: String,
+    line_no: u64,
+    break_said: bool,
     out: std::io::BufWriter<std::io::Stdout>,
     error: Option<std::io::Error>,
 }
@@ -43,6 +50,10 @@ impl Sink {
     fn new(format: Format, node: &str) -> Sink {
         Sink {
             exporter: Exporter::new(format, node),
+            verifier: Verifier::new(None, false),
+            file: String::new(),
+            line_no: 0,
+            break_said: false,
             out: std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()),
             error: None,
         }
@@ -71,9 +82,23 @@ impl Sink {
 }
 
 impl LineSink for Sink {
-    fn begin_file(&mut self, _name: &str) {}
+    fn begin_file(&mut self, name: &str) {
+        self.verifier.begin_file(name);
+        self.file = name.to_string();
+        self.line_no = 0;
+    }
 
     fn line(&mut self, bytes: &[u8], terminated: bool) {
+        self.verifier.line(bytes, terminated);
+        self.line_no += 1;
+        if !self.break_said && !self.verifier.intact() {
+            // Once, where it is first seen: `audit verify` names the break exactly.
+            eprintln!(
+                "audit export: the chain is not intact at {} line {} (see policy-injector audit verify)",
+                self.file, self.line_no
+            );
+            self.break_said = true;
+        }
         if !terminated {
             // A rotated file's cut last line: no record.
             self.exporter.unparsed += 1;
@@ -91,8 +116,8 @@ impl LineSink for Sink {
     }
 }
 
-/// Exports `files`, in order.
-pub fn files(files: &[PathBuf], f: ExportFormat, node: &str) -> anyhow::Result<()> {
+/// Exports `files`, in order: `Ok(Err(verdict))` when their chain is broken.
+pub fn files(files: &[PathBuf], f: ExportFormat, node: &str) -> anyhow::Result<Result<(), String>> {
     let mut sink = Sink::new(format(f), node);
     let mut line = Vec::new();
     for path in files {
@@ -116,7 +141,11 @@ pub fn files(files: &[PathBuf], f: ExportFormat, node: &str) -> anyhow::Result<(
         sink.flush()?;
     }
     sink.summary();
-    Ok(())
+    Ok(sink
+        .verifier
+        .finish()
+        .map(|_| ())
+        .map_err(|b| format!("chain broken: {b}")))
 }
 
 /// Exports the log's files, then what is appended, until killed or stdout is closed.

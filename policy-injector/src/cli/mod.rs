@@ -27,6 +27,8 @@ use policy_injector::{harden, Context, HardenError, Mode, Policy, DEFAULT_POLICY
 enum Failure {
     Rejected(HardenError),
     ChainBroken(String),
+    /// A broken chain under output that is data (an export): the verdict goes to stderr.
+    ChainBrokenAfterOutput(String),
     Error(anyhow::Error),
 }
 
@@ -47,6 +49,10 @@ pub fn main() -> ExitCode {
         Err(Failure::ChainBroken(verdict)) => {
             // The verdict, like "N records, chain intact", goes to stdout.
             println!("{verdict}");
+            ExitCode::from(3)
+        }
+        Err(Failure::ChainBrokenAfterOutput(verdict)) => {
+            eprintln!("{verdict}");
             ExitCode::from(3)
         }
         Err(Failure::Error(e)) => {
@@ -102,7 +108,8 @@ fn run(cmd: Command) -> Result<(), Failure> {
                         let poll = std::time::Duration::from_millis(poll_ms.max(1));
                         match export::follow(&live, format, &node, poll)? {}
                     }
-                    _ => Ok(export::files(&files, format, &node)?),
+                    _ => export::files(&files, format, &node)?
+                        .map_err(Failure::ChainBrokenAfterOutput),
                 }
             }
             AuditCommand::Metrics {
