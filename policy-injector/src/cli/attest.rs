@@ -4,7 +4,7 @@
 //! ever signed over records the key already vouched for.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -14,6 +14,25 @@ use sha2::{Digest as _, Sha256};
 use policy_injector::attestation::{self, Envelope, RunFold};
 use policy_injector::audit_chain::sign::{key_id, signing_key_from_pem, verifying_key_from_pem};
 use policy_injector::audit_chain::Verifier;
+
+use super::follow::{read_files, LineSink};
+
+/// One pass over the log: the chain and signatures checked, and the run folded, line by line.
+struct VerifyAndFold {
+    verifier: Verifier,
+    fold: RunFold,
+}
+
+impl LineSink for VerifyAndFold {
+    fn begin_file(&mut self, name: &str) {
+        self.verifier.begin_file(name);
+    }
+
+    fn line(&mut self, bytes: &[u8], terminated: bool) {
+        self.verifier.line(bytes, terminated);
+        self.fold.line(bytes);
+    }
+}
 
 /// What `attest` was asked for.
 pub struct AttestRequest<'a> {
@@ -30,29 +49,12 @@ pub fn attest(req: &AttestRequest<'_>) -> anyhow::Result<Result<String, String>>
     let pem = std::fs::read_to_string(req.key)
         .with_context(|| format!("cannot read signing key {}", req.key.display()))?;
     let key = signing_key_from_pem(&pem).map_err(|e| anyhow!("{}: {e}", req.key.display()))?;
-    let mut verifier = Verifier::new(Some(key.verifying_key()), true);
-    let mut fold = RunFold::new(req.container_id, req.namespace);
-    let mut line = Vec::new();
-    for path in req.files {
-        let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let mut reader = BufReader::with_capacity(1 << 20, file);
-        verifier.begin_file(&path.display().to_string());
-        loop {
-            line.clear();
-            let n = reader
-                .read_until(b'\n', &mut line)
-                .with_context(|| format!("reading {}", path.display()))?;
-            if n == 0 {
-                break;
-            }
-            let terminated = line.last() == Some(&b'\n');
-            if terminated {
-                line.pop();
-            }
-            verifier.line(&line, terminated);
-            fold.line(&line);
-        }
-    }
+    let mut pass = VerifyAndFold {
+        verifier: Verifier::new(Some(key.verifying_key()), true),
+        fold: RunFold::new(req.container_id, req.namespace),
+    };
+    read_files(req.files, &mut pass, |_| false)?;
+    let VerifyAndFold { verifier, fold } = pass;
     if let Err(b) = verifier.finish() {
         return Ok(Err(format!(
             "not attested: the audit log does not verify with this key: {b}"

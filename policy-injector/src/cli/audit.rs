@@ -1,7 +1,7 @@
 //! `audit verify` and `audit keygen`: file I/O around `policy_injector::audit_chain`.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -42,29 +42,7 @@ pub fn verify(
         None => None,
     };
     let mut v = Verifier::new(key, allow_open);
-    let mut line = Vec::new();
-    'files: for path in files {
-        let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let mut reader = BufReader::with_capacity(1 << 20, file);
-        v.begin_file(&path.display().to_string());
-        loop {
-            line.clear();
-            let n = reader
-                .read_until(b'\n', &mut line)
-                .with_context(|| format!("reading {}", path.display()))?;
-            if n == 0 {
-                break;
-            }
-            let terminated = line.last() == Some(&b'\n');
-            if terminated {
-                line.pop();
-            }
-            v.line(&line, terminated);
-            if v.settled() {
-                break 'files;
-            }
-        }
-    }
+    super::follow::read_files(files, &mut v, Verifier::settled)?;
     Ok(match v.finish() {
         Ok(summary) => Ok(report(&summary, public_key.is_some())),
         Err(b) => Err(format!("chain broken: {b}")),

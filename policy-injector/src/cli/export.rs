@@ -3,19 +3,18 @@
 //! for whoever receives it): a break is said on stderr, and over files the exit status is 3.
 
 use std::convert::Infallible;
-use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{anyhow, Context as _};
+use anyhow::anyhow;
 
 use policy_injector::audit_chain::Verifier;
 use policy_injector::export::{Exporter, Format};
 
 use super::args::ExportFormat;
-use super::follow::{lock, Follower, LineSink};
+use super::follow::{lock, read_files, Follower, LineSink};
 
 /// This host's name: the node, when the export runs on it and a log file starts mid-way.
 pub fn host_name() -> String {
@@ -119,27 +118,8 @@ impl LineSink for Sink {
 /// Exports `files`, in order: `Ok(Err(verdict))` when their chain is broken.
 pub fn files(files: &[PathBuf], f: ExportFormat, node: &str) -> anyhow::Result<Result<(), String>> {
     let mut sink = Sink::new(format(f), node);
-    let mut line = Vec::new();
-    for path in files {
-        let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let mut reader = BufReader::with_capacity(1 << 20, file);
-        sink.begin_file(&path.display().to_string());
-        loop {
-            line.clear();
-            let n = reader
-                .read_until(b'\n', &mut line)
-                .with_context(|| format!("reading {}", path.display()))?;
-            if n == 0 {
-                break;
-            }
-            let terminated = line.last() == Some(&b'\n');
-            if terminated {
-                line.pop();
-            }
-            sink.line(&line, terminated);
-        }
-        sink.flush()?;
-    }
+    read_files(files, &mut sink, |_| false)?;
+    sink.flush()?;
     sink.summary();
     Ok(sink
         .verifier

@@ -8,12 +8,14 @@
 //! (device, inode), not its name: names shift by one at every rotation.
 
 use std::fs::File;
-use std::io::{ErrorKind, Read};
+use std::io::{BufRead, BufReader, ErrorKind, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use anyhow::Context as _;
+use policy_injector::audit_chain::Verifier;
 use policy_injector::metrics::Metrics;
 
 use crate::cli::audit::files_of_log;
@@ -34,6 +36,50 @@ impl LineSink for Metrics {
     fn line(&mut self, bytes: &[u8], terminated: bool) {
         Metrics::line(self, bytes, terminated)
     }
+}
+
+impl LineSink for Verifier {
+    fn begin_file(&mut self, name: &str) {
+        Verifier::begin_file(self, name)
+    }
+
+    fn line(&mut self, bytes: &[u8], terminated: bool) {
+        Verifier::line(self, bytes, terminated)
+    }
+}
+
+/// Feeds `files`, in order and once each, to `sink`, as a follower would but without waiting
+/// for more (`audit verify`, `audit attest`, `audit export` of FILEs). Stops early once
+/// `settled(sink)` says more lines cannot change its verdict.
+pub fn read_files<S: LineSink>(
+    files: &[PathBuf],
+    sink: &mut S,
+    settled: impl Fn(&S) -> bool,
+) -> anyhow::Result<()> {
+    let mut line = Vec::new();
+    for path in files {
+        let file = File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let mut reader = BufReader::with_capacity(1 << 20, file);
+        sink.begin_file(&path.display().to_string());
+        loop {
+            line.clear();
+            let n = reader
+                .read_until(b'\n', &mut line)
+                .with_context(|| format!("reading {}", path.display()))?;
+            if n == 0 {
+                break;
+            }
+            let terminated = line.last() == Some(&b'\n');
+            if terminated {
+                line.pop();
+            }
+            sink.line(&line, terminated);
+            if settled(sink) {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A line longer than this is not a record a writer made (the shim bounds its records far
