@@ -361,15 +361,41 @@ fn oom_shows_oomkilled(ctx: &Ctx) {
         .container("app", &["/bin/sandbox-probe", "mem", "1024", "60"])
         .each_container(json!({"resources": {"limits": {"memory": "128Mi"}}}));
     ctx.node.apply(&pod.to_yaml()).unwrap();
-    let reason = ctx
-        .node
-        .wait_field(
-            &ns,
-            "oom",
-            "{.status.containerStatuses[0].state.terminated.reason}",
-            READY,
-        )
-        .unwrap();
+    let reason = ctx.node.wait_field(
+        &ns,
+        "oom",
+        "{.status.containerStatuses[0].state.terminated.reason}",
+        READY,
+    );
+    let reason = reason.unwrap_or_else(|e| {
+        // What the pod and the sandbox were doing, for a run where the kill never came.
+        let status = ctx.node.jsonpath(&ns, "pod/oom", "{.status}");
+        let sandbox = sandbox_id(ctx, &ns, "oom");
+        let procs: Vec<String> = gvisor_hardened_tests::inspect::processes_mentioning(&sandbox)
+            .iter()
+            .map(|p| {
+                let stat =
+                    std::fs::read_to_string(format!("/proc/{}/status", p.pid)).unwrap_or_default();
+                let keep = |k: &str| {
+                    stat.lines()
+                        .find(|l| l.starts_with(k))
+                        .unwrap_or("")
+                        .to_string()
+                };
+                format!(
+                    "{} {} | {} | {}",
+                    p.pid,
+                    &p.cmdline[..p.cmdline.len().min(60)],
+                    keep("State:"),
+                    keep("VmRSS:")
+                )
+            })
+            .collect();
+        panic!(
+            "{e}\nstatus {status}\nsandbox {sandbox} processes:\n{}",
+            procs.join("\n")
+        );
+    });
     let state = ctx.node.jsonpath(
         &ns,
         "pod/oom",

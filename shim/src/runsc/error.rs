@@ -101,7 +101,9 @@ impl RunscError {
                     stderr,
                 };
             }
-            if subcommand == "kill" && is_not_running(&stderr) {
+            if (subcommand == "kill" && is_not_running(&stderr))
+                || (subcommand == "delete" && is_sandbox_dead(&stderr))
+            {
                 return RunscError::AlreadyGone {
                     subcommand,
                     id: id.to_string(),
@@ -131,6 +133,14 @@ fn is_not_found(stderr: &str) -> bool {
         || stderr.contains("container does not exist")
 }
 
+/// `runsc delete` of a pod's container after the pod's sandbox died (an OOM kill, say): runsc
+/// cannot reach the sandbox to stop the container, says so, and removes the container's state
+/// all the same (it does every cleanup step and reports the ones that failed). Nothing is left
+/// to delete.
+fn is_sandbox_dead(stderr: &str) -> bool {
+    stderr.contains("connecting to control server at PID") && stderr.contains("connection refused")
+}
+
 fn is_not_running(stderr: &str) -> bool {
     const PATTERNS: &[&str] = &[
         "sandbox is not running",
@@ -148,6 +158,22 @@ mod tests {
     use super::*;
 
     const FAILED: ExitStatus = ExitStatus::Exited(128);
+
+    #[test]
+    fn delete_of_a_pod_container_whose_sandbox_died_is_already_gone() {
+        // Captured from the current runsc on the Kubernetes node, after the pod's sandbox was
+        // OOM-killed: the container's state was removed, the stop could not be delivered.
+        let e = RunscError::from_failure(
+            "delete",
+            Some("app"),
+            FAILED,
+            "destroying container: stopping container: destroying container \"app\": destroying container \"app\": connecting to control server at PID 30916: connection refused\n",
+        );
+        assert!(e.is_gone(), "{e}");
+        // Any other failure of delete stays a failure.
+        let e = RunscError::from_failure("delete", Some("app"), FAILED, "permission denied\n");
+        assert!(!e.is_gone(), "{e}");
+    }
 
     #[test]
     fn kill_of_an_exited_sandbox_is_already_gone() {
