@@ -2,21 +2,14 @@
 //! the whole exposition, and clients that send garbage, an endless head, or nothing at all get
 //! an error or a deadline while everyone else is still served.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use policy_injector::audit_chain::{self, Origin, Tail};
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod exporter;
+use exporter::Killed;
 
 /// Starts the exporter on a free loopback port over a log of `records` chained records.
 fn exporter(dir: &std::path::Path, records: usize) -> (Killed, SocketAddr) {
@@ -47,22 +40,7 @@ fn exporter(dir: &std::path::Path, records: usize) -> (Killed, SocketAddr) {
         last = Some(body.rsplit(|c| *c == b'\n').next().unwrap().to_vec());
     }
     std::fs::write(&path, &bytes).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_policy-injector"))
-        .args(["audit", "metrics", "--listen", "127.0.0.1:0", "--log"])
-        .arg(&path)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let addr = first
-        .strip_prefix("serving http://") // net-scan: data
-        .and_then(|r| r.split_once("/metrics"))
-        .map(|(a, _)| a.parse().unwrap())
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"));
-    (Killed(child), addr)
+    exporter::start(&path, &[])
 }
 
 /// Sends `request` raw and returns everything the server answers until it closes.

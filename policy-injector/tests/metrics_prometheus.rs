@@ -7,14 +7,17 @@
 //! A missing `prometheus` or `promtool` fails the test; it is never skipped.
 
 use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use policy_injector::audit_chain::{self, Origin, Tail};
 use serde_json::Value;
+
+mod exporter;
+use exporter::Killed;
 
 const POLICY: &str = "/etc/gvisor-hardened/policy.toml";
 const AGENT: &str = "gvisor-hardened-agent";
@@ -115,16 +118,6 @@ fn connection(verdict: &str, host: &str, rule: &str, up: u64, down: u64) -> Stri
     format!(
         r#"{{"time":"2026-12-03T08:00:05.000Z","namespace":"k8s.io","sandbox_id":"a","container_id":"a","policy":"{AGENT}","event":"egress-connection","peer":"10.88.0.2:40000","method":"CONNECT","host":"{host}","port":443,"verdict":"{verdict}","rule":"{rule}","bytes_up":{up},"bytes_down":{down},"duration_ms":12}}"# // net-scan: data
     )
-}
-
-/// A process killed (and waited for) when the test ends, however it ends.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// GET over loopback, HTTP/1.0 (the whole body until close); the status and the body.
@@ -296,32 +289,7 @@ fn prometheus_scrapes_the_counts_of_a_known_log_and_the_alerts_fire() {
     ));
     log.append(&connection("denied", "evil.test", "not-allowed", 0, 0));
 
-    let exporter = Command::new(env!("CARGO_BIN_EXE_policy-injector"))
-        .args([
-            "audit",
-            "metrics",
-            "--poll-ms",
-            "50",
-            "--listen",
-            "127.0.0.1:0",
-            "--log",
-        ])
-        .arg(&log.path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut exporter = Killed(exporter);
-    let mut first = String::new();
-    BufReader::new(exporter.0.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    // "serving http://127.0.0.1:PORT/metrics from PATH"
-    let addr: SocketAddr = first
-        .strip_prefix("serving http://") // net-scan: data
-        .and_then(|r| r.split_once("/metrics"))
-        .map(|(a, _)| a.parse().unwrap())
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"));
+    let (_exporter, addr) = exporter::start(&log.path, &["--poll-ms", "50"]);
 
     // The exposition itself is what promtool calls valid.
     let (status, body) = get(addr, "/metrics").unwrap();

@@ -12,11 +12,10 @@ use policy_injector::attestation::{self, RunFold};
 use policy_injector::audit_chain::sign::{key_pair_pem, signing_key_from_pem};
 use policy_injector::policy::ArtifactsPolicy;
 
-use super::test_support::files_of;
+use super::test_support::{egress_connection, files_of};
 use super::*;
 use crate::artifacts::{record_exit, record_start_of, WritableMount};
-use crate::egress::audit::{AuditLine, ConnectionRecord, Verdict};
-use crate::egress::{EgressAudit, EgressEvent, SandboxRef};
+use crate::egress::audit::{AuditLine, Verdict};
 
 fn subject(id: &str) -> Subject {
     Subject {
@@ -35,30 +34,6 @@ fn subject(id: &str) -> Subject {
             sha256: "cd".repeat(32),
             mode: "enforce".into(),
         },
-    }
-}
-
-fn connection(host: &str, verdict: Verdict, up: u64) -> EgressAudit {
-    EgressAudit {
-        sandbox: SandboxRef {
-            sandbox_id: "pause".into(),
-            container_id: "pause".into(),
-            policy: "gvisor-hardened-agent".into(),
-        },
-        event: EgressEvent::Connection(ConnectionRecord {
-            peer: "10.88.0.2:40000".into(),
-            method: "CONNECT".into(),
-            host: host.into(),
-            port: 443,
-            resolved: None,
-            verdict,
-            rule: "api.example.test:443".into(),
-            reason: None,
-            sni: None,
-            bytes_up: up,
-            bytes_down: up * 2,
-            duration_ms: 5,
-        }),
     }
 }
 
@@ -104,8 +79,11 @@ fn an_attestation_is_built_from_what_the_shims_writer_and_manifests_write() {
         ("api.example.test", Verdict::Allowed, 100),
         ("exfil.example.test", Verdict::Denied, 0),
     ] {
-        log.append_value(&AuditLine::now("k8s.io", &connection(host, verdict, up)))
-            .unwrap();
+        log.append_value(&AuditLine::now(
+            "k8s.io",
+            &egress_connection(host, verdict, up, up * 2),
+        ))
+        .unwrap();
     }
 
     let exit_manifest = Ok(record_exit(&start, &policy, log.path(), "app").unwrap());

@@ -8,9 +8,10 @@ use std::time::SystemTime;
 use policy_injector::metrics::Metrics;
 use policy_injector::{HardenError, Rejection, Rule};
 
+use super::test_support::{egress_connection, files_of};
 use super::*;
-use crate::egress::audit::{AuditLine, ConnectionRecord, Verdict};
-use crate::egress::{EgressAudit, EgressEvent, SandboxRef};
+use crate::egress::audit::{AuditLine, Verdict};
+use crate::egress::{EgressAudit, EgressEvent};
 
 fn subject(id: &str, sandbox_id: &str) -> Subject {
     Subject {
@@ -42,13 +43,7 @@ fn exit(cause: ExitCause, status: u32) -> Exit {
 
 fn fold(log: &AuditLog) -> Metrics {
     let mut m = Metrics::new();
-    let mut files: Vec<PathBuf> = (1..)
-        .map(|n| PathBuf::from(format!("{}.{n}", log.path().display())))
-        .take_while(|p| p.exists())
-        .collect();
-    files.reverse();
-    files.push(log.path().to_path_buf());
-    for f in files {
+    for f in files_of(log.path()) {
         m.begin_file(&f.display().to_string());
         let bytes = std::fs::read(&f).unwrap();
         for line in bytes.strip_suffix(b"\n").unwrap().split(|b| *b == b'\n') {
@@ -84,27 +79,7 @@ fn the_exporter_counts_what_the_shims_writer_writes() {
         rec.error = Some(rejected.to_string());
         log.append(&rec).unwrap();
     }
-    let egress = EgressAudit {
-        sandbox: SandboxRef {
-            sandbox_id: "pause".into(),
-            container_id: "pause".into(),
-            policy: "gvisor-hardened-agent".into(),
-        },
-        event: EgressEvent::Connection(ConnectionRecord {
-            peer: "10.88.0.2:40000".into(),
-            method: "CONNECT".into(),
-            host: "api.example.test".into(),
-            port: 443,
-            resolved: Some("192.0.2.1:443".parse().unwrap()),
-            verdict: Verdict::Allowed,
-            rule: "api.example.test:443".into(),
-            reason: None,
-            sni: Some("api.example.test".into()),
-            bytes_up: 300,
-            bytes_down: 4000,
-            duration_ms: 20,
-        }),
-    };
+    let egress = egress_connection("api.example.test", Verdict::Allowed, 300, 4000);
     log.append_value(&AuditLine::now("k8s.io", &egress))
         .unwrap();
     let restart = EgressAudit {

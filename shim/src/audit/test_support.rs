@@ -1,4 +1,5 @@
-//! What the writer's tests share: a subject, and verification of the files on disk.
+//! What the writer's tests share: a subject, an egress connection record, and verification of
+//! the files on disk.
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +9,8 @@ use policy_injector::audit_chain::{Break, Summary};
 
 use super::file::numbered;
 use super::{PolicyRef, Subject};
+use crate::egress::audit::{ConnectionRecord, Verdict};
+use crate::egress::{EgressAudit, EgressEvent, SandboxRef};
 
 pub fn subject(id: &str) -> Subject {
     Subject {
@@ -20,6 +23,37 @@ pub fn subject(id: &str) -> Subject {
             sha256: "ab".into(),
             mode: "enforce".into(),
         },
+    }
+}
+
+/// A CONNECT to `host` on port 443 by the pod sandbox `pause` under the agent policy, admitted
+/// or refused by the entry `api.example.test:443`, as the proxy records it.
+pub fn egress_connection(
+    host: &str,
+    verdict: Verdict,
+    bytes_up: u64,
+    bytes_down: u64,
+) -> EgressAudit {
+    EgressAudit {
+        sandbox: SandboxRef {
+            sandbox_id: "pause".into(),
+            container_id: "pause".into(),
+            policy: "gvisor-hardened-agent".into(),
+        },
+        event: EgressEvent::Connection(ConnectionRecord {
+            peer: "10.88.0.2:40000".into(), // net-scan: data
+            method: "CONNECT".into(),
+            host: host.into(),
+            port: 443,
+            resolved: None,
+            verdict,
+            rule: "api.example.test:443".into(),
+            reason: None,
+            sni: None,
+            bytes_up,
+            bytes_down,
+            duration_ms: 5,
+        }),
     }
 }
 
