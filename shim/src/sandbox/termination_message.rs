@@ -21,6 +21,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+use policy_injector::quantity::HumanDuration;
 use serde_json::Value;
 
 use crate::exit::ExitCause;
@@ -79,11 +80,13 @@ pub fn message(
     let what = match cause {
         ExitCause::Timeout => format!(
             "stopped at the policy's maximum runtime ({})",
-            humantime(max_runtime)
+            HumanDuration(max_runtime)
         ),
         ExitCause::IdleTimeout => format!(
             "stopped after sitting idle for the policy's idle timeout ({})",
-            idle_timeout.map(humantime).unwrap_or_else(|| "set".into())
+            idle_timeout
+                .map(|d| HumanDuration(d).to_string())
+                .unwrap_or_else(|| "set".into())
         ),
         ExitCause::Oom => "killed at the sandbox's memory limit (OOM)".into(),
         ExitCause::ProcessLimit => {
@@ -92,16 +95,6 @@ pub fn message(
         ExitCause::Exited | ExitCause::Signaled => return None,
     };
     Some(format!("gvisor-hardened: {what}"))
-}
-
-fn humantime(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0 => format!("{}ms", d.as_millis()),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
 }
 
 /// Appends `line` to the termination-message file at `path` (the kubelet keeps the last 4 KiB,
