@@ -1,8 +1,10 @@
 //! `policy-injector audit export` over a log the shim's own writer wrote: records made with the
 //! shim's types (a create whose decisions come from the real `harden`, with a planted secret in
 //! the environment; start, exec, exits by limit, a refusal, a failure, egress connections of
-//! every verdict, a lookup), appended by `AuditLog` with rotation. Every OCSF line validates
-//! against OCSF 1.8.0's published schema, every OTel line parses as OTLP LogsData, no planted
+//! every verdict, lookups, the forwarder's and proxy's events, the byte cap), appended by
+//! `AuditLog` with rotation. Every record is exported in both formats; every OCSF line validates
+//! against OCSF 1.8.0's published schema for its class (all six classes the mapping uses are
+//! present), every OTel line parses as OTLP LogsData, no planted
 //! value is anywhere, and `--follow` writes records appended after it started, across a
 //! rotation. No containerd, no runsc: files only.
 
@@ -135,17 +137,55 @@ fn write_a_run(log: &AuditLog) {
         let rec = connection(verdict, host, reason);
         log.append_value(&AuditLine::now("k8s.io", &rec)).unwrap();
     }
-    let lookup = EgressAudit {
-        event: EgressEvent::Lookup {
+    // The proxy's other records: lookups (DNS, the policy's hosts table, a failed one), the
+    // forwarder starting, dying and starting again, the byte cap, the proxy's stop.
+    let others = [
+        EgressEvent::Lookup {
             host: "api.example.test".into(),
             source: "dns",
-            answers: vec!["192.0.2.1".parse().unwrap()], // net-scan: data
+            answers: vec![
+                "192.0.2.1".parse().unwrap(),   // net-scan: data
+                "2001:db8::1".parse().unwrap(), // net-scan: data
+            ],
             error: None,
         },
-        ..connection(Verdict::Allowed, "x", None)
-    };
-    log.append_value(&AuditLine::now("k8s.io", &lookup))
-        .unwrap();
+        EgressEvent::Lookup {
+            host: "pinned.example.test".into(),
+            source: "static",
+            answers: vec!["192.0.2.9".parse().unwrap()], // net-scan: data
+            error: None,
+        },
+        EgressEvent::Lookup {
+            host: "down.example.test".into(),
+            source: "dns",
+            answers: vec![],
+            error: Some("no addresses".into()),
+        },
+        EgressEvent::ForwarderReady {
+            listen: "127.0.0.1:3128".into(), // net-scan: data
+            attempt: 1,
+        },
+        EgressEvent::ForwarderDied {
+            reason: "exited: signal 9".into(),
+            attempt: 1,
+        },
+        EgressEvent::ForwarderReady {
+            listen: "127.0.0.1:3128".into(), // net-scan: data
+            attempt: 2,
+        },
+        EgressEvent::ByteCapCrossed {
+            max_bytes: 1 << 20,
+            used: (1 << 20) + 4000,
+        },
+        EgressEvent::ProxyStopped,
+    ];
+    for event in others {
+        let rec = EgressAudit {
+            event,
+            ..connection(Verdict::Allowed, "x", None)
+        };
+        log.append_value(&AuditLine::now("k8s.io", &rec)).unwrap();
+    }
     let rejected_subject = subject("bad", "bad");
     let mut rejected = AuditRecord::new(AuditEvent::CreateRejected, &rejected_subject);
     rejected.error = Some(
@@ -223,17 +263,35 @@ fn ocsf_and_otel_exports_of_the_shims_records_fit_the_published_schemas() {
             "the {name} export holds the planted secret"
         );
     }
+    // Every record has a class in both formats.
     let records = written.lines().count();
-    // OCSF leaves out the genesis records and the lookup.
-    let genesis = written.matches("\"event\":\"genesis\"").count();
-    assert_eq!(ocsf.lines().count(), records - genesis - 1);
+    assert_eq!(ocsf.lines().count(), records);
     assert_eq!(otel.lines().count(), records);
-    for class in [
-        "\"class_uid\":1007",
-        "\"class_uid\":4001",
-        "\"class_uid\":2004",
+    let count = |text: &str, what: &str| text.matches(what).count();
+    let genesis = count(&written, "\"event\":\"genesis\"");
+    for (class, n) in [
+        (1007, 12),
+        (1008, genesis),
+        (2004, 3),
+        (4001, 3),
+        (4003, 3),
+        (6002, 4),
     ] {
-        assert!(ocsf.contains(class), "no {class}");
+        assert_eq!(
+            count(&ocsf, &format!("\"class_uid\":{class},")),
+            n,
+            "OCSF class {class}"
+        );
+        assert_eq!(
+            count(
+                &otel,
+                &format!(
+                    "\"key\":\"gvisor_hardened.ocsf.class_uid\",\"value\":{{\"intValue\":\"{class}\"}}"
+                )
+            ),
+            n,
+            "OTel records naming OCSF class {class}"
+        );
     }
 
     let checked = validate_ocsf(OCSF_VERSION, &ocsf_file).unwrap_or_else(|e| panic!("{e}"));

@@ -8,6 +8,7 @@
 //! shim/audit-record.schema.json), and an export must take records of older writers.
 
 pub mod ocsf;
+mod ocsf_egress;
 #[cfg(test)]
 mod ocsf_tests;
 pub mod otel;
@@ -110,7 +111,7 @@ pub struct Exporter {
     node: String,
     /// Lines that were not a JSON object (a cut or damaged line): not exported.
     pub unparsed: u64,
-    /// Records the format has no class for (OCSF: genesis, lookups, forwarder events).
+    /// Records the format has no class for (OCSF: an event this version does not know).
     pub skipped: u64,
     pub exported: u64,
 }

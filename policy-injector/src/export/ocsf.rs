@@ -5,34 +5,78 @@
 //! | --- | --- |
 //! | create, create-failed, start, exec, exec-start, exec-exit, exit, update, oom, timeout, idle-timeout, delete | Process Activity (1007) |
 //! | egress-connection allowed, cut, failed | Network Activity (4001) |
-//! | create-rejected, exec-rejected, egress-connection denied | Detection Finding (2004) |
+//! | create-rejected, exec-rejected, egress-connection denied, egress-byte-cap-crossed | Detection Finding (2004) |
+//! | egress-lookup | DNS Activity (4003) |
+//! | egress-forwarder-ready, egress-forwarder-died, egress-proxy-stopped | Application Lifecycle (6002) |
+//! | genesis | Event Log Activity (1008) |
 //!
-//! Genesis records, name lookups and the forwarder's and byte cap's events have no class here
-//! and are not exported (the connection records they lead to are). Every event keeps the
-//! redacted record whole under `unmapped` and its line under `raw_data`; `metadata.uid` is the
-//! sha256 of the original line (what the chain's next `prev` names).
+//! Why these classes for the records that are not a process or a connection (`ocsf_egress`):
+//! - A name lookup is the proxy resolving an allowlisted host before it dials: a question and
+//!   its answers (or its error), which is what DNS Activity carries (`query`, `answers`,
+//!   `rcode`). A lookup answered from the policy's static hosts table is the same question
+//!   answered without the network; `unmapped.source` says which.
+//! - The forwarder (the process in the sandbox that carries its traffic out) and the proxy (the
+//!   shim's end) are services of the runtime that start, restart and stop: Application Lifecycle
+//!   (Start, Restart, Stop). Process Activity would need a pid and a process the record does not
+//!   name, and the proxy is no process of its own. A death is a Stop with status Failure.
+//! - Crossing the egress byte cap is the policy's limit taking effect (every stream of the
+//!   sandbox is cut): a finding against the rule `egress.max_bytes`, like a refusal, not a
+//!   connection (no endpoint of its own).
+//! - A genesis record is the log itself beginning a file (a new log, a rotation, a new chain
+//!   after a damaged line): Event Log Activity (Start, Rotate, Other).
+//!
+//! Every event keeps the redacted record whole under `unmapped` and its line under `raw_data`;
+//! `metadata.uid` is the sha256 of the original line (what the chain's next `prev` names).
+//! Egress events carry the sandbox id as `metadata.correlation_uid`, so a sandbox's lookups,
+//! connections and forwarder events group together.
 
 use serde_json::{json, Map, Value};
 
+use super::ocsf_egress;
 use super::{Record, Severity};
 
 pub const VERSION: &str = "1.8.0";
 pub const PROFILES: [&str; 3] = ["host", "container", "security_control"];
 
-const PROCESS_ACTIVITY: u64 = 1007;
-const NETWORK_ACTIVITY: u64 = 4001;
-const DETECTION_FINDING: u64 = 2004;
+pub const PROCESS_ACTIVITY: u64 = 1007;
+pub const EVENT_LOG_ACTIVITY: u64 = 1008;
+pub const DETECTION_FINDING: u64 = 2004;
+pub const NETWORK_ACTIVITY: u64 = 4001;
+pub const DNS_ACTIVITY: u64 = 4003;
+pub const APPLICATION_LIFECYCLE: u64 = 6002;
+
+/// The OCSF class of an event (`verdict`: the egress connection's), or `None` for an event this
+/// version does not know (a newer writer's): such records are counted as skipped, not guessed.
+/// The OTel export names the same class (`gvisor_hardened.ocsf.class_uid`).
+pub fn class_of(event: &str, verdict: Option<&str>) -> Option<u64> {
+    Some(match event {
+        "create" | "create-failed" | "start" | "exec" | "exec-start" | "exec-exit" | "exit"
+        | "update" | "oom" | "timeout" | "idle-timeout" | "delete" => PROCESS_ACTIVITY,
+        "create-rejected" | "exec-rejected" | "egress-byte-cap-crossed" => DETECTION_FINDING,
+        "egress-connection" if verdict == Some("denied") => DETECTION_FINDING,
+        "egress-connection" => NETWORK_ACTIVITY,
+        "egress-lookup" => DNS_ACTIVITY,
+        "egress-forwarder-ready" | "egress-forwarder-died" | "egress-proxy-stopped" => {
+            APPLICATION_LIFECYCLE
+        }
+        crate::audit_chain::GENESIS_EVENT => EVENT_LOG_ACTIVITY,
+        _ => return None,
+    })
+}
 
 /// The event for one record, or `None` when no class fits it.
 pub fn event(rec: &Record<'_>) -> Option<Value> {
-    match rec.event.as_str() {
-        "create" | "create-failed" | "start" | "exec" | "exec-start" | "exec-exit" | "exit"
-        | "update" | "oom" | "timeout" | "idle-timeout" | "delete" => Some(process_activity(rec)),
-        "create-rejected" | "exec-rejected" => Some(refusal(rec)),
-        "egress-connection" if rec.str("verdict") == Some("denied") => Some(refusal(rec)),
-        "egress-connection" => Some(network_activity(rec)),
-        _ => None,
-    }
+    Some(match class_of(&rec.event, rec.str("verdict"))? {
+        PROCESS_ACTIVITY => process_activity(rec),
+        DETECTION_FINDING if rec.event == "egress-byte-cap-crossed" => {
+            ocsf_egress::byte_cap_finding(rec)
+        }
+        DETECTION_FINDING => refusal(rec),
+        NETWORK_ACTIVITY => network_activity(rec),
+        DNS_ACTIVITY => ocsf_egress::dns_activity(rec),
+        APPLICATION_LIFECYCLE => ocsf_egress::application_lifecycle(rec),
+        _ => event_log_activity(rec),
+    })
 }
 
 fn severity(s: Severity) -> (u64, &'static str) {
@@ -45,7 +89,7 @@ fn severity(s: Severity) -> (u64, &'static str) {
 }
 
 /// What every class has: classification, time, severity, metadata, device, policy, the record.
-fn base(
+pub(super) fn base(
     rec: &Record<'_>,
     class: (u64, &str),
     category: (u64, &str),
@@ -69,6 +113,11 @@ fn base(
     }
     if let Some(seq) = rec.u64("seq") {
         metadata["sequence"] = json!(seq);
+    }
+    if rec.event.starts_with("egress-") {
+        if let Some(sandbox) = rec.str("sandbox_id") {
+            metadata["correlation_uid"] = json!(sandbox);
+        }
     }
     let mut e = Map::new();
     e.insert("class_uid".into(), json!(class.0));
@@ -131,7 +180,7 @@ fn is_uuid(s: &str) -> bool {
 }
 
 /// The container a record is about.
-fn container(rec: &Record<'_>) -> Option<Value> {
+pub(super) fn container(rec: &Record<'_>) -> Option<Value> {
     let id = rec.str("container_id")?;
     let pod = rec.value.get("pod");
     let pod_str = |k: &str| pod.and_then(|p| p.get(k)).and_then(Value::as_str);
@@ -233,19 +282,32 @@ fn process_uid(rec: &Record<'_>) -> String {
     process(rec)["uid"].as_str().unwrap_or("").to_string()
 }
 
-/// The endpoints and direction of an egress record: the workload inside the sandbox, the host
-/// it asked for (and the address dialled, when it was).
-fn endpoints(rec: &Record<'_>) -> (Value, Value, Value) {
-    let mut src = match rec
-        .str("peer")
-        .and_then(|p| p.parse::<std::net::SocketAddr>().ok())
-    {
-        Some(addr) => json!({"ip": addr.ip().to_string(), "port": addr.port()}),
-        None => json!({"uid": rec.str("sandbox_id").unwrap_or("")}),
-    };
+/// The sandbox an egress record is about, as an endpoint: its id and the container the
+/// forwarder runs in.
+pub(super) fn sandbox_endpoint(rec: &Record<'_>) -> Value {
+    let mut src = json!({"uid": rec.str("sandbox_id").unwrap_or("")});
     if let Some(c) = container(rec) {
         src["container"] = c;
     }
+    src
+}
+
+/// The endpoints and direction of an egress record: the workload inside the sandbox, the host
+/// it asked for (and the address dialled, when it was).
+fn endpoints(rec: &Record<'_>) -> (Value, Value, Value) {
+    let src = match rec
+        .str("peer")
+        .and_then(|p| p.parse::<std::net::SocketAddr>().ok())
+    {
+        Some(addr) => {
+            let mut src = json!({"ip": addr.ip().to_string(), "port": addr.port()});
+            if let Some(c) = container(rec) {
+                src["container"] = c;
+            }
+            src
+        }
+        None => sandbox_endpoint(rec),
+    };
     let mut dst = json!({"hostname": rec.str("host").unwrap_or("")});
     if let Some(port) = rec.u64("port") {
         dst["port"] = json!(port);
@@ -307,6 +369,35 @@ fn network_activity(rec: &Record<'_>) -> Value {
             rec.str("host").unwrap_or(""),
             rec.u64("port").unwrap_or(0)
         )),
+    );
+    Value::Object(e)
+}
+
+/// A genesis record: the log began a file. Its `node` is the device (the exporter took it from
+/// this record already).
+fn event_log_activity(rec: &Record<'_>) -> Value {
+    let reason = rec.str("reason").unwrap_or("");
+    let activity = match reason {
+        "new" => (6, "Start"),
+        "rotated" => (5, "Rotate"),
+        // A new chain after a line the writer could not extend (cut, or from before chaining):
+        // no OCSF activity says that; `activity_name` and `status_detail` do.
+        _ => (99, "Rechain"),
+    };
+    let mut e = base(
+        rec,
+        (EVENT_LOG_ACTIVITY, "Event Log Activity"),
+        (1, "System Activity"),
+        activity,
+    );
+    e.insert("log_name".into(), json!("gvisor-hardened audit log"));
+    e.insert("log_provider".into(), json!("gvisor-hardened"));
+    e.insert("status_id".into(), json!(1));
+    e.insert("status".into(), json!("Success"));
+    e.insert("status_detail".into(), json!(format!("genesis: {reason}")));
+    e.insert(
+        "message".into(),
+        json!(format!("audit log file begun on {} ({reason})", rec.node)),
     );
     Value::Object(e)
 }

@@ -124,22 +124,155 @@ fn egress_connections_are_network_activity_and_denied_ones_findings() {
     assert_eq!(out[2]["evidences"][0]["dst_endpoint"]["port"], 443);
 }
 
+fn egress_event(event: &str, extra: Value) -> Value {
+    let mut r = json!({
+        "seq": 11, "prev": "00", "time": "2026-12-03T08:22:44.000Z", "event": event,
+        "namespace": "k8s.io", "sandbox_id": "c1", "container_id": "c1",
+        "policy": "gvisor-hardened-agent",
+    });
+    r.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    r
+}
+
 #[test]
-fn genesis_and_lookups_are_not_exported_but_name_the_node() {
+fn a_genesis_is_event_log_activity_and_names_the_node() {
     let mut x = Exporter::new(Format::Ocsf, "exporting-host");
-    let genesis = json!({"seq": 0, "prev": "00", "time": "2026-12-03T08:22:42.000Z",
-        "event": "genesis", "node": "node-a", "policy_sha256": "", "reason": "new"});
-    assert_eq!(x.line(genesis.to_string().as_bytes()), None);
-    let lookup = json!({"event": "egress-lookup", "host": "a", "source": "dns", "answers": []});
-    assert_eq!(x.line(lookup.to_string().as_bytes()), None);
-    assert_eq!(x.line(b"{\"cut"), None);
-    let e: Value = serde_json::from_str(
-        &x.line(lifecycle("delete", json!({})).to_string().as_bytes())
-            .unwrap(),
-    )
-    .unwrap();
+    let genesis = |reason: &str| {
+        json!({"seq": 0, "prev": "00", "time": "2026-12-03T08:22:42.000Z",
+            "event": "genesis", "node": "node-a", "policy_sha256": "", "reason": reason})
+    };
+    let mut line = |v: Value| -> Value {
+        serde_json::from_str(&x.line(v.to_string().as_bytes()).unwrap()).unwrap()
+    };
+    let new = line(genesis("new"));
+    assert_eq!(new["class_uid"], 1008);
+    assert_eq!(new["type_uid"], 100806);
+    assert_eq!(new["activity_name"], "Start");
+    assert_eq!(new["device"]["hostname"], "node-a");
+    assert_eq!(new["log_name"], "gvisor-hardened audit log");
+    assert_eq!(line(genesis("rotated"))["activity_id"], 5);
+    let rechained = line(genesis("after-cut-line"));
+    assert_eq!(rechained["activity_id"], 99);
+    assert_eq!(rechained["status_detail"], "genesis: after-cut-line");
+    let e = line(lifecycle("delete", json!({})));
     assert_eq!(e["device"]["hostname"], "node-a");
-    assert_eq!((x.skipped, x.unparsed, x.exported), (2, 1, 1));
+    assert_eq!(x.line(b"{\"cut"), None);
+    let unknown = json!({"event": "from-a-newer-writer"});
+    assert_eq!(x.line(unknown.to_string().as_bytes()), None);
+    assert_eq!((x.skipped, x.unparsed, x.exported), (1, 1, 4));
+}
+
+#[test]
+fn a_lookup_is_dns_activity_with_its_question_and_answers() {
+    let out = export(&[
+        egress_event(
+            "egress-lookup",
+            json!({"host": "api.example.test", "source": "dns",
+                "answers": ["192.0.2.1", "2001:db8::1"]}), // net-scan: data
+        ),
+        egress_event(
+            "egress-lookup",
+            json!({"host": "gone.example.test", "source": "dns", "answers": [],
+                "error": "no addresses"}),
+        ),
+        egress_event(
+            "egress-lookup",
+            json!({"host": "pinned.test", "source": "static", "answers": ["192.0.2.9"]}), // net-scan: data
+        ),
+    ]);
+    let ok = &out[0];
+    assert_eq!(ok["class_uid"], 4003);
+    assert_eq!(ok["type_uid"], 400302);
+    assert_eq!(ok["category_uid"], 4);
+    assert_eq!(ok["query"]["hostname"], "api.example.test");
+    assert_eq!(
+        ok["answers"][0],
+        json!({"rdata": "192.0.2.1", "type": "A", "class": "IN"})
+    ); // net-scan: data
+    assert_eq!(ok["answers"][1]["type"], "AAAA");
+    assert_eq!(ok["rcode_id"], 0);
+    assert_eq!(ok["status_id"], 1);
+    assert_eq!(ok["src_endpoint"]["uid"], "c1");
+    assert_eq!(ok["src_endpoint"]["container"]["uid"], "c1");
+    assert_eq!(ok["metadata"]["correlation_uid"], "c1");
+    assert_eq!(ok["policy"]["name"], "gvisor-hardened-agent");
+    let failed = &out[1];
+    assert_eq!(failed["status_id"], 2);
+    assert_eq!(failed["status_detail"], "no addresses");
+    assert!(failed.get("answers").is_none() && failed.get("rcode_id").is_none());
+    assert_eq!(
+        failed["message"],
+        "lookup gone.example.test (dns): no addresses"
+    );
+    // A static answer had no DNS response: no response code is claimed.
+    assert!(out[2].get("rcode_id").is_none());
+    assert_eq!(out[2]["answers"][0]["rdata"], "192.0.2.9"); // net-scan: data
+}
+
+#[test]
+fn forwarder_and_proxy_events_are_application_lifecycle() {
+    let out = export(&[
+        egress_event(
+            "egress-forwarder-ready",
+            json!({"listen": "127.0.0.1:3128", "attempt": 1}), // net-scan: data
+        ),
+        egress_event(
+            "egress-forwarder-died",
+            json!({"reason": "exited: signal 9", "attempt": 1}),
+        ),
+        egress_event(
+            "egress-forwarder-ready",
+            json!({"listen": "127.0.0.1:3128", "attempt": 2}), // net-scan: data
+        ),
+        egress_event("egress-proxy-stopped", json!({})),
+    ]);
+    let activities: Vec<_> = out.iter().map(|e| e["activity_name"].clone()).collect();
+    assert_eq!(
+        activities,
+        [
+            json!("Start"),
+            json!("Stop"),
+            json!("Restart"),
+            json!("Stop")
+        ]
+    );
+    for e in &out {
+        assert_eq!(e["class_uid"], 6002);
+        assert_eq!(e["category_uid"], 6);
+        assert_eq!(e["metadata"]["correlation_uid"], "c1");
+    }
+    assert_eq!(out[0]["app"]["name"], "gvisor-hardened egress forwarder");
+    assert_eq!(out[0]["severity_id"], 1);
+    let died = &out[1];
+    assert_eq!(
+        (died["status_id"].clone(), died["severity_id"].clone()),
+        (json!(2), json!(4))
+    );
+    assert_eq!(died["status_detail"], "exited: signal 9");
+    assert_eq!(out[2]["type_uid"], 600205);
+    assert_eq!(out[3]["app"]["name"], "gvisor-hardened egress proxy");
+    assert_eq!(out[3]["status_id"], 1);
+}
+
+#[test]
+fn crossing_the_byte_cap_is_a_finding_against_egress_max_bytes() {
+    let e = &export(&[egress_event(
+        "egress-byte-cap-crossed",
+        json!({"max_bytes": 1048576, "used": 1049000}),
+    )])[0];
+    assert_eq!(e["class_uid"], 2004);
+    assert_eq!(e["severity_id"], 2);
+    assert_eq!(e["finding_info"]["analytic"]["name"], "egress.max_bytes");
+    assert_eq!(
+        e["finding_info"]["title"],
+        "egress byte cap crossed by sandbox c1: 1049000 of 1048576 bytes"
+    );
+    assert_eq!(e["evidences"][0]["data"]["used"], 1049000);
+    assert_eq!(e["evidences"][0]["src_endpoint"]["uid"], "c1");
+    assert_eq!(e["resources"][0]["uid"], "c1");
+    assert_eq!(e["disposition_id"], 2);
 }
 
 #[test]

@@ -5,8 +5,10 @@
 //! The resource is the node (`host.name`, `service.name`); the record is the body (an AnyValue
 //! kvlist of the redacted record, so nothing is lost); attributes use the semantic conventions
 //! where one exists (`container.id`, `container.image.name`, `k8s.*`, `process.pid`,
-//! `process.exit.code`, `server.address`/`server.port`, `client.address`/`client.port`) and
-//! `gvisor_hardened.*` for the rest. int64 fields are decimal strings, as OTLP JSON has them.
+//! `process.exit.code`, `server.address`/`server.port`, `client.address`/`client.port`, and for
+//! name lookups `dns.question.name`/`dns.answers`) and `gvisor_hardened.*` for the rest;
+//! `gvisor_hardened.ocsf.class_uid` names the class the OCSF export gives the same record.
+//! int64 fields are decimal strings, as OTLP JSON has them.
 
 use serde_json::{json, Value};
 
@@ -67,6 +69,12 @@ fn attributes(rec: &Record<'_>) -> Vec<Value> {
     if let Some(seq) = rec.u64("seq") {
         a.push(attr("gvisor_hardened.audit.seq", int(seq)));
     }
+    // The class the OCSF export gives the same record, so the two exports can be joined.
+    if let Some(class) = super::ocsf::class_of(&rec.event, rec.str("verdict")) {
+        a.push(attr("gvisor_hardened.ocsf.class_uid", int(class)));
+    }
+    let lookup = rec.event == "egress-lookup";
+    let genesis = rec.event == crate::audit_chain::GENESIS_EVENT;
     let strings = [
         ("container_id", "container.id"),
         ("image", "container.image.name"),
@@ -77,13 +85,38 @@ fn attributes(rec: &Record<'_>) -> Vec<Value> {
         ("sandbox_id", "gvisor_hardened.sandbox.id"),
         ("verdict", "gvisor_hardened.egress.verdict"),
         ("rule", "gvisor_hardened.egress.rule"),
-        ("reason", "gvisor_hardened.egress.reason"),
-        ("host", "server.address"),
+        (
+            "reason",
+            if genesis {
+                "gvisor_hardened.audit.genesis_reason"
+            } else {
+                "gvisor_hardened.egress.reason"
+            },
+        ),
+        // A lookup's host is the question asked, not a server dialled.
+        (
+            "host",
+            if lookup {
+                "dns.question.name"
+            } else {
+                "server.address"
+            },
+        ),
+        ("source", "gvisor_hardened.egress.lookup.source"),
+        ("listen", "gvisor_hardened.egress.forwarder.listen"),
     ];
     for (field, key) in strings {
         if let Some(v) = rec.str(field) {
             a.push(attr(key, string(v)));
         }
+    }
+    if let Some(answers) = rec.value.get("answers").and_then(Value::as_array) {
+        let ips: Vec<Value> = answers
+            .iter()
+            .filter_map(Value::as_str)
+            .map(string)
+            .collect();
+        a.push(attr("dns.answers", json!({"arrayValue": {"values": ips}})));
     }
     let ints = [
         ("pid", "process.pid"),
@@ -92,6 +125,9 @@ fn attributes(rec: &Record<'_>) -> Vec<Value> {
         ("bytes_up", "gvisor_hardened.egress.bytes_up"),
         ("bytes_down", "gvisor_hardened.egress.bytes_down"),
         ("duration_ms", "gvisor_hardened.egress.duration_ms"),
+        ("max_bytes", "gvisor_hardened.egress.max_bytes"),
+        ("used", "gvisor_hardened.egress.used_bytes"),
+        ("attempt", "gvisor_hardened.egress.forwarder.attempt"),
     ];
     for (field, key) in ints {
         if let Some(v) = rec.u64(field) {

@@ -100,3 +100,55 @@ fn a_denied_connection_is_a_warning_with_server_and_client_addresses() {
         Some(&json!({"stringValue": "agent"}))
     );
 }
+
+#[test]
+fn a_lookup_names_its_question_and_answers_and_every_record_its_ocsf_class() {
+    let out = export(
+        json!({"time": "2026-12-03T08:22:43.000Z", "event": "egress-lookup",
+        "sandbox_id": "s", "container_id": "s", "policy": "agent", "host": "api.example.test",
+        "source": "dns", "answers": ["192.0.2.1"]}), // net-scan: data
+    );
+    let log = &out["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0];
+    assert_eq!(
+        attribute(log, "dns.question.name"),
+        Some(&json!({"stringValue": "api.example.test"}))
+    );
+    assert_eq!(attribute(log, "server.address"), None);
+    assert_eq!(
+        attribute(log, "dns.answers"),
+        Some(&json!({"arrayValue": {"values": [{"stringValue": "192.0.2.1"}]}})) // net-scan: data
+    );
+    assert_eq!(
+        attribute(log, "gvisor_hardened.ocsf.class_uid"),
+        Some(&json!({"intValue": "4003"}))
+    );
+    let died = export(
+        json!({"time": "2026-12-03T08:22:43.000Z", "event": "egress-forwarder-died",
+        "sandbox_id": "s", "container_id": "s", "policy": "agent",
+        "reason": "exited before HELLO", "attempt": 2}),
+    );
+    let log = &died["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0];
+    assert_eq!(log["severityText"], "ERROR");
+    assert_eq!(
+        attribute(log, "gvisor_hardened.egress.forwarder.attempt"),
+        Some(&json!({"intValue": "2"}))
+    );
+    assert_eq!(
+        attribute(log, "gvisor_hardened.ocsf.class_uid"),
+        Some(&json!({"intValue": "6002"}))
+    );
+    let cap = export(
+        json!({"time": "2026-12-03T08:22:43.000Z", "event": "egress-byte-cap-crossed",
+        "sandbox_id": "s", "container_id": "s", "policy": "agent",
+        "max_bytes": 10, "used": 12}),
+    );
+    let log = &cap["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0];
+    assert_eq!(
+        attribute(log, "gvisor_hardened.egress.used_bytes"),
+        Some(&json!({"intValue": "12"}))
+    );
+    assert_eq!(
+        attribute(log, "gvisor_hardened.ocsf.class_uid"),
+        Some(&json!({"intValue": "2004"}))
+    );
+}
