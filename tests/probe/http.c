@@ -8,6 +8,9 @@
  *                                          (what a proxy's SNI check reads), then a GET of PATH
  *   http-hold PROXY HOST PORT N SECS       opens N such tunnels, prints a line, holds them until a
  *                                          line (or EOF) on stdin or SECS, whichever comes first
+ *   http-flood PROXY HOST PORT N SECS      opens N connections one after another, closing none,
+ *                                          each sends CONNECT HOST:PORT; then waits up to SECS
+ *                                          for each one's first answer (see cmd_http_flood)
  *
  * PROXY is HOST:PORT or http://HOST:PORT/ (an http_proxy value), an IPv4 address. The upstream (net-scan: data)
  * behind an http-connect tunnel must skip one TLS record before the request: the ClientHello is
@@ -364,5 +367,110 @@ int cmd_http_hold(int argc, char **argv)
 	report(0, 0, "tunnels=%ld", count);
 	struct pollfd in = { .fd = 0, .events = POLLIN };
 	poll(&in, 1, secs * 1000);
+	return 0;
+}
+
+/* One flooding connection: its socket and the first bytes of its answer. */
+struct flood_conn {
+	int fd;
+	size_t got;
+	char head[16];
+};
+
+enum flood_class { F_PENDING, F_200, F_429, F_503, F_OTHER, F_CLOSED };
+
+static enum flood_class flood_status(const struct flood_conn *c)
+{
+	int status;
+	char line[sizeof c->head + 1];
+	memcpy(line, c->head, c->got);
+	line[c->got] = 0;
+	if (sscanf(line, "HTTP/%*d.%*d %d", &status) != 1)
+		return F_OTHER;
+	return status == 200 ? F_200 : status == 429 ? F_429 : status == 503 ? F_503 : F_OTHER;
+}
+
+/*
+ * Every connection must be answered: a status line, or a close the client sees at once. One
+ * that stays silent is what a proxy or forwarder that stops accepting leaves behind (the kernel
+ * completed the handshake, nobody serves it). Output: "ok n=N s200=.. s429=.. s503=.. other=..
+ * closed=.. silent=.. unconnected=.." (unconnected: connect() itself failed or timed out).
+ */
+int cmd_http_flood(int argc, char **argv)
+{
+	(void)argc;
+	struct target t = { .host = argv[1], .path = "/" };
+	parse_proxy(argv[0], &t.proxy);
+	t.port = parse_long(argv[2], "port");
+	long n = parse_long(argv[3], "count");
+	long secs = parse_long(argv[4], "secs");
+	struct flood_conn *conns = calloc(n > 0 ? n : 1, sizeof *conns);
+	enum flood_class *cls = calloc(n > 0 ? n : 1, sizeof *cls);
+	if (!conns || !cls || n < 1) {
+		report(-1, ENOMEM, "step=alloc");
+		return 0;
+	}
+	char req[512];
+	int len = snprintf(req, sizeof req, "CONNECT %s:%ld HTTP/1.1\r\nHost: %s:%ld\r\n\r\n", t.host,
+			   t.port, t.host, t.port);
+	long unconnected = 0;
+	for (long i = 0; i < n; i++) {
+		struct failure f = { 0 };
+		conns[i].fd = dial(&t.proxy, &f);
+		if (conns[i].fd < 0) {
+			unconnected++;
+			cls[i] = F_OTHER;
+			continue;
+		}
+		/* A connection closed at once may refuse the write: that is its answer. */
+		if (send(conns[i].fd, req, len, MSG_NOSIGNAL) != len)
+			cls[i] = F_CLOSED;
+	}
+	double deadline = now_monotonic() + secs;
+	struct pollfd *pfds = calloc(n, sizeof *pfds);
+	long *which = calloc(n, sizeof *which);
+	if (!pfds || !which) {
+		report(-1, ENOMEM, "step=alloc");
+		return 0;
+	}
+	for (;;) {
+		long k = 0;
+		for (long i = 0; i < n; i++) {
+			if (cls[i] != F_PENDING)
+				continue;
+			pfds[k] = (struct pollfd){ .fd = conns[i].fd, .events = POLLIN };
+			which[k++] = i;
+		}
+		double left = deadline - now_monotonic();
+		if (k == 0 || left <= 0)
+			break;
+		int r = poll(pfds, k, (int)(left * 1000) + 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			continue;
+		for (long j = 0; j < k; j++) {
+			if (!pfds[j].revents)
+				continue;
+			struct flood_conn *c = &conns[which[j]];
+			ssize_t got = read(c->fd, c->head + c->got, sizeof c->head - c->got);
+			if (got < 0 && errno == EINTR)
+				continue;
+			if (got <= 0) {
+				cls[which[j]] = c->got ? flood_status(c) : F_CLOSED;
+				continue;
+			}
+			c->got += got;
+			if (c->got >= 12) /* "HTTP/1.1 503" */
+				cls[which[j]] = flood_status(c);
+		}
+	}
+	long count[F_CLOSED + 1] = { 0 };
+	for (long i = 0; i < n; i++)
+		count[cls[i]]++;
+	printf("ok n=%ld s200=%ld s429=%ld s503=%ld other=%ld closed=%ld silent=%ld unconnected=%ld\n",
+	       n, count[F_200], count[F_429], count[F_503], count[F_OTHER] - unconnected,
+	       count[F_CLOSED], count[F_PENDING], unconnected);
+	fflush(stdout);
 	return 0;
 }

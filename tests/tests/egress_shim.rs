@@ -220,3 +220,134 @@ step after wget -q -O - http://upstream.example.test:8080/hello.txt
     assert_nothing_left(&c, &id, &policy.runtime());
     assert_clean_shutdown(c);
 }
+
+/// A flood from inside: a workload opens 200 connections to the proxy at once and keeps them
+/// all open. The policy allows 20 at a time; past them the proxy answers 503 with the cap in
+/// the status line, and past twice that the forwarder closes new ones at once. Every
+/// connection is answered (none waits on a forwarder that stopped accepting), every one has its
+/// record, and once the workload is done the shim holds no more descriptors than before.
+#[test]
+fn a_connection_flood_is_answered_in_full_audited_in_full_and_leaves_the_shim_as_it_was() {
+    const N: usize = 200;
+    const CAP: usize = 20;
+    let mut ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    ns.serve(&inside, 8080, &[("hello.txt", BODY.as_bytes())])
+        .unwrap();
+    let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
+    let image = TestImage::ensure().unwrap();
+    c.import(&image).unwrap();
+    // The section ends inside [network.egress]; the rate stays out of the way (its refusals are
+    // the fake world's to show: here the open cap is met first).
+    let section = format!(
+        "{}max_connections = {CAP}\nmax_connection_rate = 4000\n",
+        egress_section(
+            &["upstream.example.test:8080"],
+            &[("upstream.example.test", inside.clone())],
+            &[ns.cidr()],
+        ),
+    );
+    let policy = TestPolicy::builder(&c, "egress-flood")
+        .extra(&section)
+        .write()
+        .unwrap();
+    let id = unique_id("egress-flood");
+    c.ctr()
+        .args(
+            Run::new(image.reference(), &id)
+                .runtime(policy.runtime())
+                .detach()
+                .cmd(["sleep", "600"])
+                .ctr_args_for(&c),
+        )
+        .checked()
+        .unwrap();
+    let shim = gvisor_hardened_tests::fault::shim_pid(&c, &id).unwrap();
+    let fds = || gvisor_hardened_tests::inspect::fd_count(shim).unwrap();
+    // The forwarder is up (its record is written once it said HELLO) before the baseline.
+    gvisor_hardened_tests::poll::poll_until(
+        "the forwarder ready",
+        std::time::Duration::from_secs(30),
+        || {
+            policy
+                .audit_events(&id)
+                .contains(&"egress-forwarder-ready".to_string())
+                .then_some(())
+        },
+    )
+    .unwrap();
+    let baseline = fds();
+    let flood =
+        format!("exec sandbox-probe http-flood \"$https_proxy\" upstream.example.test 8080 {N} 20");
+    let out = c
+        .exec(&id, &[], ["sh", "-c", flood.as_str()])
+        .checked()
+        .unwrap();
+    let counts: std::collections::HashMap<&str, usize> = out
+        .stdout
+        .trim()
+        .strip_prefix("ok ")
+        .unwrap_or_else(|| panic!("{out}"))
+        .split(' ')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k, v.parse().unwrap()))
+        .collect();
+    let count = |k: &str| counts[k];
+    eprintln!("flood: {}", out.stdout.trim());
+    assert_eq!(count("silent"), 0, "connections nobody answered: {out}");
+    assert_eq!(count("unconnected") + count("other"), 0, "{out}");
+    assert_eq!(count("s200"), CAP, "{out}");
+    assert!(count("s503") > 0, "the proxy never answered the cap: {out}");
+    assert_eq!(
+        count("s200") + count("s503") + count("s429") + count("closed"),
+        N,
+        "{out}"
+    );
+
+    // One record per connection, with the rule that decided it; the last ones are written as
+    // the workload's exit closed its connections.
+    let records = gvisor_hardened_tests::poll::poll_until(
+        "a record for every connection",
+        std::time::Duration::from_secs(30),
+        || {
+            let conns = Connections::of(&policy.audit_lines(), &id);
+            (conns.0.len() >= N).then_some(conns)
+        },
+    )
+    .unwrap();
+    assert_eq!(records.0.len(), N, "{records:?}");
+    let by_rule = |rule: &str| records.0.iter().filter(|r| r["rule"] == rule).count();
+    assert_eq!(by_rule("upstream.example.test:8080"), CAP);
+    assert_eq!(by_rule("max-connections"), count("s503"));
+    assert_eq!(by_rule("forwarder-limit"), count("closed"));
+    let refused = records
+        .0
+        .iter()
+        .find(|r| r["rule"] == "max-connections")
+        .unwrap();
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap()
+            .contains("20 connections are open"),
+        "{refused}"
+    );
+
+    // The shim holds what it held before the flood (refused streams linger at most 5 s).
+    gvisor_hardened_tests::poll::poll_until(
+        "the shim back at its descriptors",
+        std::time::Duration::from_secs(30),
+        || (fds() <= baseline).then_some(()),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {} descriptors, {baseline} before", fds()));
+    eprintln!(
+        "shim descriptors: {baseline} before the flood, {} after",
+        fds()
+    );
+
+    gvisor_hardened_tests::fault::kill_and_remove(&c, &id, std::time::Duration::from_secs(60))
+        .unwrap();
+    assert_chain_intact_and_records_fit_the_schema(&policy.audit_path);
+    assert_nothing_left(&c, &id, &policy.runtime());
+    assert_clean_shutdown(c);
+}

@@ -56,6 +56,13 @@ pub struct EgressPlan {
     pub hosts: BTreeMap<String, IpAddr>,
     /// Bytes per sandbox, both directions together.
     pub max_bytes: u64,
+    /// Connections open at once through the proxy. (Defaults: a plan runsc-hardened kept in
+    /// its state before the caps existed still loads, with the policy defaults.)
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// New connections per second (and the burst allowed at once).
+    #[serde(default = "default_max_connection_rate")]
+    pub max_connection_rate: u32,
     /// The forwarder's address inside the sandbox.
     pub listen: SocketAddr,
     pub plain_http: bool,
@@ -64,6 +71,18 @@ pub struct EgressPlan {
     pub narrowed: bool,
     pub forwarder: ForwarderPlan,
 }
+
+fn default_max_connections() -> u32 {
+    crate::policy::DEFAULT_MAX_CONNECTIONS
+}
+
+fn default_max_connection_rate() -> u32 {
+    crate::policy::DEFAULT_MAX_CONNECTION_RATE
+}
+
+/// Descriptors the forwarder may hold besides its connections (stdio, the listener, the
+/// runtime's own).
+const FORWARDER_SPARE_FDS: u64 = 64;
 
 /// Parses a policy's allow list (already validated when the policy loaded).
 fn parse_all<T: std::str::FromStr<Err = String>>(items: &[String]) -> Result<Vec<T>, String> {
@@ -88,6 +107,8 @@ impl EgressPlan {
             allow_cidrs: parse_all(&p.allow_cidrs)?,
             hosts,
             max_bytes: p.max_bytes.0,
+            max_connections: p.max_connections,
+            max_connection_rate: p.max_connection_rate,
             listen: p
                 .listen
                 .parse()
@@ -102,6 +123,15 @@ impl EgressPlan {
                 gid: p.forwarder_gid,
             },
         }))
+    }
+
+    /// Connections the forwarder holds at once before it closes new ones unanswered: twice the
+    /// proxy's cap, so past the cap the proxy still has room to answer 503 with its reason
+    /// (refused streams are short-lived) while a flood never exhausts the forwarder's
+    /// descriptors (connections it could not accept would sit in the backlog, answered by
+    /// nobody and audited by nobody).
+    pub fn forwarder_max_connections(&self) -> u32 {
+        self.max_connections.saturating_mul(2)
     }
 
     /// `http://<listen>`, the value of the proxy variables.
@@ -129,17 +159,25 @@ impl EgressPlan {
     /// no new privileges, cwd `/`, and nothing secret in args or env (the workload can read
     /// its cmdline and environ).
     pub fn forwarder_process(&self) -> Value {
+        let nofile = u64::from(self.forwarder_max_connections()) + FORWARDER_SPARE_FDS;
         json!({
             "terminal": false,
             "user": {"uid": self.forwarder.uid, "gid": self.forwarder.gid, "additionalGids": []},
-            "args": [self.forwarder.in_sandbox_path, "--listen", self.listen.to_string()],
+            "args": [
+                self.forwarder.in_sandbox_path,
+                "--listen",
+                self.listen.to_string(),
+                "--max-connections",
+                self.forwarder_max_connections().to_string()
+            ],
             "env": [],
             "cwd": "/",
             "capabilities": {
                 "bounding": [], "effective": [], "inheritable": [], "permitted": [], "ambient": []
             },
             "noNewPrivileges": true,
-            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 4096u64, "soft": 4096u64}]
+            // One descriptor per connection it may hold, and spares: the limit matches the cap.
+            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": nofile, "soft": nofile}]
         })
     }
 }

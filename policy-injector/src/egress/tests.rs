@@ -107,6 +107,21 @@ fn bad_egress_settings_name_the_key_and_line() {
             "invalid label",
         ),
         ("max_bytes = \"0\"", "network.egress.max_bytes", "0 bytes"),
+        (
+            "max_connections = 0",
+            "network.egress.max_connections",
+            "1..=4096",
+        ),
+        (
+            "max_connections = 5000",
+            "network.egress.max_connections",
+            "1..=4096",
+        ),
+        (
+            "max_connection_rate = 0",
+            "network.egress.max_connection_rate",
+            "0 connections per second",
+        ),
         ("listen = \"3128\"", "network.egress.listen", "address:port"),
         (
             "listen = \"0.0.0.0:3128\"",
@@ -370,8 +385,44 @@ fn the_forwarder_process_has_its_own_uid_and_no_capabilities() {
     assert_eq!(p["env"], json!([]));
     assert_eq!(
         p["args"],
-        json!([FORWARDER_IN_SANDBOX, "--listen", "127.0.0.1:3128"])
+        json!([
+            FORWARDER_IN_SANDBOX,
+            "--listen",
+            "127.0.0.1:3128",
+            "--max-connections",
+            "512"
+        ])
     );
+}
+
+#[test]
+fn the_forwarders_descriptor_limit_follows_the_connection_cap() {
+    let mut policy = on();
+    policy.network.egress.max_connections = 1000;
+    let plan = EgressPlan::from_policy(&policy.network.egress)
+        .unwrap()
+        .unwrap();
+    assert_eq!(plan.max_connections, 1000);
+    let p = plan.forwarder_process();
+    assert_eq!(p["args"][4], "2000");
+    assert_eq!(
+        p["rlimits"],
+        json!([{"type": "RLIMIT_NOFILE", "hard": 2064, "soft": 2064}])
+    );
+}
+
+#[test]
+fn a_plan_kept_before_the_connection_caps_loads_with_the_defaults() {
+    let plan = EgressPlan::from_policy(&on().network.egress)
+        .unwrap()
+        .unwrap();
+    let mut old = serde_json::to_value(&plan).unwrap();
+    let o = old.as_object_mut().unwrap();
+    o.remove("max_connections");
+    o.remove("max_connection_rate");
+    let loaded: EgressPlan = serde_json::from_value(old).unwrap();
+    assert_eq!(loaded.max_connections, 256);
+    assert_eq!(loaded.max_connection_rate, 100);
 }
 
 #[test]

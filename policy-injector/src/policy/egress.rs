@@ -23,6 +23,11 @@ pub struct EgressPolicy {
     pub hosts: BTreeMap<String, String>,
     /// Per sandbox, both directions together.
     pub max_bytes: ByteSize,
+    /// Connections open at once per sandbox (refusals past it are answered 503 and audited).
+    pub max_connections: u32,
+    /// New connections per second per sandbox (a burst of this many, then this rate;
+    /// refusals past it are answered 429 and audited).
+    pub max_connection_rate: u32,
     /// The forwarder's address inside the sandbox (a loopback address).
     pub listen: String,
     pub plain_http: bool,
@@ -41,6 +46,8 @@ impl Default for EgressPolicy {
             allow_cidrs: Vec::new(),
             hosts: BTreeMap::new(),
             max_bytes: ByteSize(1 << 30),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connection_rate: DEFAULT_MAX_CONNECTION_RATE,
             listen: "127.0.0.1:3128".to_string(),
             plain_http: false,
             require_sni: true,
@@ -52,6 +59,15 @@ impl Default for EgressPolicy {
 }
 
 const KEY: &str = "network.egress";
+
+/// A coding agent's package manager opens a few dozen connections at once at most (pip, npm
+/// and git were measured under the runtime well below it); a flood stops here.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 256;
+/// New connections per second (and the burst allowed at once).
+pub const DEFAULT_MAX_CONNECTION_RATE: u32 = 100;
+/// The most `max_connections` may be: the forwarder holds one descriptor and two threads per
+/// connection inside the sandbox (and the shim one socket on the host), so the cap bounds them.
+pub const MAX_MAX_CONNECTIONS: u32 = 4096;
 
 pub(super) fn validate(p: &Policy) -> Result<(), Issue> {
     let e = &p.network.egress;
@@ -83,6 +99,21 @@ pub(super) fn validate(p: &Policy) -> Result<(), Issue> {
         return Err(invalid(
             key("max_bytes"),
             "0 bytes would refuse every connection",
+        ));
+    }
+    if e.max_connections == 0 || e.max_connections > MAX_MAX_CONNECTIONS {
+        return Err(invalid(
+            key("max_connections"),
+            format!(
+                "{} is outside 1..={MAX_MAX_CONNECTIONS} (0 would refuse every connection)",
+                e.max_connections
+            ),
+        ));
+    }
+    if e.max_connection_rate == 0 {
+        return Err(invalid(
+            key("max_connection_rate"),
+            "0 connections per second would refuse every connection",
         ));
     }
     let listen: SocketAddr = e.listen.parse().map_err(|_| {

@@ -24,6 +24,7 @@
 //! | 5    | CLOSE  | both      | id     | none: reset, both directions are gone |
 //! | 6    | CREDIT | both      | id     | u32 BE: the receiver consumed this many bytes |
 //! | 7    | FATAL  | fwd→host  | 0      | why the forwarder stops (UTF-8) |
+//! | 8    | REFUSED| fwd→host  | 0      | the workload's address (UTF-8): a connection the forwarder closed unanswered, past its `--max-connections` |
 //!
 //! HELLO is the first frame and is sent only once the listening socket is bound: it is the
 //! readiness signal. Only the forwarder opens streams (ids increase from 1 and are not reused
@@ -43,7 +44,8 @@ use std::io::{self, Read};
 /// The first bytes of a HELLO payload.
 pub const MAGIC: [u8; 4] = *b"GVHF";
 /// The protocol version this crate speaks.
-pub const VERSION: u16 = 1;
+/// 2: REFUSED (a shim speaking 1 would take it for garbage, so the two must match).
+pub const VERSION: u16 = 2;
 /// Bytes of a frame header.
 pub const HEADER_LEN: usize = 9;
 /// The largest DATA payload; larger frames are refused by the decoder.
@@ -64,6 +66,7 @@ mod kind {
     pub const CLOSE: u8 = 5;
     pub const CREDIT: u8 = 6;
     pub const FATAL: u8 = 7;
+    pub const REFUSED: u8 = 8;
 }
 
 /// One decoded frame.
@@ -76,6 +79,7 @@ pub enum Frame {
     Close { stream: u32 },
     Credit { stream: u32, bytes: u32 },
     Fatal { message: String },
+    Refused { peer: String },
 }
 
 /// Why bytes are not a valid frame. Any of these ends the session: the two sides no longer
@@ -158,6 +162,10 @@ impl Frame {
                 put_header(out, kind::FATAL, 0, m.len());
                 out.extend_from_slice(m);
             }
+            Frame::Refused { peer } => {
+                put_header(out, kind::REFUSED, 0, peer.len());
+                out.extend_from_slice(peer.as_bytes());
+            }
         }
     }
 
@@ -171,7 +179,7 @@ impl Frame {
     /// The stream a frame belongs to (0 for session frames).
     pub fn stream(&self) -> u32 {
         match self {
-            Frame::Hello { .. } | Frame::Fatal { .. } => 0,
+            Frame::Hello { .. } | Frame::Fatal { .. } | Frame::Refused { .. } => 0,
             Frame::Open { stream, .. }
             | Frame::Data { stream, .. }
             | Frame::Eof { stream }
@@ -197,7 +205,7 @@ pub fn parse_header(h: &[u8; HEADER_LEN]) -> Result<Header, DecodeError> {
     let max = match kind {
         kind::EOF | kind::CLOSE => 0,
         kind::CREDIT => 4,
-        kind::HELLO | kind::OPEN | kind::DATA | kind::FATAL => MAX_PAYLOAD as u32,
+        kind::HELLO | kind::OPEN | kind::DATA | kind::FATAL | kind::REFUSED => MAX_PAYLOAD as u32,
         other => return Err(DecodeError::UnknownType(other)),
     };
     if len > max {
@@ -272,6 +280,9 @@ pub fn frame_from_parts(h: Header, payload: Vec<u8>) -> Result<Frame, DecodeErro
         }
         kind::FATAL => Frame::Fatal {
             message: String::from_utf8_lossy(&payload).into_owned(),
+        },
+        kind::REFUSED => Frame::Refused {
+            peer: text(payload, h.kind)?,
         },
         other => return Err(DecodeError::UnknownType(other)),
     })

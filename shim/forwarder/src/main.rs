@@ -3,7 +3,9 @@
 //! every accepted connection over stdin/stdout to the shim's egress proxy, framed as described
 //! in the library.
 //!
-//! Usage: `gvisor-hardened-forwarder [--listen ADDR]` (default 127.0.0.1:3128), or
+//! Usage: `gvisor-hardened-forwarder [--listen ADDR] [--max-connections N]` (defaults
+//! 127.0.0.1:3128 and 512; past N open connections a new one is closed at once and reported to
+//! the shim with REFUSED, so it never waits unanswered in the backlog), or
 //! `gvisor-hardened-forwarder --await-listener ADDR [--timeout SECS] -- PROGRAM ARGS...` in front
 //! of a workload (`await_listener.rs`). No environment
 //! is read and nothing secret is passed: the workload can read this process's cmdline.
@@ -198,7 +200,7 @@ fn writer(sh: Arc<Shared>, c: Arc<Conn>) {
     sh.finish(&c);
 }
 
-fn accept_loop(sh: Arc<Shared>, listener: TcpListener) {
+fn accept_loop(sh: Arc<Shared>, listener: TcpListener, max_connections: usize) {
     let mut next: u32 = 0;
     loop {
         let (tcp, peer) = match listener.accept() {
@@ -212,6 +214,16 @@ fn accept_loop(sh: Arc<Shared>, listener: TcpListener) {
         let _ = tcp.set_nodelay(true);
         let id = {
             let conns = lock(&sh.conns);
+            if conns.len() >= max_connections {
+                drop(conns);
+                // Closed unanswered (the shim holds the reasons; the workload sees the close at
+                // once rather than a connection nobody serves); the shim audits it.
+                drop(tcp);
+                sh.out.send(&Frame::Refused {
+                    peer: peer.to_string(),
+                });
+                continue;
+            }
             loop {
                 next = next.wrapping_add(1);
                 if next != 0 && !conns.contains_key(&next) {
@@ -298,18 +310,30 @@ fn dispatch(sh: &Shared, f: Frame) -> Result<(), String> {
     Ok(())
 }
 
-fn parse_args() -> Result<SocketAddr, String> {
+/// Connections held at once when `--max-connections` is not given.
+const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+fn parse_args() -> Result<(SocketAddr, usize), String> {
     let mut args = std::env::args().skip(1);
     let mut listen = DEFAULT_LISTEN.to_string();
+    let mut max = DEFAULT_MAX_CONNECTIONS;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--listen" => listen = args.next().ok_or("--listen needs an address")?,
+            "--max-connections" => {
+                let n = args.next().ok_or("--max-connections needs a number")?;
+                max = match n.parse() {
+                    Ok(m) if m > 0 => m,
+                    _ => return Err(format!("bad --max-connections {n:?}: a positive number")),
+                };
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    listen
+    let listen = listen
         .parse()
-        .map_err(|e| format!("bad --listen {listen:?}: {e}"))
+        .map_err(|e| format!("bad --listen {listen:?}: {e}"))?;
+    Ok((listen, max))
 }
 
 fn main() {
@@ -325,7 +349,7 @@ fn main() {
         out: Out(Mutex::new(stdout)),
         conns: Mutex::new(HashMap::new()),
     });
-    let listen = match parse_args() {
+    let (listen, max_connections) = match parse_args() {
         Ok(a) => a,
         Err(e) => {
             sh.out.send(&Frame::Fatal { message: e });
@@ -348,7 +372,7 @@ fn main() {
     let acceptor = sh.clone();
     if thread::Builder::new()
         .stack_size(THREAD_STACK)
-        .spawn(move || accept_loop(acceptor, listener))
+        .spawn(move || accept_loop(acceptor, listener, max_connections))
         .is_err()
     {
         sh.out.send(&Frame::Fatal {

@@ -20,6 +20,9 @@ fn all_frames() -> Vec<Frame> {
             stream: 7,
             bytes: 65536,
         },
+        Frame::Refused {
+            peer: "127.0.0.1:40000".into(),
+        },
         Frame::Fatal {
             message: "cannot listen".into(),
         },

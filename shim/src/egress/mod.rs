@@ -8,6 +8,7 @@
 //! - [`mux`]: the host end of the framing protocol (streams, flow control);
 //! - [`http`], [`sni`]: bounded parsers of the request head and the TLS ClientHello;
 //! - [`guard`]: the resolved-address guard;
+//! - [`caps`]: connections open at once and started per second, per sandbox;
 //! - [`proxy`]: allowlist → resolve → guard → (SNI) → dial the checked address → carry bytes
 //!   within the byte cap, one audit record per connection;
 //! - [`net`]: the resolver and the dialer (from the pod's network namespace);
@@ -21,6 +22,7 @@
 //! the start if the workload must find the port open; `stop` at delete.
 
 pub mod audit;
+pub mod caps;
 pub mod guard;
 pub mod http;
 pub mod mux;

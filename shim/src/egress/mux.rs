@@ -96,6 +96,15 @@ pub struct MuxWriter {
     sent_eof: bool,
 }
 
+/// What the forwarder reports about a workload connection.
+pub enum Opened {
+    /// A stream to serve.
+    Stream(MuxStream),
+    /// A connection the forwarder closed at once, past its `--max-connections`: nothing to
+    /// serve, only to account for.
+    Refused { peer: String },
+}
+
 /// The stream is gone (reset by the workload, or the forwarder died).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the workload's connection is gone")]
@@ -307,8 +316,9 @@ impl<R: AsyncRead + Unpin> Session<R> {
         }
     }
 
-    /// Carries frames until the forwarder goes away; `on_open` gets every new stream.
-    pub async fn run(&mut self, mut on_open: impl FnMut(MuxStream)) -> SessionEnd {
+    /// Carries frames until the forwarder goes away; `on_open` gets every new stream and every
+    /// connection the forwarder refused.
+    pub async fn run(&mut self, mut on_open: impl FnMut(Opened)) -> SessionEnd {
         loop {
             if self.writer.is_finished() {
                 return SessionEnd::Write("the writer stopped".into());
@@ -326,7 +336,7 @@ impl<R: AsyncRead + Unpin> Session<R> {
     fn dispatch(
         &mut self,
         frame: Frame,
-        on_open: &mut impl FnMut(MuxStream),
+        on_open: &mut impl FnMut(Opened),
     ) -> Result<(), SessionEnd> {
         let get = |id: u32| {
             lock(&self.table)
@@ -356,7 +366,7 @@ impl<R: AsyncRead + Unpin> Session<R> {
                         "stream {stream} opened twice"
                     )));
                 }
-                on_open(MuxStream {
+                on_open(Opened::Stream(MuxStream {
                     peer,
                     reader: MuxReader {
                         id: stream,
@@ -373,8 +383,9 @@ impl<R: AsyncRead + Unpin> Session<R> {
                         sent_eof: false,
                     },
                     table: self.table.clone(),
-                });
+                }));
             }
+            Frame::Refused { peer } => on_open(Opened::Refused { peer }),
             Frame::Data { stream, data } => {
                 let Some((tx, shared)) = get(stream) else {
                     return Ok(());

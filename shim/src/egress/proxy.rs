@@ -17,6 +17,7 @@ use tokio::sync::Notify;
 use super::audit::{
     ConnectionRecord, EgressAudit, EgressAuditSink, EgressEvent, SandboxRef, Verdict,
 };
+use super::caps::{CapRefusal, ConnectionCaps};
 use super::guard::Guard;
 use super::http::{self, Request, MAX_HEAD};
 use super::mux::{Inbound, MuxStream};
@@ -60,6 +61,7 @@ pub struct Proxy {
     dialer: Arc<dyn Dialer>,
     audit: Arc<dyn EgressAuditSink>,
     timeouts: Timeouts,
+    caps: ConnectionCaps,
     used: AtomicU64,
     cap_crossed: AtomicBool,
     cap_cut: Notify,
@@ -91,6 +93,7 @@ impl Proxy {
         audit: Arc<dyn EgressAuditSink>,
     ) -> Proxy {
         Proxy {
+            caps: ConnectionCaps::new(plan.max_connections, plan.max_connection_rate),
             plan,
             guard,
             sandbox,
@@ -138,6 +141,60 @@ impl Proxy {
         &self.sandbox.policy
     }
 
+    /// Connections open through the proxy now.
+    pub fn open_connections(&self) -> u32 {
+        self.caps.open()
+    }
+
+    /// A connection past a cap: answered at once (before its head is read: under a flood the
+    /// proxy does no more work per connection than it must) with the cap in the status line.
+    fn over_cap(&self, refusal: CapRefusal) -> Stop {
+        let (status, rule, why) = match refusal {
+            CapRefusal::Open { max } => (
+                503,
+                "max-connections",
+                format!("{max} connections are open, the most policy {} allows (max_connections)", self.policy_name()),
+            ),
+            CapRefusal::Rate { per_second } => (
+                429,
+                "connection-rate",
+                format!(
+                    "more than {per_second} new connections per second, the most policy {} allows (max_connection_rate)",
+                    self.policy_name()
+                ),
+            ),
+        };
+        Stop {
+            status,
+            verdict: Verdict::Denied,
+            rule: rule.into(),
+            reason: format!("egress refused: {why}"),
+        }
+    }
+
+    /// A connection the forwarder closed unanswered (past twice `max_connections`): it has
+    /// its record like every other.
+    pub fn refused_by_forwarder(&self, peer: String) {
+        self.emit(EgressEvent::Connection(ConnectionRecord {
+            peer,
+            method: String::new(),
+            host: String::new(),
+            port: 0,
+            resolved: None,
+            verdict: Verdict::Denied,
+            rule: "forwarder-limit".into(),
+            reason: Some(format!(
+                "egress refused: the forwarder inside the sandbox holds {} connections (twice max_connections of policy {}); closed unanswered",
+                self.plan.forwarder_max_connections(),
+                self.policy_name()
+            )),
+            sni: None,
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+        }));
+    }
+
     /// Serves one workload connection to its end.
     pub async fn serve(self: Arc<Self>, mut stream: MuxStream) {
         let mut r = Record {
@@ -158,7 +215,17 @@ impl Proxy {
             },
             held_back: 0,
         };
-        if let Err(stop) = self.handle(&mut stream, &mut r).await {
+        let result = match self.caps.admit() {
+            Ok(slot) => {
+                let result = self.handle(&mut stream, &mut r).await;
+                // Free once its upstream is closed, before the record: a workload that waits
+                // for one connection's end to open the next never meets the cap.
+                drop(slot);
+                result
+            }
+            Err(refusal) => Err(self.over_cap(refusal)),
+        };
+        if let Err(stop) = result {
             if stop.status != 0 {
                 let body = http::response(stop.status, &stop.reason);
                 let _ = stream.send(&body).await;

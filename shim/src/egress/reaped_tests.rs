@@ -17,9 +17,9 @@ use crate::runsc::test_support::{Bundle, Harness, RUNSC};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// HELLO for 127.0.0.1:3128, then wait for stdin to close.
+/// HELLO (protocol version 2) for 127.0.0.1:3128, then wait for stdin to close.
 const FAKE_FORWARDER: &str =
-    r"printf '\001\000\000\000\000\000\000\000\024GVHF\000\001127.0.0.1:3128'; cat >/dev/null";
+    r"printf '\001\000\000\000\000\000\000\000\024GVHF\000\002127.0.0.1:3128'; cat >/dev/null";
 
 #[tokio::test]
 async fn the_spawner_runs_under_the_shims_reaper_and_stops_with_stdin() {

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::audit::EgressEvent;
-use super::mux::{Session, SessionEnd};
+use super::mux::{Opened, Session, SessionEnd};
 use super::proxy::Proxy;
 
 type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
@@ -302,10 +302,13 @@ async fn run_one(
     let _ = state.send(ForwarderState::Ready { attempt, listen });
     let serving = proxy.clone();
     let end = tokio::select! {
-        end = session.run(|s| {
-            // Finished ones are reaped as new ones come, so the set holds the live ones.
-            while connections.try_join_next().is_some() {}
-            connections.spawn(serving.clone().serve(s));
+        end = session.run(|opened| match opened {
+            Opened::Stream(s) => {
+                // Finished ones are reaped as new ones come, so the set holds the live ones.
+                while connections.try_join_next().is_some() {}
+                connections.spawn(serving.clone().serve(s));
+            }
+            Opened::Refused { peer } => serving.refused_by_forwarder(peer),
         }) => Some(end),
         why = &mut exited => Some(SessionEnd::Fatal(format!("its process exited: {why}"))),
         _ = stopped(stop) => None,

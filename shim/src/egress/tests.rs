@@ -577,3 +577,88 @@ async fn stop_closes_the_forwarders_stdin() {
     assert_eq!(events.last(), Some(&EgressEvent::ProxyStopped));
     let _ = f.w.shutdown().await;
 }
+
+/// Opens stream `id` as a tunnel to api.example.test:443; returns the status line.
+async fn tunnel(f: &mut Fwd, id: u32) -> String {
+    f.open(id).await;
+    f.data(id, b"CONNECT api.example.test:443 HTTP/1.1\r\n\r\n")
+        .await;
+    let head = f.read_until(id, b"\r\n").await;
+    String::from_utf8(head).unwrap()
+}
+
+#[tokio::test]
+async fn connections_past_the_open_cap_are_answered_503_with_the_reason_until_one_ends() {
+    let up = Upstream::hold().await;
+    let mut w = World::new(
+        &policy(&["max_connections = 2", "require_sni = false"]),
+        &up,
+    )
+    .await;
+    let mut f = w.forwarder().await;
+    for id in [1, 3] {
+        assert!(tunnel(&mut f, id).await.starts_with("HTTP/1.1 200 "));
+    }
+    let status = tunnel(&mut f, 5).await;
+    assert!(
+        status.starts_with("HTTP/1.1 503 egress refused: 2 connections are open")
+            && status.contains("policy gvisor-hardened-agent allows (max_connections)"),
+        "{status}"
+    );
+    let (_, end) = f.read_to_end(5).await;
+    assert_eq!(end, End::Eof);
+    let rec = w.connection_record().await;
+    assert_eq!(rec.verdict, Verdict::Denied);
+    assert_eq!(rec.rule, "max-connections");
+    assert!(w.dialed().len() == 2, "the refused one dialed");
+    // One tunnel ends: its slot is free again.
+    f.reset(1).await;
+    assert_eq!(w.connection_record().await.rule, "api.example.test:443");
+    assert!(tunnel(&mut f, 7).await.starts_with("HTTP/1.1 200 "));
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn connections_past_the_rate_are_answered_429_with_the_reason() {
+    let up = Upstream::hold().await;
+    let mut w = World::new(
+        &policy(&["max_connection_rate = 2", "require_sni = false"]),
+        &up,
+    )
+    .await;
+    let mut f = w.forwarder().await;
+    // A burst of one second's worth goes through; the third within the second does not.
+    for id in [1, 3] {
+        assert!(tunnel(&mut f, id).await.starts_with("HTTP/1.1 200 "));
+    }
+    let status = tunnel(&mut f, 5).await;
+    assert!(
+        status.starts_with("HTTP/1.1 429 egress refused: more than 2 new connections per second"),
+        "{status}"
+    );
+    let rec = w.connection_record().await;
+    assert_eq!(rec.verdict, Verdict::Denied);
+    assert_eq!(rec.rule, "connection-rate");
+    assert_eq!(w.dialed().len(), 2);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_connection_the_forwarder_refused_has_its_record() {
+    let up = Upstream::hold().await;
+    let mut w = World::new(&policy(&["max_connections = 3"]), &up).await;
+    let mut f = w.forwarder().await;
+    f.send(Frame::Refused {
+        peer: "127.0.0.1:40999".into(),
+    })
+    .await;
+    let rec = w.connection_record().await;
+    assert_eq!(rec.verdict, Verdict::Denied);
+    assert_eq!(rec.rule, "forwarder-limit");
+    assert_eq!(rec.peer, "127.0.0.1:40999");
+    let reason = rec.reason.unwrap();
+    assert!(reason.contains("holds 6 connections"), "{reason}");
+    // The session goes on: a REFUSED is no protocol error.
+    assert!(tunnel(&mut f, 1).await.starts_with("HTTP/1.1 200 "));
+    w.stop().await;
+}

@@ -1,0 +1,142 @@
+//! Per-sandbox connection caps: how many connections may be open through the proxy at once,
+//! and how many may start per second. A workload that floods the forwarder meets these first:
+//! every connection past them is answered with its reason and audited, and the proxy's sockets
+//! and buffers (the host's memory, not the sandbox's) stay bounded by the policy.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::time::Instant;
+
+/// Why a connection was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapRefusal {
+    /// `max_connections` are open.
+    Open { max: u32 },
+    /// More than `max_connection_rate` started in the last second (the bucket is empty).
+    Rate { per_second: u32 },
+}
+
+/// The caps of one sandbox, shared by every stream of its proxy.
+pub struct ConnectionCaps {
+    max_open: u32,
+    open: Arc<AtomicU32>,
+    per_second: u32,
+    bucket: Mutex<Bucket>,
+}
+
+/// A token bucket holding at most one second's worth of connections.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// One admitted connection; the slot is free again when this drops.
+pub struct Slot {
+    open: Arc<AtomicU32>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl ConnectionCaps {
+    pub fn new(max_open: u32, per_second: u32) -> ConnectionCaps {
+        // Zero is refused when the policy loads; a plan built some other way still admits.
+        let per_second = per_second.max(1);
+        ConnectionCaps {
+            max_open: max_open.max(1),
+            open: Arc::new(AtomicU32::new(0)),
+            per_second,
+            bucket: Mutex::new(Bucket {
+                tokens: f64::from(per_second),
+                at: Instant::now(),
+            }),
+        }
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> u32 {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// Admits one connection, or says which cap it met. A refused connection takes neither a
+    /// slot nor a token: refusals are answered at once and do not count against later ones.
+    pub fn admit(&self) -> Result<Slot, CapRefusal> {
+        let taken = self
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_open).then_some(n + 1)
+            });
+        if taken.is_err() {
+            return Err(CapRefusal::Open { max: self.max_open });
+        }
+        let slot = Slot {
+            open: self.open.clone(),
+        };
+        let mut b = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let rate = f64::from(self.per_second);
+        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+        b.tokens = (b.tokens + elapsed * rate).min(rate);
+        b.at = now;
+        if b.tokens < 1.0 {
+            // `slot` drops here: the open count goes back down.
+            return Err(CapRefusal::Rate {
+                per_second: self.per_second,
+            });
+        }
+        b.tokens -= 1.0;
+        Ok(slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn open_connections_past_the_cap_are_refused_until_one_ends() {
+        let caps = ConnectionCaps::new(3, 1000);
+        let held: Vec<Slot> = (0..3).map(|_| caps.admit().unwrap()).collect();
+        assert_eq!(caps.admit().err(), Some(CapRefusal::Open { max: 3 }));
+        assert_eq!(caps.open(), 3, "a refusal takes no slot");
+        drop(held);
+        assert_eq!(caps.open(), 0);
+        assert!(caps.admit().is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_one_seconds_worth_then_the_rate() {
+        let caps = ConnectionCaps::new(1000, 10);
+        for i in 0..10 {
+            assert!(caps.admit().is_ok(), "burst connection {i}");
+        }
+        assert_eq!(
+            caps.admit().err(),
+            Some(CapRefusal::Rate { per_second: 10 })
+        );
+        assert_eq!(
+            caps.open(),
+            0,
+            "admitted slots dropped, the refused one took none"
+        );
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(caps.admit().is_ok(), "a tenth of a second refills one");
+        assert!(caps.admit().is_err());
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let n = (0..100).filter(|_| caps.admit().is_ok()).count();
+        assert_eq!(n, 10, "an idle minute refills one second's worth, no more");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_refusal_gives_its_slot_back() {
+        let caps = ConnectionCaps::new(2, 1);
+        let _a = caps.admit().unwrap();
+        assert_eq!(caps.admit().err(), Some(CapRefusal::Rate { per_second: 1 }));
+        assert_eq!(caps.open(), 1);
+    }
+}
