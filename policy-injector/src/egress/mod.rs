@@ -63,6 +63,9 @@ pub struct EgressPlan {
     /// New connections per second (and the burst allowed at once).
     #[serde(default = "default_max_connection_rate")]
     pub max_connection_rate: u32,
+    /// Bytes per second, both directions together; `None`: no rate cap.
+    #[serde(default)]
+    pub max_rate: Option<u64>,
     /// The forwarder's address inside the sandbox.
     pub listen: SocketAddr,
     pub plain_http: bool,
@@ -109,6 +112,7 @@ impl EgressPlan {
             max_bytes: p.max_bytes.0,
             max_connections: p.max_connections,
             max_connection_rate: p.max_connection_rate,
+            max_rate: p.max_rate.map(|r| r.0),
             listen: p
                 .listen
                 .parse()

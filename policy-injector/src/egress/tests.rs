@@ -118,6 +118,11 @@ fn bad_egress_settings_name_the_key_and_line() {
             "1..=4096",
         ),
         (
+            "max_rate = \"1Ki\"",
+            "network.egress.max_rate",
+            "below 65536 bytes per second",
+        ),
+        (
             "max_connection_rate = 0",
             "network.egress.max_connection_rate",
             "0 connections per second",
@@ -423,6 +428,17 @@ fn a_plan_kept_before_the_connection_caps_loads_with_the_defaults() {
     let loaded: EgressPlan = serde_json::from_value(old).unwrap();
     assert_eq!(loaded.max_connections, 256);
     assert_eq!(loaded.max_connection_rate, 100);
+    assert_eq!(loaded.max_rate, None);
+}
+
+#[test]
+fn max_rate_reaches_the_plan_in_bytes_per_second() {
+    let mut policy = on();
+    policy.network.egress.max_rate = Some(crate::quantity::ByteSize(10 << 20));
+    let plan = EgressPlan::from_policy(&policy.network.egress)
+        .unwrap()
+        .unwrap();
+    assert_eq!(plan.max_rate, Some(10 << 20));
 }
 
 #[test]

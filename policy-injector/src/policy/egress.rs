@@ -28,6 +28,10 @@ pub struct EgressPolicy {
     /// New connections per second per sandbox (a burst of this many, then this rate;
     /// refusals past it are answered 429 and audited).
     pub max_connection_rate: u32,
+    /// Bytes per second per sandbox, both directions together (a burst of one second's worth);
+    /// unset: no rate cap (`max_bytes` still bounds the total).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_rate: Option<ByteSize>,
     /// The forwarder's address inside the sandbox (a loopback address).
     pub listen: String,
     pub plain_http: bool,
@@ -48,6 +52,7 @@ impl Default for EgressPolicy {
             max_bytes: ByteSize(1 << 30),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connection_rate: DEFAULT_MAX_CONNECTION_RATE,
+            max_rate: None,
             listen: "127.0.0.1:3128".to_string(),
             plain_http: false,
             require_sni: true,
@@ -65,6 +70,8 @@ const KEY: &str = "network.egress";
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 256;
 /// New connections per second (and the burst allowed at once).
 pub const DEFAULT_MAX_CONNECTION_RATE: u32 = 100;
+/// The least `max_rate` may be (bytes per second).
+pub const MIN_MAX_RATE: u64 = 64 * 1024;
 /// The most `max_connections` may be: the forwarder holds one descriptor and two threads per
 /// connection inside the sandbox (and the shim one socket on the host), so the cap bounds them.
 pub const MAX_MAX_CONNECTIONS: u32 = 4096;
@@ -114,6 +121,12 @@ pub(super) fn validate(p: &Policy) -> Result<(), Issue> {
         return Err(invalid(
             key("max_connection_rate"),
             "0 connections per second would refuse every connection",
+        ));
+    }
+    if e.max_rate.is_some_and(|r| r.0 < MIN_MAX_RATE) {
+        return Err(invalid(
+            key("max_rate"),
+            format!("below {MIN_MAX_RATE} bytes per second: one frame of 64 KiB would wait over a second"),
         ));
     }
     let listen: SocketAddr = e.listen.parse().map_err(|_| {

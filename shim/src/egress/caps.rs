@@ -1,7 +1,8 @@
-//! Per-sandbox connection caps: how many connections may be open through the proxy at once,
-//! and how many may start per second. A workload that floods the forwarder meets these first:
-//! every connection past them is answered with its reason and audited, and the proxy's sockets
-//! and buffers (the host's memory, not the sandbox's) stay bounded by the policy.
+//! Per-sandbox caps of the proxy: how many connections may be open at once, how many may start
+//! per second, and how many bytes per second may pass (`max_rate`, both directions together).
+//! A workload that floods the forwarder meets the first two: every connection past them is
+//! answered with its reason and audited, and the proxy's sockets and buffers (the host's memory,
+//! not the sandbox's) stay bounded by the policy. The third slows a sandbox down, never cuts it.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -93,6 +94,50 @@ impl ConnectionCaps {
     }
 }
 
+/// Bytes per second for a whole sandbox: a bucket of one second's worth that may go into debt;
+/// whoever takes bytes past it waits out its share of the debt before sending them.
+pub struct ByteRate {
+    per_second: u64,
+    bucket: Mutex<Bucket>,
+}
+
+impl ByteRate {
+    pub fn new(per_second: u64) -> ByteRate {
+        let per_second = per_second.max(1);
+        ByteRate {
+            per_second,
+            bucket: Mutex::new(Bucket {
+                tokens: per_second as f64,
+                at: Instant::now(),
+            }),
+        }
+    }
+
+    /// Takes `n` bytes; returns how long the caller must wait before sending them.
+    pub fn take(&self, n: usize) -> std::time::Duration {
+        let mut b = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let rate = self.per_second as f64;
+        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+        b.tokens = (b.tokens + elapsed * rate).min(rate);
+        b.at = now;
+        b.tokens -= n as f64;
+        if b.tokens >= 0.0 {
+            return std::time::Duration::ZERO;
+        }
+        // Whole nanoseconds, rounded up: a sender never goes early.
+        std::time::Duration::from_nanos((-b.tokens * 1e9 / rate).ceil() as u64)
+    }
+
+    /// Takes `n` bytes and waits until they may go.
+    pub async fn pace(&self, n: usize) {
+        let wait = self.take(n);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +175,28 @@ mod tests {
         tokio::time::advance(Duration::from_secs(60)).await;
         let n = (0..100).filter(|_| caps.admit().is_ok()).count();
         assert_eq!(n, 10, "an idle minute refills one second's worth, no more");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_past_one_seconds_worth_wait_their_share_of_the_debt() {
+        let rate = ByteRate::new(1000);
+        assert_eq!(
+            rate.take(1000),
+            Duration::ZERO,
+            "one second's worth at once"
+        );
+        assert_eq!(rate.take(500), Duration::from_millis(500));
+        // A second sender queues behind the first: the debt adds up.
+        assert_eq!(rate.take(500), Duration::from_secs(1));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(rate.take(0), Duration::ZERO, "the debt is paid");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(rate.take(1000), Duration::ZERO);
+        assert_eq!(
+            rate.take(1),
+            Duration::from_millis(1),
+            "an idle minute refills one second's worth, no more"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 use super::audit::{
     ConnectionRecord, EgressAudit, EgressAuditSink, EgressEvent, SandboxRef, Verdict,
 };
-use super::caps::{CapRefusal, ConnectionCaps};
+use super::caps::{ByteRate, CapRefusal, ConnectionCaps};
 use super::guard::Guard;
 use super::http::{self, Request, MAX_HEAD};
 use super::mux::{Inbound, MuxStream};
@@ -62,6 +62,7 @@ pub struct Proxy {
     audit: Arc<dyn EgressAuditSink>,
     timeouts: Timeouts,
     caps: ConnectionCaps,
+    rate: Option<ByteRate>,
     used: AtomicU64,
     cap_crossed: AtomicBool,
     cap_cut: Notify,
@@ -94,6 +95,7 @@ impl Proxy {
     ) -> Proxy {
         Proxy {
             caps: ConnectionCaps::new(plan.max_connections, plan.max_connection_rate),
+            rate: plan.max_rate.map(ByteRate::new),
             plan,
             guard,
             sandbox,
@@ -529,6 +531,13 @@ impl Proxy {
         false
     }
 
+    /// Waits until `n` more bytes fit the sandbox's `max_rate` (at once without one).
+    async fn pace(&self, n: usize) {
+        if let Some(rate) = &self.rate {
+            rate.pace(n).await;
+        }
+    }
+
     async fn pump(
         &self,
         stream: &mut MuxStream,
@@ -555,6 +564,7 @@ impl Proxy {
             if !self.charge(first.len()) {
                 return Err(cap_stop(&rule));
             }
+            self.pace(first.len()).await;
             up_w.write_all(&first)
                 .await
                 .map_err(|e| upstream_gone(e, &rule))?;
@@ -587,6 +597,9 @@ impl Proxy {
                             if !self.charge(take) {
                                 return Err(cap_stop(&rule));
                             }
+                            // Paced before the write deadline starts: waiting on the rate is
+                            // not the upstream stalling.
+                            self.pace(take).await;
                             let write = tokio::time::timeout(
                                 self.timeouts.write,
                                 up_w.write_all(&d[..take]),
@@ -638,6 +651,7 @@ impl Proxy {
                         if !self.charge(n) {
                             return Err(cap_stop(&rule));
                         }
+                        self.pace(n).await;
                         match tokio::time::timeout(self.timeouts.write, writer.send(&buf[..n]))
                             .await
                         {

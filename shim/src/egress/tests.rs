@@ -662,3 +662,32 @@ async fn a_connection_the_forwarder_refused_has_its_record() {
     assert!(tunnel(&mut f, 1).await.starts_with("HTTP/1.1 200 "));
     w.stop().await;
 }
+
+#[tokio::test]
+async fn max_rate_slows_a_download_to_the_cap_and_cuts_nothing() {
+    const SIZE: usize = 256 * 1024;
+    let up = Upstream::flood(SIZE).await;
+    let mut w = World::new(
+        &policy(&["max_rate = \"64Ki\"", "require_sni = false"]),
+        &up,
+    )
+    .await;
+    let mut f = w.forwarder().await;
+    assert!(tunnel(&mut f, 1).await.starts_with("HTTP/1.1 200 "));
+    f.read_until(1, b"\r\n").await;
+    let started = std::time::Instant::now();
+    let (body, end) = f.read_to_end(1).await;
+    let took = started.elapsed();
+    assert_eq!(end, End::Eof);
+    assert_eq!(body.len(), SIZE);
+    // One second's worth at once, the other 192 KiB at 64 KiB/s: 3 s at the least (a lower
+    // bound: a loaded machine only makes it longer; without the cap it takes milliseconds).
+    assert!(
+        took >= Duration::from_millis(2900),
+        "256 KiB at 64 KiB/s took {took:?}"
+    );
+    let rec = w.connection_record().await;
+    assert_eq!(rec.verdict, Verdict::Allowed);
+    assert_eq!(rec.bytes_down, SIZE as u64);
+    w.stop().await;
+}
