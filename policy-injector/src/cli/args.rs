@@ -100,8 +100,9 @@ pub enum AuditCommand {
     /// Write the log's records as OCSF events (--format ocsf) or OpenTelemetry logs in OTLP JSON
     /// (--format otel), one JSON document per line on stdout, environment values redacted.
     /// FILEs are read in the order given, or all of a log's files with --log; --follow then
-    /// follows the live file as it grows and across rotations, until killed. Records with no
-    /// OCSF class (genesis, lookups, forwarder events) are left out; the counts go to stderr.
+    /// follows the live file as it grows and across rotations, until killed. Every record of
+    /// this version has an OCSF class; one that has none (an event from a newer shim) is left
+    /// out and counted on stderr with the rest.
     /// The chain is verified as the lines go by: a break is named on stderr, and over files the
     /// exit status is then 3. Exits 0, or 1 when a file cannot be read or stdout cannot be written.
     Export {
