@@ -77,6 +77,8 @@ pub enum ShimError {
     /// `[mounts.workspace]` could not protect a writable bind's repositories as it must.
     #[error(transparent)]
     Workspace(#[from] crate::workspace::WorkspaceError),
+    #[error(transparent)]
+    Forwarder(#[from] crate::egress::install::ForwarderUnusable),
     #[error("{0}")]
     Internal(String),
 }
@@ -107,6 +109,7 @@ impl From<crate::prepare::PrepareError> for ShimError {
             P::Workspace(e) => ShimError::Workspace(e),
             P::Rejected(e) => ShimError::Rejected(e),
             e @ P::Serialise(_) => ShimError::Internal(e.to_string()),
+            P::Forwarder(e) => ShimError::Forwarder(e),
         }
     }
 }
@@ -135,7 +138,9 @@ impl ShimError {
             ShimError::Rejected(HardenError::Rejected(_)) => Code::FAILED_PRECONDITION,
             ShimError::Rejected(HardenError::Malformed { .. }) => Code::INVALID_ARGUMENT,
             // The node's policy, or runsc as installed, cannot serve the request as configured.
-            ShimError::Policy(_) | ShimError::RunscConfig(_) => Code::FAILED_PRECONDITION,
+            ShimError::Policy(_) | ShimError::RunscConfig(_) | ShimError::Forwarder(_) => {
+                Code::FAILED_PRECONDITION
+            }
             ShimError::Workspace(crate::workspace::WorkspaceError::Io { .. }) => Code::INTERNAL,
             ShimError::Workspace(_) => Code::FAILED_PRECONDITION,
             ShimError::Stdio(e) if e.is_bad_request() => Code::INVALID_ARGUMENT,

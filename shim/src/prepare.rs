@@ -48,6 +48,9 @@ pub enum PrepareError {
     Rejected(#[from] policy_injector::HardenError),
     #[error("serialising the hardened spec: {0}")]
     Serialise(String),
+    /// Egress is on and the forwarder binary the policy names cannot be used.
+    #[error(transparent)]
+    Forwarder(#[from] crate::egress::install::ForwarderUnusable),
 }
 
 pub type Result<T, E = PrepareError> = std::result::Result<T, E>;
@@ -358,6 +361,16 @@ impl Inputs {
                 return Err(e.into());
             }
         };
+        if let Some(plan) = &hardened.egress {
+            let path = Path::new(&plan.forwarder.host_path);
+            if let Err(e) = crate::egress::install::check_forwarder(path) {
+                let e = PrepareError::from(e);
+                let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
+                rec.error = Some(e.to_string());
+                self.audit.append(&rec)?;
+                return Err(e);
+            }
+        }
         let cgroups_path = hardened
             .spec
             .pointer("/linux/cgroupsPath")

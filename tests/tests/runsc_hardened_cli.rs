@@ -289,6 +289,36 @@ fn limits_only_the_shim_can_enforce_fail_the_create() {
     }
 }
 
+/// Egress on with no forwarder where the policy says: the engine's log names the path and the
+/// fix, the create is audited as failed, and nothing is left (no sandbox, the spec put back).
+#[test]
+fn a_missing_forwarder_fails_the_create_naming_the_path_and_the_fix() {
+    let lab = Lab::new(
+        "[network.egress]\nallow = [\"api.example.test\"]\nforwarder = \"/nonexistent/gvh-forwarder\"",
+    );
+    let id = unique_id("no-fwd");
+    let bundle = lab.bundle(&id, None);
+    let original = std::fs::read(bundle.join("config.json")).unwrap();
+    let pid_file = lab.dir.path().join("guard.pid");
+    assert!(!lab.create(&id, &bundle, &pid_file));
+    let error = last_error(&lab.log);
+    assert!(
+        error.contains("egress needs the forwarder binary at /nonexistent/gvh-forwarder")
+            && error.contains("hack/build-forwarder.sh"),
+        "{error}"
+    );
+    let events: Vec<String> = lab
+        .records(&id)
+        .iter()
+        .map(|l| l["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(events, ["create-failed"]);
+    assert!(!pid_file.exists());
+    assert_eq!(std::fs::read(bundle.join("config.json")).unwrap(), original);
+    let leaks = gvisor_hardened_tests::engine::container_leaks(&id, &lab.runsc_root, &lab.root);
+    assert!(leaks.is_empty(), "{leaks}");
+}
+
 /// A create that fails after the guard made the sandbox (here: the engine's pid file cannot be
 /// written) ends the guard and the sandbox, audits `create-failed` and leaves nothing.
 #[test]

@@ -14,7 +14,8 @@
 //! - [`net`]: the resolver and the dialer (from the pod's network namespace);
 //! - [`audit`]: the records and the sink the shim connects to its audit log;
 //! - [`supervisor`]: keeps one forwarder alive per sandbox and stops it at the end;
-//! - [`spawn`]: the `runsc exec` spawner.
+//! - [`spawn`]: the `runsc exec` spawner;
+//! - [`install`]: the forwarder binary the policy names, checked before create.
 //!
 //! Wiring, per pod (see `start_for_sandbox`): after the sandbox container *started* (runsc
 //! refuses exec before), build a [`proxy::Proxy`] from the `Hardened::egress` plan and start an
@@ -25,6 +26,7 @@ pub mod audit;
 pub mod caps;
 pub mod guard;
 pub mod http;
+pub mod install;
 pub mod mux;
 pub mod net;
 pub mod proxy;

@@ -130,7 +130,27 @@ async fn sigterm_to_the_shim_tears_down_every_sandbox_members_first() {
     bed.assert_clean();
 }
 
-const EGRESS_POLICY: &str = "[network.egress]\nallow = [\"api.example.test\"]\n";
+/// Egress on; any root-owned executable stands in for the forwarder binary (the fake runtime
+/// never runs it, create only checks it is installed).
+const EGRESS_POLICY: &str =
+    "[network.egress]\nallow = [\"api.example.test\"]\nforwarder = \"/bin/sh\"\n";
+
+#[tokio::test]
+async fn egress_without_the_forwarder_installed_fails_create_naming_it_and_leaves_nothing() {
+    let bed = Bed::with_policy(
+        "[network.egress]\nallow = [\"api.example.test\"]\nforwarder = \"/nonexistent/gvh-forwarder\"\n",
+    );
+    let (code, msg) = code(bed.shim.create(bed.request("c1", &[])).await.unwrap_err());
+    assert_eq!(code, Code::FAILED_PRECONDITION);
+    assert!(
+        msg.starts_with("egress needs the forwarder binary at /nonexistent/gvh-forwarder"),
+        "{msg}"
+    );
+    assert!(msg.contains("hack/build-forwarder.sh"), "{msg}");
+    assert!(bed.fake.calls_of("create").is_empty());
+    assert_eq!(bed.audit_events("c1"), ["create-failed"]);
+    bed.assert_clean();
+}
 
 #[tokio::test]
 async fn egress_runs_one_forwarder_per_pod_in_its_sandbox_from_start_to_exit() {
