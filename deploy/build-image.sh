@@ -18,6 +18,9 @@
 #   /opt/gvisor-hardened/bin/containerd-shim-gvisor-hardened-v1   --shim-source
 #   /opt/gvisor-hardened/bin/gvisor-hardened-forwarder      --forwarder-source (static)
 #   /opt/gvisor-hardened/bin/runsc-hardened                 the OCI runtime binary, for Docker/Podman nodes
+#   /opt/gvisor-hardened/bin/policy-injector                the operator CLI (`cli` feature); the
+#                                                           DaemonSet's metrics container runs its
+#                                                           `audit metrics` exporter
 #   /opt/gvisor-hardened/policies/*.toml                    --policy-source: the RuntimeClasses'
 #                                                           policies (the DaemonSet mounts its ConfigMap instead)
 #   /usr/bin/nsenter + the shared libraries of everything dynamic (this machine's glibc):
@@ -83,13 +86,18 @@ flock 9
 # cargo runs in a clean environment: called from a `cargo test` (the image test, the cluster
 # tests), the variables cargo sets for tests made this build recompile ring and everything
 # above it each time it alternated with a run from a shell (measured: a minute each).
-log "cargo build --release (shim, runsc-hardened, installer)"
+log "cargo build --release (shim, runsc-hardened, installer, policy-injector)"
 cargo_env=(env -i "PATH=$PATH" "HOME=$HOME")
 for v in CARGO_HOME RUSTUP_HOME CARGO_TARGET_DIR TMPDIR; do
   [ -z "${!v:-}" ] || cargo_env+=("$v=${!v}")
 done
 (cd "$REPO_ROOT" && "${cargo_env[@]}" cargo build --release -q \
   -p containerd-shim-gvisor-hardened --bins -p gvisor-hardened-installer --bin gvisor-hardened-installer)
+# A build of its own: in the one above, cargo would unify the `cli` feature into the
+# policy-injector library the shim and the installer link, and build them differently from
+# `cargo build --release -p containerd-shim-gvisor-hardened` (the image test compares the shim).
+(cd "$REPO_ROOT" && "${cargo_env[@]}" cargo build --release -q \
+  -p policy-injector --features cli --bin policy-injector)
 fwd_key="$(cat "$REPO_ROOT"/shim/forwarder/src/*.rs "$REPO_ROOT/hack/lib.sh" | sha256sum | cut -c1-16)"
 fwd="$CACHE/forwarder-$fwd_key"
 if [ ! -x "$fwd" ]; then
@@ -104,14 +112,15 @@ work="$(mktemp -d /tmp/gvh-image.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 root="$work/root"
 mkdir -p "$root/$PREFIX/bin" "$root/$PREFIX/policies" "$root/usr/bin"
-for b in containerd-shim-gvisor-hardened-v1 runsc-hardened gvisor-hardened-installer; do
+for b in containerd-shim-gvisor-hardened-v1 runsc-hardened gvisor-hardened-installer policy-injector; do
   install -m 0755 "$TARGET_DIR/release/$b" "$root/$PREFIX/bin/$b"
 done
 install -m 0755 "$fwd" "$root/$PREFIX/bin/gvisor-hardened-forwarder"
 install -m 0644 "$REPO_ROOT"/deploy/kustomize/runtimeclasses/policies/*.toml "$root/$PREFIX/policies/"
 install -m 0755 "$(command -v nsenter)" "$root/usr/bin/nsenter"
 # Every shared library a binary in the image loads, at the path the loader resolved it to.
-for b in "$root/$PREFIX/bin/gvisor-hardened-installer" "$root/usr/bin/nsenter"; do
+for b in "$root/$PREFIX/bin/gvisor-hardened-installer" "$root/$PREFIX/bin/policy-injector" \
+  "$root/usr/bin/nsenter"; do
   ldd "$b" | grep -o '/[^ ]*' | while read -r lib; do
     mkdir -p "$root$(dirname "$lib")"
     install -m 0755 "$(readlink -f "$lib")" "$root$lib"

@@ -7,7 +7,8 @@ unknown kinds). Kinds a version does not know are an error, except MutatingAdmis
 embedded pod spec is validated as a Pod instead. Our own checks cover what the schemas cannot:
 DNS-label handlers matching the installer's CRI runtime names, quantities, selectors, references;
 Pod Security "restricted" (our reading of the public field rules) for every pod template outside a
-namespace that enforces "privileged"; pods of our RuntimeClasses saying what the runtime enforces;
+namespace that enforces "privileged"; the installer DaemonSet's metrics container without the
+installer's rights (unprivileged, no capabilities, one read-only hostPath that is not /); pods of our RuntimeClasses saying what the runtime enforces;
 images pinned (no `:latest`, no missing tag; the installer's tag is its crate version).
 """
 
@@ -218,6 +219,9 @@ def own_checks(objs, where, fails):
             envs = {e["name"]: e for c in ps["containers"] for e in c.get("env") or []}
             if (envs.get("NODE_NAME") or {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
                 fails.add(w, "NODE_NAME must come from spec.nodeName")
+            if kind == "DaemonSet":
+                for what in metrics_violations(o["spec"]["template"]):
+                    fails.add(w, f"metrics container: {what}")
             vols = {v["name"]: v for v in ps.get("volumes") or []}
             if (vols.get("host") or {}).get("hostPath", {}).get("path") != "/":
                 fails.add(w, "the host's / must be mounted (volume `host`)")
@@ -245,6 +249,96 @@ def own_checks(objs, where, fails):
                     fails.add(w, f"namespaceSelector does not exempt {INSTALLER_NAMESPACE}")
                 if not any(e["key"] == ENFORCE_LABEL and e["operator"] == "In" and e["values"] == ["true"] for e in exprs):
                     fails.add(w, f"namespaceSelector does not select {ENFORCE_LABEL}=true")
+
+
+def metrics_violations(template):
+    """The installer DaemonSet's `metrics` container (the audit log exporter) has none of the
+    installer's rights: the pod is privileged-namespace and hostPID, so Pod Security does not
+    look at it. What it may have: one read-only hostPath mount of a directory that is not /,
+    uid 0 without capabilities, and a named port the scrape annotations point at."""
+    out = []
+    ps = template.get("spec") or {}
+    c = next((c for c in ps.get("containers") or [] if c.get("name") == "metrics"), None)
+    if c is None:
+        return ["missing (a container named metrics)"]
+    sc = c.get("securityContext") or {}
+    if sc.get("privileged") is not False:
+        out.append("privileged must be false")
+    if sc.get("allowPrivilegeEscalation") is not False:
+        out.append("allowPrivilegeEscalation must be false")
+    if sc.get("readOnlyRootFilesystem") is not True:
+        out.append("readOnlyRootFilesystem must be true")
+    caps = sc.get("capabilities") or {}
+    if caps.get("drop") != ["ALL"] or caps.get("add"):
+        out.append("capabilities must drop ALL and add none")
+    vols = {v["name"]: v for v in ps.get("volumes") or []}
+    mounts = c.get("volumeMounts") or []
+    if len(mounts) != 1:
+        out.append(f"exactly one volume mount (the audit log's directory), has {len(mounts)}")
+    for m in mounts:
+        hp = (vols.get(m.get("name")) or {}).get("hostPath") or {}
+        if not hp or hp.get("path") in (None, "", "/"):
+            out.append(f"mount {m.get('name')!r} must be a hostPath of the log's directory, not /")
+        if m.get("readOnly") is not True:
+            out.append(f"mount {m.get('name')!r} must be readOnly")
+    ports = [p for p in c.get("ports") or [] if p.get("name") == "metrics"]
+    ann = (template.get("metadata") or {}).get("annotations") or {}
+    if len(ports) != 1 or ports[0].get("hostPort"):
+        out.append("one containerPort named metrics, no hostPort")
+    elif ann.get("prometheus.io/port") != str(ports[0].get("containerPort")):
+        out.append(f"annotation prometheus.io/port {ann.get('prometheus.io/port')!r} is not the metrics port")
+    if ann.get("prometheus.io/scrape") != "true" or ann.get("prometheus.io/path") != "/metrics":
+        out.append("annotations prometheus.io/scrape 'true' and prometheus.io/path '/metrics' are needed")
+    return out
+
+
+def good_metrics_template():
+    return {
+        "metadata": {"annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9464",
+                                     "prometheus.io/path": "/metrics"}},
+        "spec": {
+            "containers": [{"name": "metrics", "ports": [{"name": "metrics", "containerPort": 9464}],
+                            "securityContext": {"privileged": False, "allowPrivilegeEscalation": False,
+                                                "readOnlyRootFilesystem": True,
+                                                "capabilities": {"drop": ["ALL"]}},
+                            "volumeMounts": [{"name": "log", "mountPath": "/l", "readOnly": True}]}],
+            "volumes": [{"name": "log", "hostPath": {"path": "/var/log/x"}},
+                        {"name": "host", "hostPath": {"path": "/"}}],
+        },
+    }
+
+
+def _m(t):
+    return t["spec"]["containers"][0]
+
+
+# One mutation of good_metrics_template() per rule, and the words its failure must contain.
+METRICS_MUTATIONS = [
+    ("missing", lambda t: _m(t).update(name="other")),
+    ("privileged must be false", lambda t: _m(t)["securityContext"].update(privileged=True)),
+    ("allowPrivilegeEscalation", lambda t: _m(t)["securityContext"].pop("allowPrivilegeEscalation")),
+    ("readOnlyRootFilesystem", lambda t: _m(t)["securityContext"].update(readOnlyRootFilesystem=False)),
+    ("drop ALL", lambda t: _m(t)["securityContext"]["capabilities"].update(add=["DAC_READ_SEARCH"])),
+    ("exactly one volume mount", lambda t: _m(t)["volumeMounts"].append({"name": "log", "mountPath": "/m", "readOnly": True})),
+    ("not /", lambda t: _m(t)["volumeMounts"][0].update(name="host")),
+    ("must be readOnly", lambda t: _m(t)["volumeMounts"][0].pop("readOnly")),
+    ("no hostPort", lambda t: _m(t)["ports"][0].update(hostPort=9464)),
+    ("is not the metrics port", lambda t: t["metadata"]["annotations"].update({"prometheus.io/port": "9100"})),
+    ("prometheus.io/scrape", lambda t: t["metadata"]["annotations"].pop("prometheus.io/scrape")),
+]
+
+
+def metrics_self_test():
+    missing = []
+    if metrics_violations(good_metrics_template()):
+        missing.append(f"a good metrics container was flagged: {metrics_violations(good_metrics_template())}")
+    for words, mutate in METRICS_MUTATIONS:
+        t = good_metrics_template()
+        mutate(t)
+        got = metrics_violations(t)
+        if not any(words in g for g in got):
+            missing.append(f"metrics {words!r}: got {got}")
+    return missing
 
 
 def containers(ps):
@@ -440,9 +534,10 @@ def self_test():
     if not any("handlr" in f for f in sfails.items):
         missing.append("strict schema validation of an unknown field")
     missing += pod_self_test()
+    missing += metrics_self_test()
     if missing:
         raise SystemExit(f"error: self-test: checks did not catch: {missing}\n{text}")
-    print(f"self-test: the checks caught all {len(expected) + 1 + len(POD_MUTATIONS)} planted errors")
+    print(f"self-test: the checks caught all {len(expected) + 1 + len(POD_MUTATIONS) + len(METRICS_MUTATIONS)} planted errors")
 
 
 def good_pod():

@@ -36,7 +36,8 @@ fn ok(what: &str, out: Output) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The DaemonSet's image as `kubectl kustomize deploy/kustomize/default` renders it.
+/// The DaemonSet's image as `kubectl kustomize deploy/kustomize/default` renders it: one
+/// image for both containers (the installer and the metrics exporter).
 fn rendered_image() -> String {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kustomize/default");
     let yaml = ok(
@@ -47,11 +48,17 @@ fn rendered_image() -> String {
             .output()
             .unwrap(),
     );
-    let images: Vec<&str> = yaml
+    let mut images: Vec<&str> = yaml
         .lines()
         .filter_map(|l| l.trim().strip_prefix("image: "))
         .collect();
-    assert_eq!(images.len(), 1, "{images:?}");
+    assert_eq!(images.len(), 2, "{images:?}");
+    images.dedup();
+    assert_eq!(
+        images.len(),
+        1,
+        "the two containers run different images: {images:?}"
+    );
     images[0].to_string()
 }
 
@@ -134,6 +141,25 @@ fn the_image_imports_under_the_rendered_reference_and_runs_the_installer() {
             .unwrap(),
     );
     assert!(nsenter.contains("util-linux"), "{nsenter}");
+
+    // The metrics container's command: policy-injector built with its `cli` feature (the
+    // `audit metrics` subcommand exists only there), loading its libraries from the image.
+    let metrics_help = ok(
+        "ctr run policy-injector audit metrics --help",
+        ctr_cmd()
+            .args(["run", "--rm", &reference, "gvh-image-metrics"])
+            .args([
+                "/opt/gvisor-hardened/bin/policy-injector",
+                "audit",
+                "metrics",
+                "--help",
+            ])
+            .output()
+            .unwrap(),
+    );
+    for flag in ["--log", "--listen", "--poll-ms"] {
+        assert!(metrics_help.contains(flag), "{metrics_help}");
+    }
 
     // `plan` against a node whose / is a directory of ours (mounted read-only at /host, where
     // the DaemonSet mounts the host): the default shim and policy sources are the image's own.

@@ -231,3 +231,104 @@ fn installer_image_is_pinned_to_the_crate_version() {
         }
     }
 }
+
+/// The metrics exporter beside the installer: the same image, and none of the installer's
+/// rights. It reads one host directory (the audit log's), read-only, and serves on the port
+/// the pod's scrape annotations name.
+#[test]
+fn metrics_container_serves_the_audit_log_with_least_privilege() {
+    let rendered = render("deploy/kustomize/default");
+    let ds = rendered.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
+    let template = &ds["spec"]["template"];
+    let spec = &template["spec"];
+    let containers = spec["containers"].as_array().unwrap();
+    let installer = containers
+        .iter()
+        .find(|c| c["name"] == "installer")
+        .unwrap();
+    let c = containers
+        .iter()
+        .find(|c| c["name"] == "metrics")
+        .expect("a container named metrics");
+    assert_eq!(c["image"], installer["image"]);
+    assert_eq!(
+        c["command"],
+        serde_json::json!(["/opt/gvisor-hardened/bin/policy-injector"])
+    );
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(&args[..2], ["audit", "metrics"]);
+    let flag = |name: &str| {
+        let i = args.iter().position(|a| *a == name).unwrap();
+        args[i + 1]
+    };
+    // Every shipped policy logs where the exporter reads.
+    let log = flag("--log");
+    for name in [
+        DEFAULT_POLICY_FILE,
+        "gvisor-hardened-tool.toml",
+        "gvisor-hardened-agent.toml",
+    ] {
+        let path = repo()
+            .join("deploy/kustomize/runtimeclasses/policies")
+            .join(name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let policy = policy_injector::Policy::from_toml_str(&text).unwrap();
+        assert_eq!(policy.audit.path, log, "{name}");
+    }
+    let port: u16 = flag("--listen")
+        .strip_prefix("0.0.0.0:")
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    let ports = c["ports"].as_array().unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0]["name"], "metrics");
+    assert_eq!(ports[0]["containerPort"], port);
+    assert!(ports[0].get("hostPort").is_none());
+    let probe = &c["readinessProbe"]["httpGet"];
+    assert_eq!(probe["path"], "/metrics");
+    assert_eq!(probe["port"], "metrics");
+    let annotations = &template["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/port"], port.to_string().as_str());
+    assert_eq!(annotations["prometheus.io/path"], "/metrics");
+    assert_eq!(
+        annotations["kubectl.kubernetes.io/default-container"],
+        "installer"
+    );
+
+    let sc = &c["securityContext"];
+    assert_eq!(sc["privileged"], false);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert!(sc["capabilities"].get("add").is_none());
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    // uid 0 as the log's owner, without capabilities (see the manifest's comment).
+    assert_eq!(sc["runAsUser"], 0);
+    assert!(c.get("env").is_none(), "the exporter needs no environment");
+    for q in ["requests", "limits"] {
+        assert!(c["resources"][q]["memory"].is_string(), "{q}");
+    }
+
+    // One mount: the log's directory from the host, read-only. Never the host's /.
+    let mounts = c["volumeMounts"].as_array().unwrap();
+    assert_eq!(mounts.len(), 1, "{mounts:?}");
+    assert_eq!(mounts[0]["readOnly"], true);
+    let dir = mounts[0]["mountPath"].as_str().unwrap();
+    assert_eq!(Path::new(log).parent(), Some(Path::new(dir)));
+    let volume = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mounts[0]["name"])
+        .unwrap();
+    assert_eq!(volume["hostPath"]["path"], dir);
+    assert_ne!(volume["hostPath"]["path"], "/");
+}
