@@ -8,6 +8,7 @@
 
 // The policy's `[network.egress]` section checks its entries and defaults with these two,
 // which depend on nothing of the policy: this module reads the policy, never the reverse.
+pub mod credentials;
 pub(crate) mod defaults;
 pub(crate) mod entry;
 
@@ -17,6 +18,10 @@ use std::net::{IpAddr, SocketAddr};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+pub use credentials::{
+    ca_bundle_host_path, check_credential_header, path_is_plain, CredentialPlan, CredentialRule,
+    CA_BUNDLE_IN_SANDBOX, CA_VARS, NODE_TRUST_STORE,
+};
 pub use defaults::{DEFAULT_FORWARDER, DEFAULT_FORWARDER_ID};
 pub use entry::{
     check_host_name, first_match, normalize_host, AllowEntry, Cidr, HostPattern, DEFAULT_PORT,
@@ -73,6 +78,14 @@ pub struct EgressPlan {
     /// True when a `gvisor-hardened.dev/egress` annotation narrowed the allowlist.
     pub narrowed: bool,
     pub forwarder: ForwarderPlan,
+    /// Credentials the proxy adds, per host (normalised name). (Defaults: plans kept before
+    /// credentials existed load with none.)
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub credentials: BTreeMap<String, CredentialPlan>,
+    /// PEM file of the CAs a credential host's upstream must chain to; `None`: the node's
+    /// trust store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_ca: Option<String>,
 }
 
 fn default_max_connections() -> u32 {
@@ -105,7 +118,20 @@ impl EgressPlan {
                 .map_err(|_| format!("hosts.{name}: {addr:?} is not an IP address"))?;
             hosts.insert(normalize_host(name), ip);
         }
+        let mut credentials = BTreeMap::new();
+        for (host, c) in &p.credentials {
+            credentials.insert(
+                normalize_host(host),
+                CredentialPlan {
+                    header: c.header.to_ascii_lowercase(),
+                    file: c.file.clone(),
+                    rules: parse_all(&c.rules)?,
+                },
+            );
+        }
         Ok(Some(EgressPlan {
+            credentials,
+            upstream_ca: p.upstream_ca.clone(),
             allow: parse_all(&p.allow)?,
             allow_cidrs: parse_all(&p.allow_cidrs)?,
             hosts,
@@ -136,6 +162,41 @@ impl EgressPlan {
     /// nobody and audited by nobody).
     pub fn forwarder_max_connections(&self) -> u32 {
         self.max_connections.saturating_mul(2)
+    }
+
+    /// The upstream trust anchors' file: the policy's `upstream_ca` or the node's store.
+    pub fn upstream_ca_file(&self) -> &str {
+        self.upstream_ca.as_deref().unwrap_or(NODE_TRUST_STORE)
+    }
+
+    /// The credential for `host` (normalised), if the proxy adds one there.
+    pub fn credential(&self, host: &str) -> Option<&CredentialPlan> {
+        self.credentials.get(host)
+    }
+
+    /// The read-only bind mount of the sandbox's CA bundle (written by the shim at `source`),
+    /// when the plan has credentials.
+    pub fn ca_bundle_mount(&self, source: &str) -> Option<Value> {
+        if self.credentials.is_empty() {
+            return None;
+        }
+        Some(json!({
+            "destination": CA_BUNDLE_IN_SANDBOX,
+            "type": "bind",
+            "source": source,
+            "options": ["bind", "ro", "nosuid", "nodev", "noexec"]
+        }))
+    }
+
+    /// The CA variables every container and exec gets when the plan has credentials.
+    pub fn ca_env(&self) -> Vec<(&'static str, String)> {
+        if self.credentials.is_empty() {
+            return Vec::new();
+        }
+        CA_VARS
+            .iter()
+            .map(|n| (*n, CA_BUNDLE_IN_SANDBOX.to_string()))
+            .collect()
     }
 
     /// `http://<listen>`, the value of the proxy variables.

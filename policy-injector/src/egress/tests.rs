@@ -513,3 +513,163 @@ fn without_egress_the_command_is_untouched() {
     let h = harden(&spec, &Policy::default(), &Context::default()).unwrap();
     assert_eq!(args_of(&h.spec), ["sh"]);
 }
+
+const CREDS: &str = r#"
+upstream_ca = "/etc/gvisor-hardened/upstream-ca.pem"
+[network.egress.credentials]
+"API.example.test" = { header = "X-Api-Key", file = "/etc/gvisor-hardened/secrets/api-key", rules = ["POST /v1/messages", "GET /v1/models"] }
+"#;
+
+fn with_creds() -> Policy {
+    Policy::from_toml_str(&format!("{ON}{CREDS}")).unwrap()
+}
+
+fn ctx(id: &str) -> Context {
+    Context {
+        container_id: id.into(),
+        namespace: "k8s.io".into(),
+        ..Context::default()
+    }
+}
+
+#[test]
+fn credentials_load_into_the_plan() {
+    let plan = EgressPlan::from_policy(&with_creds().network.egress)
+        .unwrap()
+        .unwrap();
+    let c = plan
+        .credential("api.example.test")
+        .expect("normalised host");
+    assert_eq!(c.header, "x-api-key");
+    assert_eq!(c.file, "/etc/gvisor-hardened/secrets/api-key");
+    assert_eq!(
+        c.rules.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        ["POST /v1/messages", "GET /v1/models"]
+    );
+    assert_eq!(
+        plan.upstream_ca_file(),
+        "/etc/gvisor-hardened/upstream-ca.pem"
+    );
+    let back: EgressPlan = serde_json::from_value(serde_json::to_value(&plan).unwrap()).unwrap();
+    assert_eq!(back, plan);
+    let plain = EgressPlan::from_policy(&on().network.egress)
+        .unwrap()
+        .unwrap();
+    assert_eq!(plain.upstream_ca_file(), NODE_TRUST_STORE);
+    // A plan kept before credentials existed has none of their keys and loads.
+    let old = serde_json::to_value(&plain).unwrap();
+    assert!(old.get("credentials").is_none() && old.get("upstream_ca").is_none());
+    assert_eq!(serde_json::from_value::<EgressPlan>(old).unwrap(), plain);
+}
+
+#[test]
+fn bad_credentials_name_the_key() {
+    let cases = [
+        (
+            "[network.egress.credentials]\n\"other.test\" = { header = \"x-k\", file = \"/k\" }",
+            "network.egress.credentials.other.test",
+            "not listed by name",
+        ),
+        (
+            "[network.egress.credentials]\n\"x.pkg.example.test\" = { header = \"x-k\", file = \"/k\" }",
+            "network.egress.credentials.x.pkg.example.test",
+            "not listed by name",
+        ),
+        (
+            "[network.egress.credentials]\n\"api.example.test\" = { header = \"Host\", file = \"/k\" }",
+            "network.egress.credentials.api.example.test.header",
+            "frames the request",
+        ),
+        (
+            "[network.egress.credentials]\n\"api.example.test\" = { header = \"a b\", file = \"/k\" }",
+            "network.egress.credentials.api.example.test.header",
+            "not a header name",
+        ),
+        (
+            "[network.egress.credentials]\n\"api.example.test\" = { header = \"x-k\", file = \"k\" }",
+            "network.egress.credentials.api.example.test.file",
+            "absolute",
+        ),
+        (
+            "[network.egress.credentials]\n\"api.example.test\" = { header = \"x-k\", file = \"/k\", rules = [\"GET /a/../b\"] }",
+            "network.egress.credentials.api.example.test.rules[0]",
+            "dot segments",
+        ),
+        (
+            "[network.egress.credentials]\n\"api.example.test\" = { header = \"x-k\", file = \"/k\", value = \"s\" }",
+            "network.egress.credentials",
+            "unknown field",
+        ),
+    ];
+    for (extra, key, words) in cases {
+        let text = format!("{}", load_err(&format!("\n{extra}\n")));
+        assert!(
+            text.contains(key) && text.contains(words),
+            "{extra}: {text}"
+        );
+    }
+    let text = format!("{}", load_err("upstream_ca = \"ca.pem\"\n"));
+    assert!(text.contains("network.egress.upstream_ca"), "{text}");
+}
+
+#[test]
+fn credentials_add_the_ca_bundle_mount_and_variables() {
+    let mut spec = base_spec();
+    spec["process"]["env"] = json!(["PATH=/bin", "SSL_CERT_FILE=/workload/own.pem"]);
+    let h = harden(&spec, &with_creds(), &ctx("sb1")).unwrap();
+    let env = env_of(&h.spec["process"]);
+    for var in CA_VARS {
+        let want = format!("{var}={CA_BUNDLE_IN_SANDBOX}");
+        assert_eq!(
+            env.iter()
+                .filter(|e| e.starts_with(&format!("{var}=")))
+                .count(),
+            1,
+            "{var}: {env:?}"
+        );
+        assert!(env.contains(&want), "{want}: {env:?}");
+    }
+    let ca = h.spec["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["destination"] == CA_BUNDLE_IN_SANDBOX)
+        .expect("CA bundle mount");
+    assert_eq!(
+        ca["source"],
+        "/run/gvisor-hardened-egress-ca/k8s.io/sb1/ca-bundle.pem"
+    );
+    assert_eq!(
+        ca["options"],
+        json!(["bind", "ro", "nosuid", "nodev", "noexec"])
+    );
+    // Hardening the result again gives the same spec (our own mount is not "in the reserved
+    // directory").
+    let again = harden(&h.spec, &with_creds(), &ctx("sb1")).unwrap();
+    assert_eq!(again.spec["mounts"], h.spec["mounts"]);
+    // A pod's container uses its sandbox's bundle.
+    let mut member = base_spec();
+    member["annotations"] = json!({
+        "io.kubernetes.cri.container-type": "container",
+        "io.kubernetes.cri.sandbox-id": "pod1"
+    });
+    let m = harden(&member, &with_creds(), &ctx("c2")).unwrap();
+    assert!(m.spec["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|x| x["source"] == "/run/gvisor-hardened-egress-ca/k8s.io/pod1/ca-bundle.pem"));
+    // An exec gets the variables too.
+    let process =
+        json!({"args": ["sh"], "env": ["CURL_CA_BUNDLE=/x"], "user": {"uid": 1, "gid": 1}});
+    let e = harden_process(&process, &with_creds(), &ctx("sb1")).unwrap();
+    assert!(env_of(&e.process).contains(&format!("CURL_CA_BUNDLE={CA_BUNDLE_IN_SANDBOX}")));
+    // Without credentials: no bundle, the workload's own variables stay.
+    let plain = harden(&spec, &on(), &ctx("sb1")).unwrap();
+    assert!(env_of(&plain.spec["process"]).contains(&"SSL_CERT_FILE=/workload/own.pem".to_string()));
+    assert!(!plain.spec["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["destination"] == CA_BUNDLE_IN_SANDBOX));
+}

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::validate::{check_abs_path, contradiction, invalid, Issue};
 use super::{NetworkMode, Policy};
 use crate::egress::defaults::{DEFAULT_FORWARDER, DEFAULT_FORWARDER_ID};
-use crate::egress::entry::{check_host_name, normalize_host, AllowEntry, Cidr};
+use crate::egress::entry::{check_host_name, normalize_host, AllowEntry, Cidr, HostPattern};
 use crate::quantity::ByteSize;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +41,28 @@ pub struct EgressPolicy {
     /// The forwarder's uid and gid inside the sandbox; never the workload's.
     pub forwarder_uid: u32,
     pub forwarder_gid: u32,
+    /// PEM file of the CAs a credential host's upstream certificate must chain to; unset: the
+    /// node's trust store (`egress::NODE_TRUST_STORE`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_ca: Option<String>,
+    /// Per allowlisted host: a header the proxy adds with the value of a host file, behind TLS
+    /// it terminates with the sandbox's own CA. The value never enters the sandbox.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub credentials: BTreeMap<String, CredentialPolicy>,
+}
+
+/// One `[network.egress.credentials]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialPolicy {
+    /// The header's name, e.g. `x-api-key` or `authorization`.
+    pub header: String,
+    /// The host file holding the header's value (read at each request: a rotated file takes
+    /// effect at once).
+    pub file: String,
+    /// `METHOD /path-prefix` the workload may send with the credential; empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
 }
 
 impl Default for EgressPolicy {
@@ -59,6 +81,8 @@ impl Default for EgressPolicy {
             forwarder: DEFAULT_FORWARDER.to_string(),
             forwarder_uid: DEFAULT_FORWARDER_ID,
             forwarder_gid: DEFAULT_FORWARDER_ID,
+            upstream_ca: None,
+            credentials: BTreeMap::new(),
         }
     }
 }
@@ -156,6 +180,30 @@ pub(super) fn validate(p: &Policy) -> Result<(), Issue> {
             &[&key("forwarder_uid"), "user.uid"],
             "the forwarder must not share the workload's uid, or the workload could signal it",
         ));
+    }
+    if let Some(ca) = &e.upstream_ca {
+        check_abs_path(&key("upstream_ca"), ca)?;
+    }
+    for (host, c) in &e.credentials {
+        let k = format!("{KEY}.credentials.{host}");
+        let name = normalize_host(host);
+        check_host_name(&name).map_err(|why| invalid(&k, why))?;
+        if !seen
+            .iter()
+            .any(|a| matches!(&a.host, HostPattern::Exact(h) if *h == name))
+        {
+            return Err(contradiction(
+                &[&k, &key("allow")],
+                format!("{name} is not listed by name in allow: a credential goes only to a host the allowlist names"),
+            ));
+        }
+        crate::egress::check_credential_header(&c.header)
+            .map_err(|why| invalid(format!("{k}.header"), why))?;
+        check_abs_path(&format!("{k}.file"), &c.file)?;
+        for (i, r) in c.rules.iter().enumerate() {
+            r.parse::<crate::egress::CredentialRule>()
+                .map_err(|why| invalid(format!("{k}.rules[{i}]"), why))?;
+        }
     }
     if !e.allow.is_empty() && p.network.mode != NetworkMode::None {
         return Err(contradiction(

@@ -8,7 +8,10 @@ use serde_json::Value;
 use super::scratch::normalized_destination;
 use super::Pass;
 use crate::decision::{Action, Rule};
-use crate::egress::{EgressPlan, NO_PROXY_VARS, PROXY_VARS, RESERVED_DIR};
+use crate::egress::{
+    ca_bundle_host_path, EgressPlan, CA_BUNDLE_IN_SANDBOX, CA_VARS, NO_PROXY_VARS, PROXY_VARS,
+    RESERVED_DIR,
+};
 use crate::error::HardenError;
 use crate::json::{self, Object};
 
@@ -46,10 +49,15 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
         plan.narrowed = true;
     }
     let mount = plan.forwarder_mount();
+    let ca_mount = if plan.credentials.is_empty() {
+        None
+    } else {
+        ca_bundle_source(spec, pass).and_then(|source| plan.ca_bundle_mount(&source))
+    };
     if let Some(mounts) = json::opt_array_mut(spec, "mounts", "")? {
-        // Our own mount from an earlier pass is taken out and put back (hardening twice gives
-        // the same spec); anything else in the reserved directory is refused.
-        mounts.retain(|m| *m != mount);
+        // Our own mounts from an earlier pass are taken out and put back (hardening twice
+        // gives the same spec); anything else in the reserved directory is refused.
+        mounts.retain(|m| *m != mount && Some(m) != ca_mount.as_ref());
         for (i, m) in mounts.iter().enumerate() {
             let dest = normalized_destination(m, i)?;
             if dest == RESERVED_DIR || dest.starts_with(&format!("{RESERVED_DIR}/")) {
@@ -76,6 +84,19 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
     }
     if let Some(Value::Array(mounts)) = spec.get_mut("mounts") {
         mounts.push(mount.clone());
+        if let Some(ca) = &ca_mount {
+            mounts.push(ca.clone());
+        }
+    }
+    if let Some(ca) = ca_mount {
+        pass.record(
+            Rule::Egress,
+            format!("mounts[{CA_BUNDLE_IN_SANDBOX}]"),
+            Action::Added,
+            None,
+            Some(ca),
+            "the node's trust store and this sandbox's CA, read-only: the proxy terminates TLS for hosts it adds a credential to",
+        );
     }
     pass.record(
         Rule::Egress,
@@ -108,6 +129,33 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
     );
     pass.egress = Some(plan);
     Ok(())
+}
+
+/// CRI names the pod's sandbox on each of its containers (and on the sandbox container itself).
+const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+
+/// The host file the shim writes the sandbox's CA bundle to: one per sandbox, shared by a
+/// pod's containers. `None` (and a rejection) when the names would not make a plain path.
+fn ca_bundle_source(spec: &Object, pass: &mut Pass<'_>) -> Option<String> {
+    let sandbox = spec
+        .get("annotations")
+        .and_then(|a| a.get(CRI_SANDBOX_ID))
+        .and_then(Value::as_str)
+        .unwrap_or(&pass.ctx.container_id)
+        .to_string();
+    let namespace = pass.ctx.namespace.clone();
+    let plain = |s: &str| !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\0']);
+    if !plain(&sandbox) || !plain(&namespace) {
+        pass.reject(
+            Rule::Egress,
+            "network.egress.credentials",
+            format!(
+                "namespace {namespace:?} or sandbox {sandbox:?} cannot name the CA bundle's file"
+            ),
+        );
+        return None;
+    }
+    Some(ca_bundle_host_path(&namespace, &sandbox))
 }
 
 /// CRI marks every container of a pod; a spec without the mark is its own sandbox (ctr, nerdctl).
@@ -201,7 +249,12 @@ fn inject_env(
     let Some(env) = json::opt_array_mut(process, "env", prefix)? else {
         return Ok(());
     };
-    let ours = |name: &str| PROXY_VARS.contains(&name) || NO_PROXY_VARS.contains(&name);
+    let ca_env = plan.ca_env();
+    let ours = |name: &str| {
+        PROXY_VARS.contains(&name)
+            || NO_PROXY_VARS.contains(&name)
+            || (!ca_env.is_empty() && CA_VARS.contains(&name))
+    };
     let mut overridden = Vec::new();
     for (i, item) in env.iter().enumerate() {
         let s = item
@@ -216,7 +269,7 @@ fn inject_env(
         let s = v.as_str().unwrap_or_default();
         !ours(s.split_once('=').map_or(s, |(n, _)| n))
     });
-    for (name, value) in plan.proxy_env() {
+    for (name, value) in plan.proxy_env().into_iter().chain(ca_env) {
         env.push(Value::String(format!("{name}={value}")));
         // The spec's value is not copied: a proxy URL can carry credentials.
         let reason = if overridden.iter().any(|o| o == name) {
