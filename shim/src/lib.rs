@@ -19,6 +19,7 @@ pub mod exit;
 #[cfg(test)]
 pub mod fake;
 pub mod flags;
+pub mod heap;
 pub mod host;
 pub mod host_tree;
 pub mod idle;

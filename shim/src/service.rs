@@ -20,15 +20,9 @@ use crate::container::{Container, CreateParams};
 use crate::env::ShimEnv;
 use crate::error::{Result, ShimError};
 
-/// A Create parses, rewrites and serialises the whole spec and leaves the heap full of freed
-/// chunks that malloc keeps resident; a shim lives as long as its pod, so that peak would be paid
-/// for the pod's lifetime. Handing the free pages back costs microseconds once per Create.
-fn release_freed_memory() {
-    // SAFETY: malloc_trim only returns free memory to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
+// A Create parses, rewrites and serialises the whole spec and leaves the heap full of freed
+// chunks that malloc keeps resident: handed back once per Create.
+use crate::heap::release_freed_memory;
 
 #[derive(Default)]
 struct Containers {

@@ -8,6 +8,8 @@
  *                                          (what a proxy's SNI check reads), then a GET of PATH
  *   http-hold PROXY HOST PORT N SECS       opens N such tunnels, prints a line, holds them until a
  *                                          line (or EOF) on stdin or SECS, whichever comes first
+ *   http-stall PROXY HOST PORT N           opens N tunnels, writes into each until it would block
+ *                                          (an upstream that never reads), then exits: all close
  *   http-flood PROXY HOST PORT N SECS      opens N connections one after another, closing none,
  *                                          each sends CONNECT HOST:PORT; then waits up to SECS
  *                                          for each one's first answer (see cmd_http_flood)
@@ -471,6 +473,50 @@ int cmd_http_flood(int argc, char **argv)
 	printf("ok n=%ld s200=%ld s429=%ld s503=%ld other=%ld closed=%ld silent=%ld unconnected=%ld\n",
 	       n, count[F_200], count[F_429], count[F_503], count[F_OTHER] - unconnected,
 	       count[F_CLOSED], count[F_PENDING], unconnected);
+	fflush(stdout);
+	return 0;
+}
+
+/*
+ * Uploads stuck on an upstream that never reads: each tunnel is written into (non-blocking)
+ * until the write would block, so the proxy holds an upload it cannot deliver on every one;
+ * then the process exits and the kernel closes them all. Output: "ok tunnels=N bytes=B".
+ */
+int cmd_http_stall(int argc, char **argv)
+{
+	(void)argc;
+	struct target t = { .host = argv[1], .path = "/" };
+	parse_proxy(argv[0], &t.proxy);
+	t.port = parse_long(argv[2], "port");
+	long n = parse_long(argv[3], "count");
+	char *buf = malloc(HEAD_MAX);
+	static char chunk[64 * 1024];
+	memset(chunk, 'u', sizeof chunk);
+	if (!buf) {
+		report(-1, ENOMEM, "step=alloc");
+		return 0;
+	}
+	long long total = 0;
+	for (long i = 0; i < n; i++) {
+		struct failure f = { 0 };
+		int fd = open_tunnel(&t, buf, &f);
+		if (fd < 0) {
+			report_failure(&f, i);
+			return 0;
+		}
+		/* Left open on purpose: the process's exit closes them all at once. */
+		for (;;) {
+			ssize_t w = send(fd, chunk, sizeof chunk, MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (w > 0) {
+				total += w;
+				continue;
+			}
+			if (w < 0 && errno == EINTR)
+				continue;
+			break;
+		}
+	}
+	printf("ok tunnels=%ld bytes=%lld\n", n, total);
 	fflush(stdout);
 	return 0;
 }

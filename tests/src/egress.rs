@@ -159,6 +159,42 @@ impl UpstreamNetns {
     }
 }
 
+impl UpstreamNetns {
+    /// Starts an upstream inside on `addr:port` that accepts every connection and never reads
+    /// from it (a small receive buffer, so uploads block soon); returns once it accepts.
+    pub fn serve_stalled(&mut self, addr: &str, port: u16) -> Result<()> {
+        let script = "import socket, sys\n\
+            s = socket.socket()\n\
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)\n\
+            s.bind((sys.argv[1], int(sys.argv[2])))\n\
+            s.listen(1024)\n\
+            held = []\n\
+            while True:\n    held.append(s.accept()[0])\n";
+        let child = Command::new("nsenter")
+            .arg(format!("--net={}", self.path().display()))
+            .args(["python3", "-c", script, addr, &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| HarnessError::Spawn {
+                program: "nsenter".into(),
+                source,
+            })?;
+        self.servers.push(child);
+        // The host reaches the inside address over the veth pair.
+        let target: std::net::SocketAddr = format!("{addr}:{port}")
+            .parse()
+            .map_err(|_| HarnessError::Config(format!("{addr}:{port} is not an address")))?;
+        poll_until(
+            "the stalled upstream accepts",
+            Duration::from_secs(10),
+            || std::net::TcpStream::connect_timeout(&target, Duration::from_millis(200)).ok(),
+        )?;
+        Ok(())
+    }
+}
+
 impl Drop for UpstreamNetns {
     fn drop(&mut self) {
         for c in &mut self.servers {

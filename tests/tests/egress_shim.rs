@@ -351,3 +351,126 @@ fn a_connection_flood_is_answered_in_full_audited_in_full_and_leaves_the_shim_as
     assert_nothing_left(&c, &id, &policy.runtime());
     assert_clean_shutdown(c);
 }
+
+/// An upstream that accepts and never reads: the workload opens 100 tunnels to it, uploads into
+/// each until its writes would block (the proxy then holds an upload it cannot deliver on every
+/// one), and exits. Its close cannot be seen: its FIN waits in its own send buffer behind the
+/// bytes nobody takes (measured: the forwarder got neither FIN nor reset). The write deadline
+/// ends them: 30 s after the last byte moved the shim is back at its descriptors, every tunnel
+/// has a `cut` record that says why, and `max_connections` bounds how many can be stuck at once.
+#[test]
+fn uploads_stuck_on_a_stalled_upstream_are_cut_at_the_write_deadline_with_their_records() {
+    const N: usize = 100;
+    let mut ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    ns.serve_stalled(&inside, 8080).unwrap();
+    let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
+    let image = TestImage::ensure().unwrap();
+    c.import(&image).unwrap();
+    let section = format!(
+        "{}max_connection_rate = 4000\n",
+        egress_section(
+            &["stalled.example.test:8080"],
+            &[("stalled.example.test", inside.clone())],
+            &[ns.cidr()],
+        ),
+    );
+    let policy = TestPolicy::builder(&c, "egress-stall")
+        .extra(&section)
+        .write()
+        .unwrap();
+    let id = unique_id("egress-stall");
+    c.ctr()
+        .args(
+            Run::new(image.reference(), &id)
+                .runtime(policy.runtime())
+                .detach()
+                .cmd(["sleep", "600"])
+                .ctr_args_for(&c),
+        )
+        .checked()
+        .unwrap();
+    let shim = gvisor_hardened_tests::fault::shim_pid(&c, &id).unwrap();
+    let fds = || gvisor_hardened_tests::inspect::fd_count(shim).unwrap();
+    let rss_kib = || {
+        std::fs::read_to_string(format!("/proc/{shim}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap()
+    };
+    gvisor_hardened_tests::poll::poll_until(
+        "the forwarder ready",
+        std::time::Duration::from_secs(30),
+        || {
+            policy
+                .audit_events(&id)
+                .contains(&"egress-forwarder-ready".to_string())
+                .then_some(())
+        },
+    )
+    .unwrap();
+    let (baseline, rss_before) = (fds(), rss_kib());
+    let stall =
+        format!("exec sandbox-probe http-stall \"$https_proxy\" stalled.example.test 8080 {N}");
+    let out = c
+        .exec(&id, &[], ["sh", "-c", stall.as_str()])
+        .checked()
+        .unwrap();
+    assert!(out.stdout.starts_with(&format!("ok tunnels={N} ")), "{out}");
+    let ended = std::time::Instant::now();
+    // The 30 s write deadline, and room for a loaded machine.
+    gvisor_hardened_tests::poll::poll_until(
+        "the shim back at its descriptors",
+        std::time::Duration::from_secs(60),
+        || (fds() <= baseline).then_some(()),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {} descriptors, {baseline} before", fds()));
+    eprintln!(
+        "stall: {}; shim descriptors {baseline} before, {} {:?} after the workload exited",
+        out.stdout.trim(),
+        fds(),
+        ended.elapsed(),
+    );
+    let records = gvisor_hardened_tests::poll::poll_until(
+        "a record for every tunnel",
+        std::time::Duration::from_secs(15),
+        || {
+            let conns = Connections::of(&policy.audit_lines(), &id);
+            (conns.0.len() >= N).then_some(conns)
+        },
+    )
+    .unwrap();
+    assert_eq!(records.0.len(), N, "{records:?}");
+    // What the stuck uploads held (a window per stream) went back once the last one ended.
+    let rss_after = gvisor_hardened_tests::poll::poll_until(
+        "the shim's memory back near where it was",
+        std::time::Duration::from_secs(10),
+        || {
+            let now = rss_kib();
+            (now <= rss_before + 4096).then_some(now)
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}: RSS {} KiB, {rss_before} KiB before", rss_kib()));
+    eprintln!(
+        "stall: shim RSS {rss_before} KiB before, {rss_after} KiB once the records were written"
+    );
+    for r in &records.0 {
+        assert_eq!(r["verdict"], "cut", "{r}");
+        assert!(r["bytes_up"].as_u64().unwrap() > 0, "{r}");
+        assert!(
+            r["reason"]
+                .as_str()
+                .unwrap()
+                .contains("the upstream took no data for 30 s"),
+            "{r}"
+        );
+    }
+
+    gvisor_hardened_tests::fault::kill_and_remove(&c, &id, std::time::Duration::from_secs(60))
+        .unwrap();
+    assert_chain_intact_and_records_fit_the_schema(&policy.audit_path);
+    assert_nothing_left(&c, &id, &policy.runtime());
+    assert_clean_shutdown(c);
+}

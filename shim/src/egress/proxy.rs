@@ -242,6 +242,11 @@ impl Proxy {
         }
         r.rec.duration_ms = r.started.elapsed().as_millis() as u64;
         self.emit(EgressEvent::Connection(r.rec));
+        if self.caps.open() == 0 {
+            // The last connection ended: the buffers of a burst (up to a window per stream)
+            // go back to the kernel rather than staying resident for the pod's life.
+            crate::heap::release_freed_memory();
+        }
     }
 
     async fn handle(&self, stream: &mut MuxStream, r: &mut Record) -> Result<(), Stop> {
