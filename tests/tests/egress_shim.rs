@@ -354,8 +354,8 @@ fn a_connection_flood_is_answered_in_full_audited_in_full_and_leaves_the_shim_as
 
 /// An upstream that accepts and never reads: the workload opens 100 tunnels to it, uploads into
 /// each until its writes would block (the proxy then holds an upload it cannot deliver on every
-/// one), and exits. Its close cannot be seen: its FIN waits in its own send buffer behind the
-/// bytes nobody takes (measured: the forwarder got neither FIN nor reset). The write deadline
+/// one), and exits. Its close does not reach the proxy (seen: the tunnels stayed until the
+/// deadline; TCP queues its FIN behind the bytes nobody takes, so nothing tells). The write deadline
 /// ends them: 30 s after the last byte moved the shim is back at its descriptors, every tunnel
 /// has a `cut` record that says why, and `max_connections` bounds how many can be stuck at once.
 #[test]
