@@ -13,7 +13,8 @@ pub use runsc_flags::{FlagDecision, ALLOWED_EXTRA_FLAGS};
 use serde::{Deserialize, Serialize};
 
 pub use egress::{
-    CredentialPolicy, EgressPolicy, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTION_RATE, MAX_MAX_CONNECTIONS,
+    CredentialPolicy, EgressPolicy, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTION_RATE,
+    MAX_MAX_CONNECTIONS,
 };
 pub use evidence::{ArtifactsPolicy, OutputPolicy, MIN_IDLE_TIMEOUT};
 pub use sections::*;
