@@ -2,7 +2,8 @@
 //! --network none` with a policy that has an allowlist. runsc-hardened's guard runs the proxy
 //! (dialing from the host's network namespace) and keeps the forwarder inside. The upstream is
 //! a busybox httpd inside a network namespace the test creates (veth pair), named through the
-//! policy's static `hosts` and allowed by `allow_cidrs`: nothing leaves the machine.
+//! policy's static `hosts` and allowed by `allow_cidrs`: nothing leaves the machine. A flood
+//! meets the policy's connection cap in the guard's proxy and the forwarder's limit.
 
 use gvisor_hardened_tests::audit_tools::validate_against_schema;
 use gvisor_hardened_tests::docker::{assert_clean_docker_shutdown, DockerOptions, Dockerd};
@@ -23,7 +24,28 @@ step allowed wget -q -O - http://upstream.example.test:8080/hello.txt
 step tunnel ask 'CONNECT upstream.example.test:8080 HTTP/1.1\r\n\r\nGET /hello.txt HTTP/1.0\r\n\r\n'
 step not-listed ask 'GET http://elsewhere.example.test:8080/x HTTP/1.1\r\nHost: elsewhere.example.test:8080\r\n\r\n'
 step direct sandbox-probe connect UPSTREAM 8080 2000
+step flood sandbox-probe http-flood "$https_proxy" upstream.example.test 8080 100 20
 "#;
+
+/// The policy: the shared allowlist, with a connection cap the flood step meets (and a rate it
+/// does not, so the counts below are exact).
+fn section(ns: &UpstreamNetns) -> String {
+    format!(
+        "{}max_connections = {CAP}\nmax_connection_rate = 4000\n",
+        hostile_names_section(ns)
+    )
+}
+
+const CAP: usize = 20;
+const FLOOD: usize = 100;
+
+/// The flood step's counts (`ok n=.. s200=.. ...`).
+fn flood_counts(line: &str) -> std::collections::HashMap<String, usize> {
+    line.split(' ')
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
+        .collect()
+}
 
 fn line<'a>(out: &'a str, name: &str) -> &'a str {
     out.lines()
@@ -61,11 +83,35 @@ fn assert_egress_worked(out: &CommandOutput, dir: &EngineDir, id: &str) {
         "{text}"
     );
 
+    // 100 connections held open at once, cap 20: every one answered (a tunnel, a 503 with the
+    // cap, or closed at once by the forwarder), none silent.
+    eprintln!("{}", line(text, "flood"));
+    let flood = flood_counts(line(text, "flood"));
+    let count = |k: &str| flood.get(k).copied().unwrap_or(usize::MAX);
+    assert_eq!(count("s200"), CAP, "{text}");
+    assert_eq!(
+        (count("silent"), count("unconnected"), count("other")),
+        (0, 0, 0),
+        "{text}"
+    );
+    assert_eq!(
+        count("s200") + count("s503") + count("s429") + count("closed"),
+        FLOOD,
+        "{text}"
+    );
+
     let connections = Connections::of(&dir.audit_lines(), id);
     let of = |host: &str| connections.verdicts(host);
     assert_eq!(
         of("upstream.example.test"),
-        ["allowed", "allowed"],
+        vec!["allowed"; 2 + CAP],
+        "{connections:?}"
+    );
+    let by_rule = |rule: &str| connections.0.iter().filter(|r| r["rule"] == rule).count();
+    assert_eq!(by_rule("max-connections"), count("s503"), "{connections:?}");
+    assert_eq!(
+        by_rule("forwarder-limit"),
+        count("closed"),
         "{connections:?}"
     );
     assert_eq!(of("elsewhere.example.test"), ["denied"], "{connections:?}");
@@ -102,7 +148,7 @@ fn assert_egress_worked(out: &CommandOutput, dir: &EngineDir, id: &str) {
 fn a_docker_container_reaches_allowlisted_hosts_through_the_guards_proxy_and_nothing_else() {
     let ns = upstream();
     let d = Dockerd::start(DockerOptions {
-        extra_policies: vec![(POLICY.into(), hostile_names_section(&ns))],
+        extra_policies: vec![(POLICY.into(), section(&ns))],
     })
     .unwrap();
     d.import_test_image().unwrap();
@@ -120,7 +166,7 @@ fn a_podman_container_reaches_allowlisted_hosts_through_the_guards_proxy_and_not
     p.import_test_image().unwrap();
     let policy = p
         .dir()
-        .write_policy(&format!("{POLICY}.toml"), &hostile_names_section(&ns))
+        .write_policy(&format!("{POLICY}.toml"), &section(&ns))
         .unwrap();
     let script = SCRIPT.replace("UPSTREAM", &ns.inside_addr());
     let (out, id) = p.run_rm(&policy, &["--network", "none"], &script).unwrap();
