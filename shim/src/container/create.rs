@@ -77,6 +77,16 @@ impl Container {
         let prepared = inputs
             .harden(pod_namespace_paths, env.runtimes.as_ref())
             .await?;
+        // A sandbox whose policy adds egress credentials: its CA (kept in this process for its
+        // proxy) and the CA bundle its hardened spec binds, before runsc needs the file.
+        if sandbox.is_none() {
+            crate::egress::credentials::prepare_sandbox(
+                prepared.egress.as_ref(),
+                &env.namespace,
+                &p.id,
+            )
+            .map_err(|e| ShimError::Internal(format!("container {}: {e}", p.id)))?;
+        }
         let evidence = Evidence::new(
             &prepared.policy.policy,
             &prepared.lifetime,
@@ -255,6 +265,9 @@ impl Container {
     /// Leaves nothing behind after a failed Create: runsc state and sandbox, cgroups, mounts,
     /// our files.
     async fn undo_create(&self, err: &ShimError) {
+        if !self.is_member() {
+            crate::egress::credentials::forget_sandbox(&self.env.namespace, &self.id);
+        }
         if let Err(e) = self.runtime.delete(&self.id).await {
             if !e.is_gone() {
                 log::warn!("container {}: cleanup delete: {e}", self.id);

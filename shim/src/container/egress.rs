@@ -118,5 +118,9 @@ impl Container {
         if let Some(supervisor) = self.egress.lock().await.take() {
             supervisor.stop().await;
         }
+        if !self.is_member() {
+            // The sandbox's CA goes with its proxy; its bundle file with it.
+            egress::credentials::forget_sandbox(&self.env.namespace, &self.id);
+        }
     }
 }

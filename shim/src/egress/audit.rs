@@ -76,6 +76,21 @@ pub enum EgressEvent {
     ForwarderDied { reason: String, attempt: u32 },
     #[serde(rename = "egress-proxy-stopped")]
     ProxyStopped,
+    /// The proxy added a credential to a request for `host` (its header's name, never its
+    /// value); the connection's own record follows at its end.
+    #[serde(rename = "egress-credential-injected")]
+    CredentialInjected {
+        host: String,
+        port: u16,
+        /// The header's name, lower-case.
+        header: String,
+        /// The `METHOD /path` rule that allowed the request; `None`: the credential has none.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+        method: String,
+        /// The workload sent a header of that name itself; it was dropped.
+        replaced_workload_header: bool,
+    },
 }
 
 /// One audit line: who, then what.
@@ -177,5 +192,38 @@ mod tests {
         assert_eq!(v["verdict"], "allowed");
         assert_eq!(v["resolved"], "192.0.2.1:443");
         assert!(v.get("reason").is_none());
+    }
+
+    /// The schema's egress record takes no property it does not list: every field of the
+    /// credential record is listed, and its event is in the enum.
+    #[test]
+    fn the_schema_knows_the_credential_record() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../../audit-record.schema.json")).unwrap();
+        let egress = &schema["$defs"]["egress"]["properties"];
+        let rec = EgressAudit {
+            sandbox: SandboxRef {
+                sandbox_id: "sb".into(),
+                container_id: "c".into(),
+                policy: "p".into(),
+            },
+            event: EgressEvent::CredentialInjected {
+                host: "api.example.test".into(),
+                port: 443,
+                header: "x-api-key".into(),
+                rule: Some("POST /v1/messages".into()),
+                method: "POST".into(),
+                replaced_workload_header: false,
+            },
+        };
+        let v = serde_json::to_value(&rec).unwrap();
+        assert_eq!(v["event"], "egress-credential-injected");
+        assert!(egress["event"]["enum"]
+            .as_array()
+            .unwrap()
+            .contains(&v["event"]));
+        for key in v.as_object().unwrap().keys() {
+            assert!(egress.get(key).is_some(), "the schema lacks {key}");
+        }
     }
 }

@@ -274,6 +274,131 @@ pub fn parse_head(head: &[u8]) -> Result<Request, HeadError> {
     })
 }
 
+/// A request inside a TLS connection the proxy terminated (a credential host): origin form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OriginRequest {
+    pub method: String,
+    /// Path and query as sent, starting with `/`.
+    pub target: String,
+    /// Header lines as received.
+    pub headers: Vec<(String, String)>,
+    /// The body's length (its Content-Length; 0 without one).
+    pub body_len: u64,
+}
+
+/// Headers that concern one hop only; the proxy drops them and frames the request itself.
+const HOP_BY_HOP: [&str; 5] = ["connection", "keep-alive", "te", "upgrade", "trailer"];
+
+/// Parses an origin-form request head (`GET /path HTTP/1.1`) for `host:port`, as strictly as
+/// [`parse_head`]: one request whose end is known from its head (Content-Length, never
+/// Transfer-Encoding: the proxy forwards exactly one request per connection, and a second one
+/// must not reach the upstream unchecked), a Host header naming `host` if there is one.
+pub fn parse_origin_head(head: &[u8], host: &str, port: u16) -> Result<OriginRequest, HeadError> {
+    if head.len() > MAX_HEAD {
+        return Err(HeadError {
+            status: 431,
+            reason: format!("request head longer than {MAX_HEAD} bytes"),
+        });
+    }
+    let text = std::str::from_utf8(head).map_err(|_| bad("request head is not UTF-8"))?;
+    let body = text
+        .strip_suffix("\r\n\r\n")
+        .ok_or_else(|| bad("request head does not end with a blank line"))?;
+    if body.split("\r\n").any(|l| l.contains(['\r', '\n'])) {
+        return Err(bad("bare CR or LF in the request head"));
+    }
+    let mut lines = body.split("\r\n");
+    let request_line = lines.next().unwrap_or_default();
+    let mut headers = Vec::new();
+    for line in lines {
+        if headers.len() == MAX_HEADERS {
+            return Err(HeadError {
+                status: 431,
+                reason: format!("more than {MAX_HEADERS} header lines"),
+            });
+        }
+        headers.push(parse_header_line(line)?);
+    }
+    let mut parts = request_line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad(format!("malformed request line {request_line:?}")));
+    };
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(bad(format!("bad method {method:?}")));
+    }
+    if version != "HTTP/1.1" && version != "HTTP/1.0" {
+        return Err(HeadError {
+            status: 505,
+            reason: format!("unsupported version {version:?} (HTTP/1.0 or 1.1)"),
+        });
+    }
+    if !target.starts_with('/') || target.bytes().any(|b| !b.is_ascii_graphic() || b == b'#') {
+        return Err(bad(
+            "the request target must be a path (origin form) of printable ASCII",
+        ));
+    }
+    if method == "TRACE" || method == "CONNECT" {
+        return Err(HeadError {
+            status: 405,
+            reason: format!("{method} is refused on a connection the proxy adds a credential to"),
+        });
+    }
+    let named = |name: &str| {
+        headers
+            .iter()
+            .filter(|(n, _): &&(String, String)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>()
+    };
+    if !named("transfer-encoding").is_empty() {
+        return Err(HeadError {
+            status: 411,
+            reason:
+                "a Transfer-Encoding body is not forwarded with a credential: send Content-Length"
+                    .into(),
+        });
+    }
+    let lengths = named("content-length");
+    if lengths.len() > 1
+        || lengths
+            .first()
+            .is_some_and(|v| v.is_empty() || v.len() > 18 || !v.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(bad("Content-Length must be one decimal number"));
+    }
+    let body_len = lengths
+        .first()
+        .map_or(Ok(0), |v| v.parse())
+        .map_err(|_| bad("bad Content-Length"))?;
+    let hosts = named("host");
+    if hosts.len() > 1 {
+        return Err(bad("more than one Host header"));
+    }
+    if let Some(h) = hosts.first() {
+        let (hh, hp) = split_authority(h, Some(port))?;
+        if hh != host || hp != port {
+            return Err(bad(format!(
+                "Host header {h:?} names another host than {host}:{port}"
+            )));
+        }
+    }
+    let headers = headers
+        .into_iter()
+        .filter(|(n, _)| {
+            let n = n.to_ascii_lowercase();
+            !(n.starts_with("proxy-") || HOP_BY_HOP.contains(&n.as_str()))
+        })
+        .collect();
+    Ok(OriginRequest {
+        method: method.to_string(),
+        target: target.to_string(),
+        headers,
+        body_len,
+    })
+}
+
 fn parse_header_line(line: &str) -> Result<(String, String), HeadError> {
     if line.starts_with([' ', '\t']) {
         return Err(bad("folded header lines are not accepted"));

@@ -24,6 +24,7 @@
 
 pub mod audit;
 pub mod caps;
+pub mod credentials;
 pub mod guard;
 pub mod http;
 pub mod install;
@@ -75,6 +76,7 @@ pub fn start_for_sandbox(
     audit: Arc<dyn EgressAuditSink>,
 ) -> EgressSupervisor {
     let guard = guard::Guard::new(s.plan.allow_cidrs.clone(), s.node_addresses);
+    let ca = credentials::sandbox_ca(&s.sandbox.sandbox_id);
     let proxy = Proxy::new(
         s.plan,
         guard,
@@ -82,7 +84,8 @@ pub fn start_for_sandbox(
         Arc::new(net::SystemResolver),
         Arc::new(net::NetnsDialer::new(s.netns, Duration::from_secs(10))),
         audit,
-    );
+    )
+    .with_credentials(ca);
     EgressSupervisor::start(
         Arc::new(proxy),
         spawner,

@@ -24,6 +24,12 @@ use super::mux::{Inbound, MuxStream};
 use super::net::{Dialer, Resolver};
 use super::sni;
 
+mod terminate;
+
+/// A [`Stop`] status meaning the refusal was already answered inside the TLS connection the
+/// proxy terminated: the stream is ended, not reset (a reset could drop the answer).
+const ANSWERED: u16 = 1;
+
 /// Deadlines: of the steps before bytes flow (a workload that opens a connection and says
 /// nothing must not hold a stream forever), and of the flow itself (an upstream that stops
 /// reading or a connection where nothing moves must not hold the proxy's sockets and buffers,
@@ -66,6 +72,8 @@ pub struct Proxy {
     used: AtomicU64,
     cap_crossed: AtomicBool,
     cap_cut: Notify,
+    /// For the plan's credential hosts: the sandbox's CA and the upstream TLS configuration.
+    credentials: Option<terminate::Credentials>,
 }
 
 /// What a refusal or failure looks like to the workload and to the audit.
@@ -106,7 +114,19 @@ impl Proxy {
             used: AtomicU64::new(0),
             cap_crossed: AtomicBool::new(false),
             cap_cut: Notify::new(),
+            credentials: None,
         }
+    }
+
+    /// The sandbox's CA made at create (`credentials::prepare_sandbox`): with it the proxy
+    /// terminates TLS for the plan's credential hosts and adds their header. Without it (or
+    /// without usable upstream trust anchors) a credential host is refused, never tunnelled
+    /// without its credential's rules.
+    pub fn with_credentials(mut self, ca: Option<Arc<super::credentials::SandboxCa>>) -> Proxy {
+        if !self.plan.credentials.is_empty() {
+            self.credentials = Some(terminate::Credentials::new(ca, &self.plan));
+        }
+        self
     }
 
     pub fn with_timeouts(mut self, t: Timeouts) -> Proxy {
@@ -228,7 +248,10 @@ impl Proxy {
             Err(refusal) => Err(self.over_cap(refusal)),
         };
         if let Err(stop) = result {
-            if stop.status != 0 {
+            if stop.status == ANSWERED {
+                stream.send_eof();
+                linger(&mut stream).await;
+            } else if stop.status != 0 {
                 let body = http::response(stop.status, &stop.reason);
                 let _ = stream.send(&body).await;
                 stream.send_eof();
@@ -286,6 +309,12 @@ impl Proxy {
                 .send(http::CONNECT_OK)
                 .await
                 .map_err(|_| gone("the workload left before the tunnel opened"))?;
+            if let Some(cred) = self.plan.credential(host) {
+                let cred = cred.clone();
+                return self
+                    .terminate(stream, host, req.port(), addr, &cred, first_bytes, r)
+                    .await;
+            }
             if self.plan.require_sni && host.parse::<IpAddr>().is_err() {
                 let sni = self.check_sni(stream, host, &mut first_bytes).await?;
                 r.rec.sni = Some(sni);

@@ -2,6 +2,7 @@
 //! codec over in-memory pipes), a fake resolver and a dialer that lands on real loopback
 //! upstreams. The real forwarder under real runsc is tested in `tests/tests/egress_runsc.rs`.
 
+mod credentials;
 mod fakes;
 
 use std::time::Duration;

@@ -285,10 +285,90 @@ impl Fwd {
         }
     }
 
+    /// Serves streams to real clients (TLS): each [`Streams::connect`] opens a stream, sends
+    /// its CONNECT head and hands back the answer's head and a byte stream; a task carries
+    /// what the client writes as DATA (its shutdown as EOF) and what the host sends back, to
+    /// its EOF or CLOSE.
+    pub fn into_streams(mut self) -> Streams {
+        let (tx, mut cmds) = mpsc::unbounded_channel::<StreamRequest>();
+        let (from_tx, mut from_clients) = mpsc::unbounded_channel::<(u32, Option<Vec<u8>>)>();
+        tokio::spawn(async move {
+            let mut writers: HashMap<u32, WriteHalf<DuplexStream>> = HashMap::new();
+            loop {
+                let ids: Vec<u32> = writers.keys().copied().collect();
+                for id in ids {
+                    let s = self.streams.entry(id).or_default();
+                    let pending = std::mem::take(&mut s.data);
+                    let ended = s.end.is_some();
+                    let w = writers.get_mut(&id).unwrap();
+                    if !pending.is_empty() {
+                        let _ = w.write_all(&pending).await;
+                    }
+                    if ended {
+                        let _ = w.shutdown().await;
+                        writers.remove(&id);
+                    }
+                }
+                tokio::select! {
+                    cmd = cmds.recv() => {
+                        let Some((id, head, reply)) = cmd else { return };
+                        self.open(id).await;
+                        self.data(id, &head).await;
+                        let answer = self.read_until(id, b"\r\n\r\n").await;
+                        let (client, ours) = tokio::io::duplex(64 * 1024);
+                        let (mut r, w) = tokio::io::split(ours);
+                        writers.insert(id, w);
+                        let from = from_tx.clone();
+                        tokio::spawn(async move {
+                            let mut buf = vec![0u8; 16 * 1024];
+                            loop {
+                                match r.read(&mut buf).await {
+                                    Ok(0) | Err(_) => {
+                                        let _ = from.send((id, None));
+                                        return;
+                                    }
+                                    Ok(n) => {
+                                        if from.send((id, Some(buf[..n].to_vec()))).is_err() {
+                                            return;
+                                        }
+                                    }
+                                }
+                            }
+                        });
+                        let _ = reply.send((answer, client));
+                    }
+                    m = from_clients.recv() => match m {
+                        Some((id, Some(d))) => self.data(id, &d).await,
+                        Some((id, None)) => self.eof(id).await,
+                        None => return,
+                    },
+                    () = self.pump(), if !writers.is_empty() => {}
+                }
+            }
+        });
+        Streams { tx }
+    }
+
     /// The forwarder process dies: its host process exits and its stdout closes.
     pub async fn die(&mut self, why: &str) {
         let _ = self.exit.take().unwrap().send(why.to_string());
         let _ = self.w.shutdown().await;
+    }
+}
+
+type StreamRequest = (u32, Vec<u8>, oneshot::Sender<(Vec<u8>, DuplexStream)>);
+
+/// Opens streams through a fake forwarder for real clients ([`Fwd::into_streams`]).
+pub struct Streams {
+    tx: mpsc::UnboundedSender<StreamRequest>,
+}
+
+impl Streams {
+    /// Opens stream `id`, sends `head`; the answer's head and the stream after it.
+    pub async fn connect(&self, id: u32, head: &[u8]) -> (Vec<u8>, DuplexStream) {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send((id, head.to_vec(), reply)).unwrap();
+        tokio::time::timeout(WAIT, rx).await.unwrap().unwrap()
     }
 }
 
@@ -435,20 +515,35 @@ impl World {
     }
 
     pub async fn new(plan: &EgressPlan, up: &Upstream) -> World {
-        Self::build(plan, up, None).await
+        Self::build(plan, up.addr, None, None).await
+    }
+
+    /// A world whose proxy has the sandbox CA `ca` for the plan's credential hosts, dialling
+    /// `upstream` for every address.
+    pub async fn with_credentials(
+        plan: &EgressPlan,
+        upstream: SocketAddr,
+        ca: Option<Arc<crate::egress::credentials::SandboxCa>>,
+    ) -> World {
+        Self::build(plan, upstream, None, Some(ca)).await
     }
 
     /// A world whose proxy has `timeouts` and dials with a small send buffer.
     pub async fn with_timeouts(plan: &EgressPlan, up: &Upstream, timeouts: Timeouts) -> World {
-        Self::build(plan, up, Some(timeouts)).await
+        Self::build(plan, up.addr, Some(timeouts), None).await
     }
 
-    async fn build(plan: &EgressPlan, up: &Upstream, timeouts: Option<Timeouts>) -> World {
+    async fn build(
+        plan: &EgressPlan,
+        upstream: SocketAddr,
+        timeouts: Option<Timeouts>,
+        ca: Option<Option<Arc<crate::egress::credentials::SandboxCa>>>,
+    ) -> World {
         let (tx, ends) = mpsc::unbounded_channel();
         let sink = Arc::new(MemorySink::default());
         let resolver = Arc::new(FakeResolver::default());
         let dialer = Arc::new(FakeDialer {
-            upstream: up.addr,
+            upstream,
             dialed: Mutex::new(Vec::new()),
             small_buffer: timeouts.is_some(),
         });
@@ -466,6 +561,10 @@ impl World {
         );
         let proxy = match timeouts {
             Some(t) => proxy.with_timeouts(t),
+            None => proxy,
+        };
+        let proxy = match ca {
+            Some(ca) => proxy.with_credentials(ca),
             None => proxy,
         };
         let opts = SupervisorOptions {

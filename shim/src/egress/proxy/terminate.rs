@@ -1,0 +1,547 @@
+//! A credential host's CONNECT, after the allowlist, resolution and guard: the proxy is the
+//! TLS server (a leaf for the host signed by the sandbox's CA, HTTP/1.1 only), reads one
+//! request head with the bounded parser, checks the credential's `METHOD /path` rules, puts
+//! the credential's header in place of any the workload sent, and forwards that one request
+//! (`Connection: close`) over TLS to the checked address, verifying the upstream's certificate
+//! for the host. Only the request's own body follows it; anything after is held back.
+//!
+//! The credential's value is read from its file for each request and goes into the upstream
+//! head only: never into a record, a log line, an error or a refusal.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use policy_injector::egress::{path_is_plain, CredentialPlan};
+use policy_injector::EgressPlan;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_util::sync::CancellationToken;
+
+use super::{gone, stalled, Inbound, MuxStream, Proxy, Record, Stop, Verdict, ANSWERED};
+use crate::egress::audit::EgressEvent;
+use crate::egress::credentials::{read_value, upstream_config, SandboxCa};
+use crate::egress::http::{self, MAX_HEAD};
+
+/// What the proxy needs for its credential hosts.
+pub(super) struct Credentials {
+    ca: Option<Arc<SandboxCa>>,
+    /// The upstream TLS configuration, or why there is none (said to the workload, audited).
+    upstream: Result<Arc<rustls::ClientConfig>, String>,
+}
+
+impl Credentials {
+    pub(super) fn new(ca: Option<Arc<SandboxCa>>, plan: &EgressPlan) -> Credentials {
+        Credentials {
+            ca,
+            upstream: upstream_config(plan.upstream_ca_file()).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Bytes in flight between the workload's stream and the TLS server, each way.
+const BRIDGE_BUFFER: usize = 64 * 1024;
+
+/// Headers the proxy writes itself.
+fn framed_by_proxy(name: &str) -> bool {
+    name.eq_ignore_ascii_case("connection")
+}
+
+impl Proxy {
+    /// Serves a credential host's tunnel (the CONNECT was answered 200). `first`: what the
+    /// workload sent after the CONNECT head.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn terminate(
+        &self,
+        stream: &mut MuxStream,
+        host: &str,
+        port: u16,
+        addr: SocketAddr,
+        cred: &CredentialPlan,
+        first: Vec<u8>,
+        r: &mut Record,
+    ) -> Result<(), Stop> {
+        let ca = self.credentials.as_ref().and_then(|c| c.ca.clone());
+        let Some(ca) = ca else {
+            // Fail closed: without the sandbox's CA the proxy cannot add the credential, and a
+            // plain tunnel would let the workload use the host without the credential's rules.
+            return Err(Stop {
+                status: 0,
+                verdict: Verdict::Failed,
+                rule: "credential-unavailable".into(),
+                reason: format!(
+                    "egress refused: {host} gets a credential from the proxy, but this sandbox has no CA to terminate TLS with"
+                ),
+            });
+        };
+        let server = ca.server_config(host).map_err(|e| Stop {
+            status: 0,
+            verdict: Verdict::Failed,
+            rule: "credential-unavailable".into(),
+            reason: format!("egress refused: {e}"),
+        })?;
+        let (ours, theirs) = tokio::io::duplex(BRIDGE_BUFFER);
+        let done = CancellationToken::new();
+        let write_timeout = self.timeouts.write;
+        let (reader, writer) = stream.halves();
+        let (mut tr, mut tw) = tokio::io::split(theirs);
+        // The workload's bytes (TLS records) into the server side, until the exchange ends.
+        let to_tls = async {
+            if !first.is_empty() && tw.write_all(&first).await.is_err() {
+                return;
+            }
+            loop {
+                tokio::select! {
+                    () = done.cancelled() => return,
+                    m = reader.recv() => match m {
+                        Inbound::Data(d) => {
+                            tokio::select! {
+                                () = done.cancelled() => return,
+                                w = tw.write_all(&d) => if w.is_err() { return },
+                            }
+                            reader.consumed(d.len());
+                        }
+                        Inbound::Eof | Inbound::Reset => {
+                            let _ = tw.shutdown().await;
+                            return;
+                        }
+                    }
+                }
+            }
+        };
+        // The server side's TLS records back to the workload, until it closes.
+        let from_tls = async {
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                match tr.read(&mut buf).await {
+                    Ok(0) | Err(_) => {
+                        writer.send_eof();
+                        return;
+                    }
+                    Ok(n) => {
+                        match tokio::time::timeout(write_timeout, writer.send(&buf[..n])).await {
+                            Ok(Ok(())) => {}
+                            _ => return,
+                        }
+                    }
+                }
+            }
+        };
+        let inner = async {
+            let result = self.inside(ours, host, port, addr, cred, server, r).await;
+            done.cancel();
+            result
+        };
+        let (result, (), ()) = tokio::join!(inner, to_tls, from_tls);
+        result
+    }
+
+    /// The TLS server side: handshake, one request, the credential, the upstream.
+    #[allow(clippy::too_many_arguments)]
+    async fn inside(
+        &self,
+        io: DuplexStream,
+        host: &str,
+        port: u16,
+        addr: SocketAddr,
+        cred: &CredentialPlan,
+        server: Arc<rustls::ServerConfig>,
+        r: &mut Record,
+    ) -> Result<(), Stop> {
+        let cut = |rule: &str, reason: String| Stop {
+            status: 0,
+            verdict: Verdict::Denied,
+            rule: rule.into(),
+            reason,
+        };
+        let accepted = tokio::time::timeout(
+            self.timeouts.client_hello,
+            TlsAcceptor::from(server).accept(io),
+        )
+        .await;
+        let mut tls = match accepted {
+            Err(_) => {
+                return Err(cut(
+                    "tls-handshake",
+                    "egress denied: no TLS handshake in time".into(),
+                ))
+            }
+            Ok(Err(e)) => {
+                return Err(cut(
+                    "tls-handshake",
+                    format!("egress denied: TLS handshake for {host} failed: {e}"),
+                ))
+            }
+            Ok(Ok(t)) => t,
+        };
+        let sni = tls.get_ref().1.server_name().map(str::to_string);
+        match &sni {
+            Some(name) if name == host => {}
+            Some(name) => {
+                return Err(cut(
+                    "sni-mismatch",
+                    format!("egress denied: TLS server name {name} differs from the CONNECT host {host} (domain fronting)"),
+                ))
+            }
+            None if self.plan.require_sni => {
+                return Err(cut(
+                    "sni-missing",
+                    format!("egress denied: the TLS ClientHello for {host} carries no server name (policy {} requires it)", self.policy_name()),
+                ))
+            }
+            None => {}
+        }
+        r.rec.sni = sni;
+
+        // One request head, bounded in size and time.
+        let mut buf: Vec<u8> = Vec::new();
+        let deadline = tokio::time::Instant::now() + self.timeouts.head;
+        let head_end = loop {
+            if let Some(n) = http::head_len(&buf) {
+                break n;
+            }
+            if buf.len() > MAX_HEAD {
+                return self
+                    .answer(
+                        &mut tls,
+                        431,
+                        "bad-request",
+                        Verdict::Denied,
+                        format!("egress proxy: request head longer than {MAX_HEAD} bytes"),
+                    )
+                    .await;
+            }
+            let mut chunk = [0u8; 4096];
+            match tokio::time::timeout_at(deadline, tls.read(&mut chunk)).await {
+                Err(_) => {
+                    return self
+                        .answer(
+                            &mut tls,
+                            408,
+                            "timeout",
+                            Verdict::Denied,
+                            "egress proxy: no complete request head in time".into(),
+                        )
+                        .await
+                }
+                Ok(Ok(0)) | Ok(Err(_)) if buf.is_empty() => {
+                    return Err(gone("the workload closed before sending a request"))
+                }
+                Ok(Ok(0)) | Ok(Err(_)) => {
+                    return Err(gone("the workload closed within its request head"))
+                }
+                Ok(Ok(k)) => buf.extend_from_slice(&chunk[..k]),
+            }
+        };
+        let req = match http::parse_origin_head(&buf[..head_end], host, port) {
+            Ok(q) => q,
+            Err(e) => {
+                return self
+                    .answer(
+                        &mut tls,
+                        e.status,
+                        "bad-request",
+                        Verdict::Denied,
+                        format!("egress proxy: bad request: {}", e.reason),
+                    )
+                    .await
+            }
+        };
+        let path = req
+            .target
+            .split_once('?')
+            .map_or(req.target.as_str(), |(p, _)| p);
+        let rule = if cred.rules.is_empty() {
+            None
+        } else {
+            let hit = path_is_plain(&req.target)
+                .then(|| {
+                    cred.rules
+                        .iter()
+                        .find(|x| x.allows(&req.method, &req.target))
+                })
+                .flatten();
+            match hit {
+                Some(x) => Some(x.to_string()),
+                None => {
+                    let rules: Vec<String> = cred.rules.iter().map(ToString::to_string).collect();
+                    return self
+                        .answer(
+                            &mut tls,
+                            403,
+                            "credential-rule",
+                            Verdict::Denied,
+                            format!(
+                                "egress denied: {} {path} is not allowed with the credential for {host} by policy {} (allowed: {})",
+                                req.method,
+                                self.policy_name(),
+                                rules.join(", ")
+                            ),
+                        )
+                        .await;
+                }
+            }
+        };
+        let upstream_config = match self.credentials.as_ref().map(|c| &c.upstream) {
+            Some(Ok(c)) => c.clone(),
+            Some(Err(why)) => {
+                return self
+                    .answer(
+                        &mut tls,
+                        502,
+                        "upstream-ca",
+                        Verdict::Failed,
+                        format!("egress proxy: cannot verify {host}: {why}"),
+                    )
+                    .await
+            }
+            None => unreachable!("terminate runs only with credentials"),
+        };
+        let value = match read_value(host, cred) {
+            Ok(v) => v,
+            Err(e) => {
+                return self
+                    .answer(
+                        &mut tls,
+                        502,
+                        "credential-unavailable",
+                        Verdict::Failed,
+                        format!("egress proxy: {e}"),
+                    )
+                    .await
+            }
+        };
+        let tcp = match self.dialer.dial(addr).await {
+            Ok(t) => t,
+            Err(e) => {
+                return self
+                    .answer(
+                        &mut tls,
+                        502,
+                        "dial",
+                        Verdict::Failed,
+                        format!("egress proxy: {host} ({addr}) is unreachable: {e}"),
+                    )
+                    .await
+            }
+        };
+        let name = ServerName::try_from(host.to_string()).map_err(|e| Stop {
+            status: 0,
+            verdict: Verdict::Failed,
+            rule: "upstream-tls".into(),
+            reason: format!("egress proxy: {host} is no TLS server name: {e}"),
+        })?;
+        let connected = tokio::time::timeout(
+            self.timeouts.client_hello,
+            TlsConnector::from(upstream_config).connect(name, tcp),
+        )
+        .await;
+        let up = match connected {
+            Ok(Ok(u)) => u,
+            Ok(Err(e)) => {
+                return self
+                    .answer(
+                        &mut tls,
+                        502,
+                        "upstream-tls",
+                        Verdict::Failed,
+                        format!("egress proxy: TLS to {host} ({addr}) failed: {e}"),
+                    )
+                    .await
+            }
+            Err(_) => {
+                return self
+                    .answer(
+                        &mut tls,
+                        504,
+                        "upstream-tls",
+                        Verdict::Failed,
+                        format!("egress proxy: no TLS handshake from {host} ({addr}) in time"),
+                    )
+                    .await
+            }
+        };
+
+        // The upstream head: the workload's, its header of the credential's name dropped, the
+        // credential added, one request per connection.
+        let mut head = format!("{} {} HTTP/1.1\r\n", req.method, req.target);
+        if !req
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("host"))
+        {
+            if port == 443 {
+                head.push_str(&format!("Host: {host}\r\n"));
+            } else {
+                head.push_str(&format!("Host: {host}:{port}\r\n"));
+            }
+        }
+        let mut replaced = false;
+        for (n, v) in &req.headers {
+            if n.eq_ignore_ascii_case(&cred.header) {
+                replaced = true;
+                continue;
+            }
+            if framed_by_proxy(n) {
+                continue;
+            }
+            head.push_str(&format!("{n}: {v}\r\n"));
+        }
+        head.push_str(&cred.header);
+        head.push_str(": ");
+        head.push_str(value.expose());
+        head.push_str("\r\nConnection: close\r\n\r\n");
+        drop(value);
+
+        let rule_name = r.rec.rule.clone();
+        let cap_stop = || Stop {
+            status: 0,
+            verdict: Verdict::Cut,
+            rule: rule_name.clone(),
+            reason: format!(
+                "egress cut: the sandbox's byte cap of {} bytes was crossed",
+                self.plan.max_bytes
+            ),
+        };
+        let (mut ur, mut uw) = tokio::io::split(up);
+        let (mut cr, mut cw) = tokio::io::split(tls);
+        if !self.charge(head.len()) {
+            return Err(cap_stop());
+        }
+        self.pace(head.len()).await;
+        match tokio::time::timeout(self.timeouts.write, uw.write_all(head.as_bytes())).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(super::upstream_gone(e, &rule_name)),
+            Err(_) => return Err(stalled(&rule_name, "the upstream", self.timeouts.write)),
+        }
+        r.rec.bytes_up += head.len() as u64;
+        drop(head);
+        self.emit(EgressEvent::CredentialInjected {
+            host: host.to_string(),
+            port,
+            header: cred.header.clone(),
+            rule,
+            method: req.method.clone(),
+            replaced_workload_header: replaced,
+        });
+        r.rec.verdict = Verdict::Allowed;
+
+        // The request's body (its Content-Length), then nothing more from the workload.
+        let after = &buf[head_end..];
+        let body_now = usize::try_from(req.body_len)
+            .unwrap_or(usize::MAX)
+            .min(after.len());
+        r.held_back += (after.len() - body_now) as u64;
+        let mut left = req.body_len - body_now as u64;
+        let first_body = after[..body_now].to_vec();
+        let mut up_bytes = 0u64;
+        let mut down_bytes = 0u64;
+        let upload = async {
+            let mut chunk = first_body;
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                if !chunk.is_empty() {
+                    if !self.charge(chunk.len()) {
+                        return Err(cap_stop());
+                    }
+                    self.pace(chunk.len()).await;
+                    match tokio::time::timeout(self.timeouts.write, uw.write_all(&chunk)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => return Err(super::upstream_gone(e, &rule_name)),
+                        Err(_) => {
+                            return Err(stalled(&rule_name, "the upstream", self.timeouts.write))
+                        }
+                    }
+                    up_bytes += chunk.len() as u64;
+                }
+                if left == 0 {
+                    return Ok::<(), Stop>(());
+                }
+                let want = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+                match tokio::time::timeout(self.timeouts.idle, cr.read(&mut buf[..want])).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => {
+                        return Err(gone("the workload closed within its request body"))
+                    }
+                    Ok(Ok(n)) => {
+                        left -= n as u64;
+                        chunk = buf[..n].to_vec();
+                    }
+                    Err(_) => return Err(stalled(&rule_name, "the workload", self.timeouts.idle)),
+                }
+            }
+        };
+        let download = async {
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let n = match tokio::time::timeout(self.timeouts.idle, ur.read(&mut buf)).await {
+                    Err(_) => {
+                        return Err(Stop {
+                            status: 0,
+                            verdict: Verdict::Cut,
+                            rule: "idle".into(),
+                            reason: format!(
+                                "egress cut: nothing from the upstream for {} s",
+                                self.timeouts.idle.as_secs()
+                            ),
+                        })
+                    }
+                    Ok(Ok(0)) => break,
+                    // An upstream that closes without TLS close_notify: its answer is over
+                    // (the request said Connection: close).
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                    Ok(Err(e)) => return Err(super::upstream_gone(e, &rule_name)),
+                    Ok(Ok(n)) => n,
+                };
+                if !self.charge(n) {
+                    return Err(cap_stop());
+                }
+                self.pace(n).await;
+                match tokio::time::timeout(self.timeouts.write, cw.write_all(&buf[..n])).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err(gone("the workload's connection is gone")),
+                    Err(_) => return Err(stalled(&rule_name, "the workload", self.timeouts.write)),
+                }
+                down_bytes += n as u64;
+            }
+            let _ = tokio::time::timeout(self.timeouts.write, cw.shutdown()).await;
+            Ok(())
+        };
+        let cut = self.cap_cut.notified();
+        tokio::pin!(cut);
+        cut.as_mut().enable();
+        let result = tokio::select! {
+            _ = &mut cut => Err(cap_stop()),
+            both = async { tokio::try_join!(upload, download) } => both.map(|_| ()),
+        };
+        r.rec.bytes_up += up_bytes;
+        r.rec.bytes_down += down_bytes;
+        match result {
+            Err(stop) if stop.rule == "workload" => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Answers a refusal inside the terminated TLS connection (the client reads it as the
+    /// server's answer, reason phrase and body), then closes it.
+    async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        tls: &mut S,
+        status: u16,
+        rule: &str,
+        verdict: Verdict,
+        reason: String,
+    ) -> Result<(), Stop> {
+        let body = http::response(status, &reason);
+        let _ = tokio::time::timeout(self.timeouts.write, async {
+            tls.write_all(&body).await?;
+            tls.shutdown().await
+        })
+        .await;
+        Err(Stop {
+            status: ANSWERED,
+            verdict,
+            rule: rule.into(),
+            reason,
+        })
+    }
+}

@@ -1,0 +1,303 @@
+//! Credentials through the fake world: a real TLS client (rustls) inside "the sandbox", the
+//! proxy terminating TLS with the sandbox's CA, and an in-process TLS upstream with a test CA
+//! that records the heads it got.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, PKCS_ECDSA_P256_SHA256};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use super::fakes::*;
+use crate::egress::audit::{EgressEvent, Verdict};
+use crate::egress::credentials::SandboxCa;
+
+const SECRET: &str = "sk-planted-5f1e0c";
+const HOST: &str = "api.example.test";
+
+/// A CA of the test's own and a TLS server with its leaf for [`HOST`].
+struct TlsUpstream {
+    addr: SocketAddr,
+    ca_pem: String,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl TlsUpstream {
+    async fn start() -> TlsUpstream {
+        let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let leaf_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let leaf = CertificateParams::new(vec![HOST.to_string()])
+            .unwrap()
+            .signed_by(&leaf_key, &ca, &ca_key)
+            .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
+            )
+            .unwrap();
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let seen = heads.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut got = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tls.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    seen.lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&got).into_owned());
+                    let _ = tls
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                        )
+                        .await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        TlsUpstream {
+            addr,
+            ca_pem: ca.pem(),
+            heads,
+        }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+/// The plan: [`HOST`] with a credential from `key_file`, upstream verified against `ca_file`.
+fn plan(key_file: &str, ca_file: &str, rules: &str) -> policy_injector::EgressPlan {
+    policy(&[
+        &format!("upstream_ca = {ca_file:?}"),
+        &format!(
+            "credentials = {{ {HOST:?} = {{ header = \"x-api-key\", file = {key_file:?}, rules = [{rules}] }} }}"
+        ),
+    ])
+}
+
+struct Files {
+    _dir: tempfile::TempDir,
+    key: String,
+    ca: String,
+}
+
+fn files(up: &TlsUpstream) -> Files {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("api-key");
+    std::fs::write(&key, format!("{SECRET}\n")).unwrap();
+    let ca = dir.path().join("upstream-ca.pem");
+    std::fs::write(&ca, &up.ca_pem).unwrap();
+    Files {
+        key: key.display().to_string(),
+        ca: ca.display().to_string(),
+        _dir: dir,
+    }
+}
+
+/// One request from "the sandbox": CONNECT, TLS trusting only the sandbox's CA, `request`;
+/// the whole answer.
+async fn request(s: &Streams, id: u32, ca: &SandboxCa, request: &str) -> String {
+    let (head, io) = s
+        .connect(
+            id,
+            format!("CONNECT {HOST}:443 HTTP/1.1\r\n\r\n").as_bytes(),
+        )
+        .await;
+    assert_eq!(head, b"HTTP/1.1 200 Connection established\r\n\r\n");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.cert_der()).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let mut tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from(HOST).unwrap(), io)
+        .await
+        .expect("the sandbox's CA verifies the proxy's leaf for the host");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+fn everything_recorded(w: &World) -> String {
+    format!("{:?}", w.events())
+}
+
+#[tokio::test]
+async fn the_credential_replaces_the_workloads_header_and_never_shows() {
+    let up = TlsUpstream::start().await;
+    let f = files(&up);
+    let ca = Arc::new(SandboxCa::new("sb", &[HOST.to_string()]).unwrap());
+    let mut w = World::with_credentials(&plan(&f.key, &f.ca, ""), up.addr, Some(ca.clone())).await;
+    let s = w.forwarder().await.into_streams();
+    let answer = request(
+        &s,
+        1,
+        &ca,
+        &format!("POST /v1/messages HTTP/1.1\r\nHost: {HOST}\r\nX-Api-Key: workload-guess\r\nContent-Length: 4\r\n\r\nbody"),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.ends_with("ok"), "{answer}");
+    let heads = up.heads();
+    assert_eq!(heads.len(), 1);
+    let head = &heads[0];
+    assert!(head.starts_with("POST /v1/messages HTTP/1.1\r\n"), "{head}");
+    assert!(head.contains(&format!("x-api-key: {SECRET}\r\n")), "{head}");
+    assert!(!head.contains("workload-guess"), "{head}");
+    assert_eq!(head.to_ascii_lowercase().matches("x-api-key").count(), 1);
+    assert!(head.contains("Connection: close\r\n"), "{head}");
+    let rec = w.connection_record().await;
+    assert_eq!(rec.verdict, Verdict::Allowed, "{rec:?}");
+    assert_eq!(rec.sni.as_deref(), Some(HOST));
+    assert!(w.events().iter().any(|e| matches!(e,
+        EgressEvent::CredentialInjected { host, header, rule: None, replaced_workload_header: true, .. }
+            if host == HOST && header == "x-api-key")));
+
+    // Rotation: the next request carries the file's new value, without a restart.
+    std::fs::write(&f.key, "sk-rotated-77\n").unwrap();
+    let answer = request(&s, 2, &ca, "GET /v1/models HTTP/1.1\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    let heads = up.heads();
+    assert!(
+        heads[1].contains("x-api-key: sk-rotated-77\r\n"),
+        "{}",
+        heads[1]
+    );
+    assert!(
+        heads[1].contains(&format!("Host: {HOST}\r\n")),
+        "{}",
+        heads[1]
+    );
+    w.connection_record().await;
+    let all = everything_recorded(&w);
+    assert!(
+        !all.contains(SECRET) && !all.contains("sk-rotated"),
+        "{all}"
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_outside_the_rules_is_refused_with_the_reason_and_never_dialled() {
+    let up = TlsUpstream::start().await;
+    let f = files(&up);
+    let ca = Arc::new(SandboxCa::new("sb", &[HOST.to_string()]).unwrap());
+    let p = plan(&f.key, &f.ca, "\"POST /v1/messages\", \"GET /v1/models\"");
+    let mut w = World::with_credentials(&p, up.addr, Some(ca.clone())).await;
+    let s = w.forwarder().await.into_streams();
+    for (id, req) in [
+        (1, "DELETE /v1/messages HTTP/1.1\r\n\r\n"),
+        (2, "GET /v1/models/../admin HTTP/1.1\r\n\r\n"),
+        (3, "GET /v1/modelsX HTTP/1.1\r\n\r\n"),
+    ] {
+        let answer = request(&s, id, &ca, req).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 403 egress denied: "),
+            "{req}: {answer}"
+        );
+        assert!(
+            answer.contains("allowed: POST /v1/messages, GET /v1/models"),
+            "{answer}"
+        );
+        let rec = w.connection_record().await;
+        assert_eq!(
+            (rec.verdict, rec.rule.as_str()),
+            (Verdict::Denied, "credential-rule")
+        );
+    }
+    // Pipelining is no way around them: one request per connection, the rest held back.
+    let answer = request(
+        &s,
+        4,
+        &ca,
+        "GET /v1/models HTTP/1.1\r\n\r\nDELETE /v1/messages HTTP/1.1\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert_eq!(up.heads().len(), 1);
+    assert!(up.heads()[0].starts_with("GET /v1/models HTTP/1.1"));
+    assert!(!up.heads()[0].contains("DELETE"));
+    w.connection_record().await;
+    assert!(w.events().iter().any(|e| matches!(e,
+        EgressEvent::CredentialInjected { rule: Some(r), .. } if r == "GET /v1/models")));
+    assert!(!everything_recorded(&w).contains(SECRET));
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn an_untrusted_upstream_or_a_missing_ca_fails_closed() {
+    let up = TlsUpstream::start().await;
+    let f = files(&up);
+    let other = TlsUpstream::start().await;
+    let wrong = files(&other);
+    let ca = Arc::new(SandboxCa::new("sb", &[HOST.to_string()]).unwrap());
+    // The upstream's certificate does not chain to upstream_ca: 502, nothing sent.
+    let mut w =
+        World::with_credentials(&plan(&f.key, &wrong.ca, ""), up.addr, Some(ca.clone())).await;
+    let s = w.forwarder().await.into_streams();
+    let answer = request(&s, 1, &ca, "GET / HTTP/1.1\r\n\r\n").await;
+    assert!(
+        answer.starts_with("HTTP/1.1 502 egress proxy: TLS to api.example.test"),
+        "{answer}"
+    );
+    assert!(up.heads().is_empty());
+    let rec = w.connection_record().await;
+    assert_eq!(
+        (rec.verdict, rec.rule.as_str()),
+        (Verdict::Failed, "upstream-tls")
+    );
+    w.stop().await;
+    // No CA for the sandbox: the tunnel is cut, not opened without the credential's checks.
+    let mut w = World::with_credentials(&plan(&f.key, &f.ca, ""), up.addr, None).await;
+    let mut fw = w.forwarder().await;
+    fw.open(1).await;
+    fw.data(1, format!("CONNECT {HOST}:443 HTTP/1.1\r\n\r\n").as_bytes())
+        .await;
+    fw.read_until(1, b"\r\n\r\n").await;
+    let (_, end) = fw.read_to_end(1).await;
+    assert_eq!(end, End::Close);
+    let rec = w.connection_record().await;
+    assert_eq!(
+        (rec.verdict, rec.rule.as_str()),
+        (Verdict::Failed, "credential-unavailable")
+    );
+    assert!(w.dialed().is_empty());
+    w.stop().await;
+}
