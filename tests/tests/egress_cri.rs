@@ -53,8 +53,10 @@ impl Drop for PodLocalServer {
 
 #[test]
 fn a_pods_containers_share_one_forwarder_and_the_proxy_dials_from_the_pods_netns() {
+    // The section ends inside [network.egress]: the pod's cap goes there (a rate the flood
+    // below does not meet, so its counts are exact).
     let policy = format!(
-        "version = 1\n{}",
+        "version = 1\n{}max_connections = 20\nmax_connection_rate = 4000\n",
         egress_section(
             &["podlocal.example.test:8081"],
             &[("podlocal.example.test", "127.0.0.1".into())],
@@ -85,13 +87,58 @@ fn a_pods_containers_share_one_forwarder_and_the_proxy_dials_from_the_pods_netns
         assert!(out.success() && out.stdout == BODY, "{id}: {out}");
     }
 
-    // One forwarder for the pod, in its sandbox container; both containers' connections went
-    // through it and are filed under the sandbox.
-    let audit: Vec<serde_json::Value> = cri
-        .audit_log()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
+    // A flood from the first container meets the pod's cap: 100 connections held open at
+    // once, 20 tunnels, the rest answered 503 or closed at once by the forwarder, none silent.
+    let flood = "exec sandbox-probe http-flood \"$https_proxy\" podlocal.example.test 8081 100 20";
+    let out = cri
+        .client()
+        .exec_sync(&ids[0], &["sh", "-c", flood], 60)
+        .unwrap();
+    assert!(out.success(), "{out}");
+    eprintln!("flood through a CRI pod: {}", out.stdout.trim());
+    let counts: std::collections::HashMap<&str, usize> = out
+        .stdout
+        .trim()
+        .strip_prefix("ok ")
+        .unwrap_or_else(|| panic!("{out}"))
+        .split(' ')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k, v.parse().unwrap()))
         .collect();
+    assert_eq!(counts["s200"], 20, "{out}");
+    assert_eq!(
+        (counts["silent"], counts["unconnected"], counts["other"]),
+        (0, 0, 0),
+        "{out}"
+    );
+    assert_eq!(
+        counts["s200"] + counts["s503"] + counts["s429"] + counts["closed"],
+        100,
+        "{out}"
+    );
+
+    // One forwarder for the pod, in its sandbox container; both containers' connections went
+    // through it and are filed under the sandbox. The flood's tunnels are recorded as they
+    // close, after the exec returned: every connection's record is waited for.
+    let read_audit = || -> Vec<serde_json::Value> {
+        cri.audit_log()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let audit = gvisor_hardened_tests::poll_until(
+        "a record for every connection",
+        std::time::Duration::from_secs(30),
+        || {
+            let audit = read_audit();
+            let n = audit
+                .iter()
+                .filter(|r| r["event"] == "egress-connection")
+                .count();
+            (n >= 2 + 100).then_some(audit)
+        },
+    )
+    .unwrap();
     let ready: Vec<_> = audit
         .iter()
         .filter(|r| r["event"] == "egress-forwarder-ready")
@@ -106,6 +153,14 @@ fn a_pods_containers_share_one_forwarder_and_the_proxy_dials_from_the_pods_netns
                 && r["sandbox_id"] == pod.id.as_str()
         })
         .count();
-    assert_eq!(allowed, 2, "{audit:?}");
+    assert_eq!(allowed, 2 + 20);
+    let by_rule = |rule: &str| {
+        audit
+            .iter()
+            .filter(|r| r["event"] == "egress-connection" && r["rule"] == rule)
+            .count()
+    };
+    assert_eq!(by_rule("max-connections"), counts["s503"]);
+    assert_eq!(by_rule("forwarder-limit"), counts["closed"]);
     cri.remove_pod(&pod).unwrap();
 }
