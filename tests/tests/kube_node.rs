@@ -771,6 +771,145 @@ fn node_label(ctx: &Ctx) -> String {
     )
 }
 
+/// The `policy.path` of the container's create record in an audit log.
+fn create_record_policy(log: &str, container_id: &str) -> Option<String> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["event"] == "create" && r["container_id"] == container_id)
+        .and_then(|r| r["policy"]["path"].as_str().map(str::to_string))
+}
+
+/// The value of the sample `name` + `labels` (`{policy="..."}` or empty) in an exposition.
+fn sample(exposition: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = format!("{name}{labels} ");
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+const INSTALLER_NS: &str = "gvisor-hardened-system";
+
+/// The exporter's families that count the hardened pod, by its policy.
+const COUNTED: [&str; 3] = [
+    "gvh_sandboxes_created_total",
+    "gvh_sandboxes_running",
+    "gvh_containers_created_total",
+];
+
+/// Scrapes the node's installer pod's exporter (port 9464, the DaemonSet's `metrics` port)
+/// through the API server's pod proxy: the API server dials the pod's IP on the node's bridge,
+/// as a Prometheus discovering the pod by its annotations would. Polls until the hardened
+/// pod's sandbox is counted under `policy` and the chain gauge is 1; the exporter follows the
+/// log every 250 ms, and the pod may still be coming up.
+fn assert_exporter_counts(ctx: &Ctx, policy: &str) {
+    let k = &ctx.node;
+    let labels = format!("{{policy=\"{policy}\"}}");
+    let mut last = String::new();
+    let scraped = poll_until(
+        "the installer pod's exporter to count the pod",
+        READY,
+        || {
+            let pods = k
+                .kubectl()
+                .args(["-n", INSTALLER_NS, "get", "pods", "-o", "name"])
+                .args(["-l", "app.kubernetes.io/component=installer"])
+                .output()
+                .ok()?;
+            let pod = pods.stdout.trim().strip_prefix("pod/")?.to_string();
+            let out = k
+                .kubectl()
+                .args(["get", "--raw"])
+                .arg(format!(
+                    "/api/v1/namespaces/{INSTALLER_NS}/pods/{pod}:9464/proxy/metrics"
+                ))
+                .output()
+                .ok()?;
+            last = format!("{out}");
+            let text = out.success().then_some(out.stdout)?;
+            // One pod: its sandbox (pause) and its app container; at least, as the kubelet
+            // may have retried a create cut off by the installer's containerd restart.
+            let counted = COUNTED
+                .iter()
+                .zip([1.0, 1.0, 2.0])
+                .all(|(name, min)| sample(&text, name, &labels).is_some_and(|v| v >= min))
+                && sample(&text, "gvh_audit_chain_intact", "")? == 1.0;
+            counted.then_some(text)
+        },
+    );
+    let text = scraped.unwrap_or_else(|e| {
+        let logs = k
+            .kubectl()
+            .args([
+                "-n",
+                INSTALLER_NS,
+                "logs",
+                "daemonset/gvisor-hardened-installer",
+            ])
+            .args(["-c", "metrics"])
+            .output()
+            .map(|o| format!("{o}"))
+            .unwrap_or_default();
+        panic!("{e}\nlast scrape: {last}\nmetrics container logs: {logs}")
+    });
+    let seen: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("gvh_audit_chain_intact ")
+                || COUNTED
+                    .iter()
+                    .any(|n| l.starts_with(&format!("{n}{labels} ")))
+        })
+        .collect();
+    println!("exporter via the pod proxy: {}", seen.join("; "));
+    // The kubelet's readiness probe (GET /metrics on the named port) passes too.
+    poll_until("the metrics container ready", READY, || {
+        let ready = k.jsonpath(
+            INSTALLER_NS,
+            "pods",
+            "{.items[0].status.containerStatuses[?(@.name==\"metrics\")].ready}",
+        );
+        (ready == "true").then_some(())
+    })
+    .unwrap();
+    // No other policy ran a sandbox under the installed shim: one series.
+    let policies: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("gvh_sandboxes_created_total{"))
+        .collect();
+    assert_eq!(policies.len(), 1, "{text}");
+}
+
+/// What the counts above were read with: the exporter process (visible here, the pod shares
+/// the host's PID namespace) runs as uid 0 with no capability at all and no_new_privs, sees no
+/// host `/`, and the log it read is root's, mode 0600: the owner's bits alone let it read.
+fn assert_exporter_unprivileged(overlay: &InstallerOverlay) {
+    let procs = gvisor_hardened_tests::inspect::processes_mentioning(
+        "policy-injector audit metrics --log /var/log/gvisor-hardened/audit.jsonl --listen 0.0.0.0:9464",
+    );
+    assert_eq!(procs.len(), 1, "{procs:?}");
+    let pid = procs[0].pid;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    assert_eq!(field("Uid"), "0 0 0 0", "{status}");
+    for caps in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(field(caps), "0000000000000000", "{caps}: {status}");
+    }
+    assert_eq!(field("NoNewPrivs"), "1", "{status}");
+    let root = std::path::PathBuf::from(format!("/proc/{pid}/root"));
+    assert!(root.join("var/log/gvisor-hardened/audit.jsonl").is_file());
+    assert!(!root.join("host").exists(), "the exporter sees a /host");
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(overlay.audit_dir().join("audit.jsonl")).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600));
+}
+
 fn installer_daemonset_installs_and_uninstalls(ctx: &Ctx) {
     let k = &ctx.node;
     uninstall_directly(k, &ctx.installed).unwrap();
@@ -803,6 +942,8 @@ fn installer_daemonset_installs_and_uninstalls(ctx: &Ctx) {
                 "gvisor-hardened-system",
                 "logs",
                 "daemonset/gvisor-hardened-installer",
+                "-c",
+                "installer",
             ])
             .output()
             .map(|o| format!("{o}"))
@@ -835,6 +976,15 @@ fn installer_daemonset_installs_and_uninstalls(ctx: &Ctx) {
         overlay.audit_log().contains(&cid),
         "no audit record for {cid} in the installed policy's log"
     );
+    // The metrics container of the node's installer pod counts the pod's sandbox under the
+    // policy its create record names, and found the log's chain intact.
+    let policy = overlay.default_policy().display().to_string();
+    assert_eq!(
+        create_record_policy(&overlay.audit_log(), &cid).as_deref(),
+        Some(policy.as_str())
+    );
+    assert_exporter_counts(ctx, &policy);
+    assert_exporter_unprivileged(&overlay);
     k.delete_pod(&hns, "hardened").unwrap();
 
     // The runc pod is the same container, never restarted.
@@ -858,6 +1008,8 @@ fn installer_daemonset_installs_and_uninstalls(ctx: &Ctx) {
             "logs",
             "-f",
             "daemonset/gvisor-hardened-installer",
+            "-c",
+            "installer",
         ])
         .stdout(std::fs::File::create(&log_path).unwrap())
         .stderr(Stdio::null());

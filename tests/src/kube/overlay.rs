@@ -1,7 +1,8 @@
 //! A kustomize overlay of `deploy/kustomize/default` for this node: the installer DaemonSet as
 //! shipped (same image reference, RBAC, RuntimeClasses), with its host paths pointed into the
 //! node's directory through the installer's `GVH_*` variables, and the policies ConfigMap
-//! replaced by the shipped policies with their audit log and runsc root in that directory. The
+//! replaced by the shipped policies with their audit log and runsc root in that directory, and
+//! the metrics container's hostPath pointed at that directory (where the log is). The
 //! defaults would edit this machine's own /etc/containerd/config.toml and restart it with
 //! systemctl; this node's containerd lives elsewhere and restarts through its own script.
 
@@ -36,6 +37,19 @@ impl InstallerOverlay {
     }
     pub fn audit_log(&self) -> String {
         fs::read_to_string(self.layout.audit_log()).unwrap_or_default()
+    }
+    /// The directory the audit log is in: the metrics container's hostPath on this node.
+    pub fn audit_dir(&self) -> PathBuf {
+        self.layout
+            .audit_log()
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+    }
+    /// The default handler's policy as the installer installs it: the `policy` label of the
+    /// exporter's lifecycle metrics for pods of the `gvisor-hardened` class.
+    pub fn default_policy(&self) -> PathBuf {
+        self.layout.policy_dir().join("policy.toml")
     }
 
     /// Writes the overlay into `<node dir>/overlay`.
@@ -94,6 +108,14 @@ impl InstallerOverlay {
                 node.restart_script().display()
             ),
         );
+        // The metrics container reads the log's directory (mounted where the shipped policies
+        // log, so its --log stays as shipped): here that is the node's directory. The test op
+        // makes the patch fail, not silently retarget another volume, if the order changes.
+        patch.push_str(&format!(
+            "      - op: test\n        path: /spec/template/spec/volumes/{AUDIT_VOLUME_INDEX}/name\n        value: audit-log\n\
+             \x20     - op: replace\n        path: /spec/template/spec/volumes/{AUDIT_VOLUME_INDEX}/hostPath/path\n        value: {:?}\n",
+            overlay.audit_dir().display().to_string()
+        ));
         let kustomization = format!(
             "apiVersion: kustomize.config.k8s.io/v1beta1\n\
              kind: Kustomization\n\
@@ -113,6 +135,9 @@ impl InstallerOverlay {
         Ok(overlay)
     }
 }
+
+/// The `audit-log` volume's place in deploy/kustomize/base/daemonset.yaml's volumes.
+const AUDIT_VOLUME_INDEX: usize = 2;
 
 /// `to` relative to the directory `from` (kustomize refuses absolute resource paths); both
 /// absolute.
