@@ -133,6 +133,11 @@ impl Proxy {
             result
         };
         let (result, (), ()) = tokio::join!(inner, to_tls, from_tls);
+        if result.is_ok() {
+            // The answer went out with an EOF; dropping the stream before the workload hangs
+            // up would reset it, and a reset lets the forwarder drop what it has not written.
+            super::linger(stream).await;
+        }
         result
     }
 

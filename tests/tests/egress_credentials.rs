@@ -1,0 +1,485 @@
+//! Credentials that never enter the sandbox, with real parts:
+//!
+//! - Through the real forwarder (on the host, so stock TLS clients can drive it) and the shim's
+//!   proxy with the sandbox's CA: curl and Python's `urllib`, trusting only the CA bundle the
+//!   shim writes, reach a TLS upstream in a network namespace the test creates (Python's `ssl`,
+//!   a certificate of the test's own CA given as `upstream_ca`), which answers 200 only when
+//!   the planted key arrived in `x-api-key`; the workload's own `x-api-key` never arrives; a
+//!   method outside the rules is refused with the reason in the status line; the key is in no
+//!   record and not in the bundle.
+//! - Through `ctr` with the shim and runsc: the sandbox gets the CA bundle read-only and the CA
+//!   variables, its processes' environments, the bundle and its files hold no key, and the
+//!   bundle's host file goes with the sandbox.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use containerd_shim_gvisor_hardened::egress::audit::{
+    EgressEvent, MemorySink, SandboxRef, Verdict,
+};
+use containerd_shim_gvisor_hardened::egress::credentials::{write_bundle, SandboxCa};
+use containerd_shim_gvisor_hardened::egress::guard::Guard;
+use containerd_shim_gvisor_hardened::egress::net::{NetnsDialer, SystemResolver};
+use containerd_shim_gvisor_hardened::egress::supervisor::{ForwarderIo, ForwarderSpawner};
+use containerd_shim_gvisor_hardened::egress::{EgressSupervisor, Proxy, SupervisorOptions};
+use gvisor_hardened_tests::egress::{egress_section, forwarder_binary, UpstreamNetns};
+use gvisor_hardened_tests::fault::TestPolicy;
+use gvisor_hardened_tests::*;
+use policy_injector::{EgressPlan, Policy};
+
+const WAIT: Duration = Duration::from_secs(20);
+const HOST: &str = "api.example.test";
+const SECRET: &str = "sk-planted-credential-9c41e7";
+
+/// Standard base64, so the key is not on the sandbox's command line in the clear.
+fn base64_of(s: &str) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in s.as_bytes().chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The forwarder as a plain host process listening on `listen`.
+struct HostForwarder {
+    listen: String,
+}
+
+#[async_trait]
+impl ForwarderSpawner for HostForwarder {
+    async fn spawn(&self) -> std::io::Result<ForwarderIo> {
+        let mut child = tokio::process::Command::new(forwarder_binary())
+            .args(["--listen", &self.listen])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let pid = child.id().unwrap() as i32;
+        Ok(ForwarderIo {
+            stdin: Box::new(stdin),
+            stdout: Box::new(stdout),
+            exited: Box::pin(async move { format!("{:?}", child.wait().await) }),
+            kill: Box::new(move || unsafe {
+                // SAFETY: plain kill(2) on our own child's pid.
+                libc::kill(pid, libc::SIGKILL);
+            }),
+        })
+    }
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl (hack/lib.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The upstream's CA and its leaf for [`HOST`], in `dir`: ca.pem, leaf.pem, leaf.key.
+fn upstream_certificates(dir: &Path) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec![
+        "req",
+        "-x509",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=gvh test upstream CA",
+    ];
+    ca.extend(ec);
+    ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
+    openssl(dir, &ca);
+    let mut csr = vec!["req", "-subj", "/CN=api.example.test"];
+    csr.extend(ec);
+    csr.extend(["-keyout", "leaf.key", "-out", "leaf.csr"]);
+    openssl(dir, &csr);
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "subjectAltName=DNS:api.example.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            "leaf.ext",
+            "-out",
+            "leaf.pem",
+        ],
+    );
+}
+
+/// The upstream: Python's `ssl` inside the test's namespace; answers 200 "key ok" when the
+/// request's `x-api-key` equals the key file's value, 401 otherwise; appends every head it got
+/// to `heads`.
+const UPSTREAM: &str = r#"
+import socket, ssl, sys
+addr, port, cert, key, keyfile, heads = sys.argv[1:7]
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(cert, key)
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((addr, int(port)))
+s.listen(64)
+while True:
+    c, _ = s.accept()
+    try:
+        t = ctx.wrap_socket(c, server_side=True)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            d = t.recv(4096)
+            if not d:
+                break
+            data += d
+        head = data.split(b"\r\n\r\n")[0].decode()
+        with open(heads, "a") as f:
+            f.write(head + "\n----\n")
+        want = open(keyfile).read().strip()
+        got = [l.split(":", 1)[1].strip() for l in head.split("\r\n")[1:] if l.lower().startswith("x-api-key:")]
+        ok = got == [want]
+        body = b"key ok" if ok else b"key missing"
+        t.sendall(b"HTTP/1.1 %d %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (200 if ok else 401, b"OK" if ok else b"Unauthorized", len(body)) + body)
+        t.close()
+    except Exception as e:
+        print(e, file=sys.stderr, flush=True)
+"#;
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run(cmd: &mut Command) -> (bool, String) {
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn curl_and_python_get_the_key_added_by_the_proxy_and_never_hold_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    upstream_certificates(d);
+    let keyfile = d.join("api-key");
+    std::fs::write(&keyfile, format!("{SECRET}\n")).unwrap();
+    let heads = d.join("heads.log");
+    let ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    let _upstream = Server(
+        Command::new("nsenter")
+            .arg(format!("--net={}", ns.path().display()))
+            .args(["python3", "-c", UPSTREAM, &inside, "443"])
+            .args([
+                d.join("leaf.pem"),
+                d.join("leaf.key"),
+                keyfile.clone(),
+                heads.clone(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let target: std::net::SocketAddr = format!("{inside}:443").parse().unwrap();
+    poll_until("the TLS upstream accepts", WAIT, || {
+        std::net::TcpStream::connect_timeout(&target, Duration::from_millis(200)).ok()
+    })
+    .unwrap();
+
+    let src = format!(
+        "[network.egress]\nallow = [\"{HOST}\"]\nallow_cidrs = [\"{}\"]\nhosts = {{ \"{HOST}\" = \"{inside}\" }}\n\
+         upstream_ca = \"{}\"\n\
+         credentials = {{ \"{HOST}\" = {{ header = \"x-api-key\", file = \"{}\", rules = [\"GET /v1/models\", \"POST /v1/messages\"] }} }}\n",
+        ns.cidr(),
+        d.join("ca.pem").display(),
+        keyfile.display()
+    );
+    let plan = EgressPlan::from_policy(&Policy::from_toml_str(&src).unwrap().network.egress)
+        .unwrap()
+        .unwrap();
+    // What create does for the sandbox: its CA, and the bundle (node store + CA).
+    let ca = Arc::new(SandboxCa::new("creds", &[HOST.to_string()]).unwrap());
+    let bundle = d.join("bundle/ca-bundle.pem");
+    write_bundle(
+        &bundle,
+        Path::new(policy_injector::egress::NODE_TRUST_STORE),
+        &ca.cert_pem(),
+    )
+    .unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let sink = Arc::new(MemorySink::default());
+    let sup = {
+        let _enter = rt.enter();
+        let proxy = Proxy::new(
+            plan.clone(),
+            Guard::new(plan.allow_cidrs.clone(), Vec::new()),
+            SandboxRef {
+                sandbox_id: "creds".into(),
+                container_id: "creds".into(),
+                policy: "egress-credentials".into(),
+            },
+            Arc::new(SystemResolver),
+            Arc::new(NetnsDialer::new(None, Duration::from_secs(5))),
+            sink.clone(),
+        )
+        .with_credentials(Some(ca));
+        EgressSupervisor::start(
+            Arc::new(proxy),
+            Arc::new(HostForwarder {
+                listen: listen.clone(),
+            }),
+            SupervisorOptions::default(),
+            Arc::new(|| true),
+        )
+    };
+    rt.block_on(sup.wait_ready(WAIT)).unwrap();
+    let proxy_url = format!("http://{listen}");
+    let client = |program: &str| {
+        let mut c = Command::new(program);
+        c.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", d)
+            .env("HTTPS_PROXY", &proxy_url)
+            .env("https_proxy", &proxy_url)
+            .env("SSL_CERT_FILE", &bundle)
+            .env("CURL_CA_BUNDLE", &bundle);
+        c
+    };
+    let url = format!("https://{HOST}/v1/models");
+
+    // curl, with a key of its own that must not arrive; verifying the proxy's leaf against
+    // the bundle.
+    let (ok, out) = run(client("curl").args([
+        "-sS",
+        "--fail-with-body",
+        "-H",
+        "x-api-key: workload-guess",
+        &url,
+    ]));
+    assert!(ok && out == "key ok", "curl: {out}");
+    // Python's urllib, trusting the bundle through SSL_CERT_FILE.
+    let (ok, out) = run(client("python3").args([
+        "-c",
+        "import urllib.request,sys; print(urllib.request.urlopen(sys.argv[1]).read().decode())",
+        &url,
+    ]));
+    assert!(
+        ok && out.trim() == "key ok",
+        "python: {out}\n{:#?}",
+        sink.connections()
+    );
+    // Outside the rules: refused with the reason in the status line, never sent.
+    let (_, out) = run(client("curl").args([
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-D",
+        "-",
+        "-X",
+        "DELETE",
+        &format!("https://{HOST}/v1/messages"),
+    ]));
+    assert!(
+        // After the proxy's own answer to the CONNECT, the one from inside the tunnel.
+        out.contains("\nHTTP/1.1 403 egress denied: DELETE /v1/messages is not allowed with the credential for api.example.test"),
+        "{out}"
+    );
+    // Without the bundle the clients refuse the proxy's certificate: nothing is sent.
+    let (ok, out) = run(client("curl")
+        .env("CURL_CA_BUNDLE", d.join("ca.pem"))
+        .args(["-sS", &url]));
+    assert!(!ok && out.contains("certificate"), "{out}");
+    rt.block_on(sup.stop());
+
+    let got = std::fs::read_to_string(&heads).unwrap();
+    let requests: Vec<&str> = got.split("\n----\n").filter(|h| !h.is_empty()).collect();
+    assert_eq!(requests.len(), 2, "{got}");
+    for head in &requests {
+        assert!(head.starts_with("GET /v1/models HTTP/1.1\r\n"), "{head}");
+        assert_eq!(
+            head.to_ascii_lowercase().matches("x-api-key:").count(),
+            1,
+            "{head}"
+        );
+        assert!(!head.contains("workload-guess"), "{head}");
+    }
+    let events = sink.0.lock().unwrap().clone();
+    let records: Vec<String> = events
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect();
+    let injected = events
+        .iter()
+        .filter(|e| {
+            matches!(&e.event, EgressEvent::CredentialInjected { host, header, rule: Some(r), .. }
+            if host == HOST && header == "x-api-key" && r == "GET /v1/models")
+        })
+        .count();
+    assert_eq!(injected, 2, "{records:#?}");
+    let verdicts: Vec<(Verdict, String)> = sink
+        .connections()
+        .into_iter()
+        .map(|c| (c.verdict, c.rule))
+        .collect();
+    assert!(
+        verdicts.contains(&(Verdict::Denied, "credential-rule".to_string())),
+        "{verdicts:?}"
+    );
+    for r in &records {
+        assert!(!r.contains(SECRET), "the key is in a record: {r}");
+    }
+    let bundle_text = std::fs::read_to_string(&bundle).unwrap();
+    assert!(!bundle_text.contains(SECRET) && !bundle_text.contains("PRIVATE KEY"));
+}
+
+/// Inside the sandbox: the bundle, the variables, and no key anywhere the workload can read.
+/// The key reaches the script only as a pattern file in /tmp (kept out of the search), never
+/// on a command line that /proc would show.
+const SCRIPT: &str = r#"
+echo "bundle-certs=$(grep -c 'BEGIN CERTIFICATE' /.gvisor-hardened/ca-bundle.pem)"
+echo "ssl-cert-file=$SSL_CERT_FILE"
+echo "requests=$REQUESTS_CA_BUNDLE pip=$PIP_CERT git=$GIT_SSL_CAINFO node=$NODE_EXTRA_CA_CERTS curl=$CURL_CA_BUNDLE"
+(echo x > /.gvisor-hardened/ca-bundle.pem) 2>/dev/null && echo bundle-writable || echo bundle-read-only
+echo PATTERN | base64 -d > /tmp/pattern
+echo "pattern-lines=$(wc -l < /tmp/pattern)"
+# busybox grep stops a line at a NUL: environ and cmdline are split into lines first.
+in_procs() { for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\0' '\n' < $f; done 2>/dev/null | grep -cF -f /tmp/pattern; }
+echo "procs-read=$(for f in /proc/[0-9]*/environ; do tr '\0' '\n' < $f; done 2>/dev/null | grep -c SSL_CERT_FILE)"
+echo "secret-hits=$(in_procs) $(grep -rlF -f /tmp/pattern /.gvisor-hardened /etc /root /home /var 2>/dev/null | wc -l)"
+# Controls: the same search finds the key where it was put (a file, a process's environment).
+echo "control-file=$(grep -rlF -f /tmp/pattern /tmp | wc -l)"
+# (the probe: a process exec'd with X; busybox's shell runs its applets without an exec,
+# so their /proc environ is the shell's)
+X="$(cat /tmp/pattern)" sandbox-probe sleep 30 &
+ctl=$!
+i=0
+until [ "$(in_procs)" != 0 ] || [ $i -ge 100 ]; do i=$((i+1)); sleep 0.1; done
+echo "control-environ=$(in_procs)"
+kill $ctl; wait $ctl
+exit 0
+"#;
+
+#[test]
+fn a_ctr_sandbox_gets_the_ca_bundle_and_variables_and_never_the_key() {
+    let keydir = tempfile::tempdir().unwrap();
+    let keyfile = keydir.path().join("api-key");
+    std::fs::write(&keyfile, format!("{SECRET}\n")).unwrap();
+    let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
+    let image = TestImage::ensure().unwrap();
+    c.import(&image).unwrap();
+    let section = format!(
+        "{}credentials = {{ \"{HOST}\" = {{ header = \"x-api-key\", file = \"{}\" }} }}\n",
+        egress_section(&[HOST], &[(HOST, "192.0.2.10".into())], &[]), // net-scan: data
+        keyfile.display()
+    );
+    let policy = TestPolicy::builder(&c, "egress-creds")
+        .extra(&section)
+        .write()
+        .unwrap();
+    let id = unique_id("creds");
+    let out = c
+        .run_output(
+            &Run::new(image.reference(), &id)
+                .runtime(policy.runtime())
+                .sh(SCRIPT.replace("PATTERN", &base64_of(&format!("{SECRET}\n")))),
+        )
+        .unwrap();
+    assert_eq!(out.code(), 0, "{out}");
+    let text = out.stdout.as_str();
+    let in_sandbox = "/.gvisor-hardened/ca-bundle.pem";
+    let node_certs = std::fs::read_to_string(policy_injector::egress::NODE_TRUST_STORE)
+        .map(|t| t.matches("BEGIN CERTIFICATE").count())
+        .unwrap_or(0);
+    assert!(
+        text.contains(&format!("bundle-certs={}\n", node_certs + 1)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("ssl-cert-file={in_sandbox}\n")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "requests={in_sandbox} pip={in_sandbox} git={in_sandbox} node={in_sandbox} curl={in_sandbox}"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("bundle-read-only"), "{text}");
+    // The search could find it: the pattern arrived whole.
+    assert!(text.contains("pattern-lines=1\n"), "{text}");
+    // Every process's environment was read (each holds the CA variables), and none held it.
+    assert!(!text.contains("procs-read=0\n"), "{text}");
+    assert!(text.contains("secret-hits=0 0\n"), "{text}");
+    assert!(text.contains("control-file=1\n"), "{text}");
+    assert!(text.contains("control-environ=1\n"), "{text}");
+    // The bundle's host file goes with the sandbox (ctr run --rm deleted it).
+    let host_file = policy_injector::egress::ca_bundle_host_path(c.namespace(), &id);
+    assert!(!Path::new(&host_file).exists(), "{host_file} left behind");
+    // The key is in no audit record.
+    for line in policy.audit_lines() {
+        assert!(!line.to_string().contains(SECRET), "{line}");
+    }
+    let _ = std::io::stdout().flush();
+}
