@@ -27,6 +27,7 @@ use containerd_shim_gvisor_hardened::egress::guard::Guard;
 use containerd_shim_gvisor_hardened::egress::net::{NetnsDialer, SystemResolver};
 use containerd_shim_gvisor_hardened::egress::supervisor::{ForwarderIo, ForwarderSpawner};
 use containerd_shim_gvisor_hardened::egress::{EgressSupervisor, Proxy, SupervisorOptions};
+use gvisor_hardened_tests::docker::{assert_clean_docker_shutdown, DockerOptions, Dockerd};
 use gvisor_hardened_tests::egress::{egress_section, forwarder_binary, UpstreamNetns};
 use gvisor_hardened_tests::fault::TestPolicy;
 use gvisor_hardened_tests::*;
@@ -421,6 +422,28 @@ kill $ctl; wait $ctl
 exit 0
 "#;
 
+/// The section of a policy whose credential for [`HOST`] is in `keyfile`.
+fn credentials_section(keyfile: &Path) -> String {
+    format!(
+        "{}credentials = {{ \"{HOST}\" = {{ header = \"x-api-key\", file = \"{}\" }} }}\n",
+        egress_section(&[HOST], &[(HOST, "192.0.2.10".into())], &[]), // net-scan: data
+        keyfile.display()
+    )
+}
+
+/// The bundle's host files of a sandbox `id`, in any namespace.
+fn bundle_host_files(id: &str) -> Vec<std::path::PathBuf> {
+    let root = Path::new(policy_injector::egress::credentials::CA_BUNDLE_HOST_DIR);
+    std::fs::read_dir(root)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path().join(id))
+                .filter(|p| p.exists())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[test]
 fn a_ctr_sandbox_gets_the_ca_bundle_and_variables_and_never_the_key() {
     let keydir = tempfile::tempdir().unwrap();
@@ -429,11 +452,7 @@ fn a_ctr_sandbox_gets_the_ca_bundle_and_variables_and_never_the_key() {
     let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
     let image = TestImage::ensure().unwrap();
     c.import(&image).unwrap();
-    let section = format!(
-        "{}credentials = {{ \"{HOST}\" = {{ header = \"x-api-key\", file = \"{}\" }} }}\n",
-        egress_section(&[HOST], &[(HOST, "192.0.2.10".into())], &[]), // net-scan: data
-        keyfile.display()
-    );
+    let section = credentials_section(&keyfile);
     let policy = TestPolicy::builder(&c, "egress-creds")
         .extra(&section)
         .write()
@@ -447,7 +466,48 @@ fn a_ctr_sandbox_gets_the_ca_bundle_and_variables_and_never_the_key() {
         )
         .unwrap();
     assert_eq!(out.code(), 0, "{out}");
-    let text = out.stdout.as_str();
+    assert_inside(out.stdout.as_str());
+    // The bundle's host file goes with the sandbox (ctr run --rm deleted it).
+    let host_file = policy_injector::egress::ca_bundle_host_path(c.namespace(), &id);
+    assert!(!Path::new(&host_file).exists(), "{host_file} left behind");
+    assert!(bundle_host_files(&id).is_empty());
+    // The key is in no audit record.
+    for line in policy.audit_lines() {
+        assert!(!line.to_string().contains(SECRET), "{line}");
+    }
+    let _ = std::io::stdout().flush();
+}
+
+#[test]
+fn a_docker_container_gets_the_ca_bundle_and_variables_and_never_the_key() {
+    let keydir = tempfile::tempdir().unwrap();
+    let keyfile = keydir.path().join("api-key");
+    std::fs::write(&keyfile, format!("{SECRET}\n")).unwrap();
+    let d = Dockerd::start(DockerOptions {
+        extra_policies: vec![("creds".into(), credentials_section(&keyfile))],
+    })
+    .unwrap();
+    d.import_test_image().unwrap();
+    let script = SCRIPT.replace("PATTERN", &base64_of(&format!("{SECRET}\n")));
+    let (out, id) = d.run_rm("creds", &["--network", "none"], &script).unwrap();
+    assert_eq!(out.code(), 0, "{out}");
+    assert_inside(out.stdout.as_str());
+    // The guard made the CA and wrote the bundle; both go with the sandbox.
+    assert!(
+        bundle_host_files(&id).is_empty(),
+        "{id}: bundle left behind"
+    );
+    for line in d.dir().audit_lines() {
+        assert!(!line.to_string().contains(SECRET), "{line}");
+    }
+    d.assert_container_gone(&id);
+    assert_clean_docker_shutdown(d);
+}
+
+/// What [`SCRIPT`] printed: the bundle (the node's store and one CA, read-only), the six
+/// variables, and the key found nowhere though the search reads every process and finds it
+/// where it was put.
+fn assert_inside(text: &str) {
     let in_sandbox = "/.gvisor-hardened/ca-bundle.pem";
     let node_certs = std::fs::read_to_string(policy_injector::egress::NODE_TRUST_STORE)
         .map(|t| t.matches("BEGIN CERTIFICATE").count())
@@ -474,12 +534,4 @@ fn a_ctr_sandbox_gets_the_ca_bundle_and_variables_and_never_the_key() {
     assert!(text.contains("secret-hits=0 0\n"), "{text}");
     assert!(text.contains("control-file=1\n"), "{text}");
     assert!(text.contains("control-environ=1\n"), "{text}");
-    // The bundle's host file goes with the sandbox (ctr run --rm deleted it).
-    let host_file = policy_injector::egress::ca_bundle_host_path(c.namespace(), &id);
-    assert!(!Path::new(&host_file).exists(), "{host_file} left behind");
-    // The key is in no audit record.
-    for line in policy.audit_lines() {
-        assert!(!line.to_string().contains(SECRET), "{line}");
-    }
-    let _ = std::io::stdout().flush();
 }

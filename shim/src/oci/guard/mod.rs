@@ -161,6 +161,16 @@ impl Guard {
                 return Err(());
             }
         };
+        // Egress credentials: the sandbox's CA lives in this process, which runs its proxy from
+        // `start`; the bundle its spec binds is written before runsc needs it.
+        if let Err(e) = crate::egress::credentials::prepare_sandbox(
+            record.egress.as_ref(),
+            &record.namespace,
+            &record.id,
+        ) {
+            fail(ready, &e);
+            return Err(());
+        }
         let created = runsc
             .create(
                 &record.id,
@@ -190,6 +200,7 @@ impl Guard {
             Ok(x) => x,
             Err(e) => {
                 undo(&runsc, &record).await;
+                crate::egress::credentials::forget_sandbox(&record.namespace, &record.id);
                 fail(ready, &e);
                 return Err(());
             }
@@ -299,6 +310,7 @@ impl Guard {
         if let Some(egress) = self.egress.take() {
             egress.stop().await;
         }
+        crate::egress::credentials::forget_sandbox(&self.record.namespace, &self.record.id);
         // Still in the sandbox's cgroups under Podman: no need to move out now, the exit that
         // follows takes the guard out of them, and moving between v1 hierarchies costs ~7 ms
         // on the path from the sandbox's exit to the engine seeing it.
