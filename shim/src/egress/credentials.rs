@@ -190,6 +190,14 @@ impl Secret {
     }
 }
 
+impl Drop for Secret {
+    // Overwritten before the memory is freed: a later core dump or heap reuse finds no copy
+    // here (rustls's own buffers are beyond reach).
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
 /// The most a credential file may hold.
 const MAX_VALUE: u64 = 16 * 1024;
 
@@ -212,9 +220,12 @@ pub fn read_value(host: &str, cred: &CredentialPlan) -> Result<Secret, Credentia
     let mut text = String::new();
     std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_VALUE), &mut text)
         .map_err(|_| bad("not UTF-8 text".into()))?;
-    let value = text.strip_suffix('\n').unwrap_or(&text);
+    // Owned by a Secret from here, so every way out overwrites it.
+    let mut text = Secret(text);
+    let value = text.0.strip_suffix('\n').unwrap_or(&text.0);
     let value = value.strip_suffix('\r').unwrap_or(value);
-    if value.is_empty() {
+    let len = value.len();
+    if len == 0 {
         return Err(bad("empty".into()));
     }
     if value.bytes().any(|b| (b < b' ' && b != b'\t') || b == 0x7f) {
@@ -222,7 +233,8 @@ pub fn read_value(host: &str, cred: &CredentialPlan) -> Result<Secret, Credentia
             "holds control characters or more than one line: not a header value".into(),
         ));
     }
-    Ok(Secret(value.to_string()))
+    text.0.truncate(len);
+    Ok(text)
 }
 
 /// The CAs made at create, by sandbox id, until the sandbox's delete: the proxy started later

@@ -369,7 +369,9 @@ impl Proxy {
 
         // The upstream head: the workload's, its header of the credential's name dropped, the
         // credential added, one request per connection.
-        let mut head = format!("{} {} HTTP/1.1\r\n", req.method, req.target);
+        // Overwritten when dropped, on every path: it holds the credential.
+        let mut head =
+            zeroize::Zeroizing::new(format!("{} {} HTTP/1.1\r\n", req.method, req.target));
         if !req
             .headers
             .iter()
