@@ -27,9 +27,11 @@ use containerd_shim_gvisor_hardened::egress::guard::Guard;
 use containerd_shim_gvisor_hardened::egress::net::{NetnsDialer, SystemResolver};
 use containerd_shim_gvisor_hardened::egress::supervisor::{ForwarderIo, ForwarderSpawner};
 use containerd_shim_gvisor_hardened::egress::{EgressSupervisor, Proxy, SupervisorOptions};
+use gvisor_hardened_tests::audit_tools::validate_against_schema;
 use gvisor_hardened_tests::docker::{assert_clean_docker_shutdown, DockerOptions, Dockerd};
 use gvisor_hardened_tests::egress::{egress_section, forwarder_binary, UpstreamNetns};
 use gvisor_hardened_tests::fault::TestPolicy;
+use gvisor_hardened_tests::podman::{assert_clean_podman_shutdown, Podman};
 use gvisor_hardened_tests::*;
 use policy_injector::{EgressPlan, Policy};
 
@@ -475,6 +477,7 @@ fn a_ctr_sandbox_gets_the_ca_bundle_and_variables_and_never_the_key() {
     for line in policy.audit_lines() {
         assert!(!line.to_string().contains(SECRET), "{line}");
     }
+    validate_against_schema(&[&policy.audit_path]).unwrap();
     let _ = std::io::stdout().flush();
 }
 
@@ -500,8 +503,36 @@ fn a_docker_container_gets_the_ca_bundle_and_variables_and_never_the_key() {
     for line in d.dir().audit_lines() {
         assert!(!line.to_string().contains(SECRET), "{line}");
     }
+    validate_against_schema(&[&d.dir().audit_log()]).unwrap();
     d.assert_container_gone(&id);
     assert_clean_docker_shutdown(d);
+}
+
+#[test]
+fn a_podman_container_gets_the_ca_bundle_and_variables_and_never_the_key() {
+    let keydir = tempfile::tempdir().unwrap();
+    let keyfile = keydir.path().join("api-key");
+    std::fs::write(&keyfile, format!("{SECRET}\n")).unwrap();
+    let p = Podman::new().unwrap();
+    p.import_test_image().unwrap();
+    let policy = p
+        .dir()
+        .write_policy("creds.toml", &credentials_section(&keyfile))
+        .unwrap();
+    let script = SCRIPT.replace("PATTERN", &base64_of(&format!("{SECRET}\n")));
+    let (out, id) = p.run_rm(&policy, &["--network", "none"], &script).unwrap();
+    assert_eq!(out.code(), 0, "{out}");
+    assert_inside(out.stdout.as_str());
+    assert!(
+        bundle_host_files(&id).is_empty(),
+        "{id}: bundle left behind"
+    );
+    for line in p.dir().audit_lines() {
+        assert!(!line.to_string().contains(SECRET), "{line}");
+    }
+    validate_against_schema(&[&p.dir().audit_log()]).unwrap();
+    p.assert_container_gone(&id);
+    assert_clean_podman_shutdown(p);
 }
 
 /// What [`SCRIPT`] printed: the bundle (the node's store and one CA, read-only), the six
