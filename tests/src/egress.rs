@@ -119,26 +119,9 @@ impl UpstreamNetns {
             let p = root.join(name);
             fs::write(&p, content).map_err(|e| HarnessError::io("writing", &p, e))?;
         }
-        let child = Command::new("nsenter")
-            .arg(format!("--net={}", self.path().display()))
-            .args([
-                "busybox",
-                "httpd",
-                "-f",
-                "-p",
-                &format!("{addr}:{port}"),
-                "-h",
-            ])
-            .arg(&root)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|source| HarnessError::Spawn {
-                program: "nsenter".into(),
-                source,
-            })?;
-        self.servers.push(child);
+        let listen = format!("{addr}:{port}");
+        let root = root.display().to_string();
+        self.spawn_inside(&["busybox", "httpd", "-f", "-p", &listen, "-h", &root])?;
         let url = format!("http://{addr}:{port}/{}", files[0].0);
         let path = self.path();
         poll_until(
@@ -160,6 +143,23 @@ impl UpstreamNetns {
 }
 
 impl UpstreamNetns {
+    /// Starts `argv` inside the namespace, killed when the namespace goes.
+    fn spawn_inside(&mut self, argv: &[&str]) -> Result<()> {
+        let child = Command::new("nsenter")
+            .arg(format!("--net={}", self.path().display()))
+            .args(argv)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| HarnessError::Spawn {
+                program: "nsenter".into(),
+                source,
+            })?;
+        self.servers.push(child);
+        Ok(())
+    }
+
     /// Starts an upstream inside on `addr:port` that accepts every connection and never reads
     /// from it (a small receive buffer, so uploads block soon); returns once it accepts.
     pub fn serve_stalled(&mut self, addr: &str, port: u16) -> Result<()> {
@@ -170,18 +170,7 @@ impl UpstreamNetns {
             s.listen(1024)\n\
             held = []\n\
             while True:\n    held.append(s.accept()[0])\n";
-        let child = Command::new("nsenter")
-            .arg(format!("--net={}", self.path().display()))
-            .args(["python3", "-c", script, addr, &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|source| HarnessError::Spawn {
-                program: "nsenter".into(),
-                source,
-            })?;
-        self.servers.push(child);
+        self.spawn_inside(&["python3", "-c", script, addr, &port.to_string()])?;
         // The host reaches the inside address over the veth pair.
         let target: std::net::SocketAddr = format!("{addr}:{port}")
             .parse()
@@ -419,6 +408,15 @@ pub fn hostile_names_section(ns: &UpstreamNetns) -> String {
         ],
         &[ns.cidr()],
     )
+}
+
+/// The `key=count` fields of a sandbox-probe line such as http-flood's
+/// `ok n=100 s200=20 ... silent=0` (anything before the first `key=` is ignored).
+pub fn probe_counts(line: &str) -> std::collections::HashMap<String, usize> {
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
 }
 
 /// A container's `egress-connection` audit records, in log order.

@@ -6,7 +6,7 @@
 use std::process::{Child, Command, Stdio};
 
 use gvisor_hardened_tests::cri::*;
-use gvisor_hardened_tests::egress::egress_section;
+use gvisor_hardened_tests::egress::{egress_section, probe_counts};
 use gvisor_hardened_tests::{shim_binary, TEST_IMAGE_REF};
 
 const BODY: &str = "hello from the pod's own network namespace";
@@ -96,15 +96,8 @@ fn a_pods_containers_share_one_forwarder_and_the_proxy_dials_from_the_pods_netns
         .unwrap();
     assert!(out.success(), "{out}");
     eprintln!("flood through a CRI pod: {}", out.stdout.trim());
-    let counts: std::collections::HashMap<&str, usize> = out
-        .stdout
-        .trim()
-        .strip_prefix("ok ")
-        .unwrap_or_else(|| panic!("{out}"))
-        .split(' ')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k, v.parse().unwrap()))
-        .collect();
+    assert!(out.stdout.starts_with("ok "), "{out}");
+    let counts = probe_counts(&out.stdout);
     assert_eq!(counts["s200"], 20, "{out}");
     assert_eq!(
         (counts["silent"], counts["unconnected"], counts["other"]),

@@ -7,7 +7,9 @@
 
 use gvisor_hardened_tests::audit_tools::validate_against_schema;
 use gvisor_hardened_tests::docker::{assert_clean_docker_shutdown, DockerOptions, Dockerd};
-use gvisor_hardened_tests::egress::{hostile_names_section, Connections, UpstreamNetns};
+use gvisor_hardened_tests::egress::{
+    hostile_names_section, probe_counts, Connections, UpstreamNetns,
+};
 use gvisor_hardened_tests::engine::EngineDir;
 use gvisor_hardened_tests::podman::{assert_clean_podman_shutdown, Podman};
 use gvisor_hardened_tests::*;
@@ -38,14 +40,6 @@ fn section(ns: &UpstreamNetns) -> String {
 
 const CAP: usize = 20;
 const FLOOD: usize = 100;
-
-/// The flood step's counts (`ok n=.. s200=.. ...`).
-fn flood_counts(line: &str) -> std::collections::HashMap<String, usize> {
-    line.split(' ')
-        .filter_map(|kv| kv.split_once('='))
-        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
-        .collect()
-}
 
 fn line<'a>(out: &'a str, name: &str) -> &'a str {
     out.lines()
@@ -86,7 +80,7 @@ fn assert_egress_worked(out: &CommandOutput, dir: &EngineDir, id: &str) {
     // 100 connections held open at once, cap 20: every one answered (a tunnel, a 503 with the
     // cap, or closed at once by the forwarder), none silent.
     eprintln!("{}", line(text, "flood"));
-    let flood = flood_counts(line(text, "flood"));
+    let flood = probe_counts(line(text, "flood"));
     let count = |k: &str| flood.get(k).copied().unwrap_or(usize::MAX);
     assert_eq!(count("s200"), CAP, "{text}");
     assert_eq!(

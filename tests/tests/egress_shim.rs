@@ -6,10 +6,12 @@
 
 use gvisor_hardened_tests::audit_tools::assert_chain_intact_and_records_fit_the_schema;
 use gvisor_hardened_tests::egress::{
-    egress_section, hostile_names_section, Connections, UpstreamNetns,
+    egress_section, hostile_names_section, probe_counts, Connections, UpstreamNetns,
 };
 use gvisor_hardened_tests::fault::TestPolicy;
+use gvisor_hardened_tests::poll::poll_until;
 use gvisor_hardened_tests::*;
+use std::time::Duration;
 
 const BODY: &str = "hello through the allowlist";
 
@@ -221,6 +223,110 @@ step after wget -q -O - http://upstream.example.test:8080/hello.txt
     assert_clean_shutdown(c);
 }
 
+/// A detached `sleep` sandbox with egress to `host`:8080 (the upstream namespace's inside
+/// address), its shim's pid, once the forwarder listens: the two abuse cases below share it.
+struct Detached {
+    c: Containerd,
+    policy: TestPolicy,
+    id: String,
+    shim: i32,
+}
+
+impl Detached {
+    fn start(name: &str, host: &str, ns: &UpstreamNetns, extra: &str) -> Detached {
+        let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
+        let image = TestImage::ensure().unwrap();
+        c.import(&image).unwrap();
+        // The section ends inside [network.egress]: `extra` goes there.
+        let section = format!(
+            "{}{extra}",
+            egress_section(
+                &[&format!("{host}:8080")],
+                &[(host, ns.inside_addr())],
+                &[ns.cidr()],
+            ),
+        );
+        let policy = TestPolicy::builder(&c, name)
+            .extra(&section)
+            .write()
+            .unwrap();
+        let id = unique_id(name);
+        c.ctr()
+            .args(
+                Run::new(image.reference(), &id)
+                    .runtime(policy.runtime())
+                    .detach()
+                    .cmd(["sleep", "600"])
+                    .ctr_args_for(&c),
+            )
+            .checked()
+            .unwrap();
+        let shim = gvisor_hardened_tests::fault::shim_pid(&c, &id).unwrap();
+        // The forwarder is up (its record is written once it said HELLO) before any baseline.
+        poll_until("the forwarder ready", Duration::from_secs(30), || {
+            policy
+                .audit_events(&id)
+                .contains(&"egress-forwarder-ready".to_string())
+                .then_some(())
+        })
+        .unwrap();
+        Detached {
+            c,
+            policy,
+            id,
+            shim,
+        }
+    }
+
+    fn fds(&self) -> usize {
+        gvisor_hardened_tests::inspect::fd_count(self.shim).unwrap()
+    }
+
+    fn rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.shim))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// Runs `script` with `sh -c` as an exec in the sandbox.
+    fn exec(&self, script: &str) -> CommandOutput {
+        self.c
+            .exec(&self.id, &[], ["sh", "-c", script])
+            .checked()
+            .unwrap()
+    }
+
+    /// The sandbox's connection records once there are `n` (written as connections end).
+    fn records(&self, n: usize, within: Duration) -> Connections {
+        let records = poll_until("a record for every connection", within, || {
+            let conns = Connections::of(&self.policy.audit_lines(), &self.id);
+            (conns.0.len() >= n).then_some(conns)
+        })
+        .unwrap();
+        assert_eq!(records.0.len(), n, "{records:?}");
+        records
+    }
+
+    /// Polls until the shim holds no more descriptors than `baseline`.
+    fn back_at(&self, baseline: usize, within: Duration) {
+        poll_until("the shim back at its descriptors", within, || {
+            (self.fds() <= baseline).then_some(())
+        })
+        .unwrap_or_else(|e| panic!("{e}: {} descriptors, {baseline} before", self.fds()));
+    }
+
+    fn finish(self) {
+        gvisor_hardened_tests::fault::kill_and_remove(&self.c, &self.id, Duration::from_secs(60))
+            .unwrap();
+        assert_chain_intact_and_records_fit_the_schema(&self.policy.audit_path);
+        assert_nothing_left(&self.c, &self.id, &self.policy.runtime());
+        assert_clean_shutdown(self.c);
+    }
+}
+
 /// A flood from inside: a workload opens 200 connections to the proxy at once and keeps them
 /// all open. The policy allows 20 at a time; past them the proxy answers 503 with the cap in
 /// the status line, and past twice that the forwarder closes new ones at once. Every
@@ -234,66 +340,21 @@ fn a_connection_flood_is_answered_in_full_audited_in_full_and_leaves_the_shim_as
     let inside = ns.inside_addr();
     ns.serve(&inside, 8080, &[("hello.txt", BODY.as_bytes())])
         .unwrap();
-    let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
-    let image = TestImage::ensure().unwrap();
-    c.import(&image).unwrap();
-    // The section ends inside [network.egress]; the rate stays out of the way (its refusals are
-    // the fake world's to show: here the open cap is met first).
-    let section = format!(
-        "{}max_connections = {CAP}\nmax_connection_rate = 4000\n",
-        egress_section(
-            &["upstream.example.test:8080"],
-            &[("upstream.example.test", inside.clone())],
-            &[ns.cidr()],
-        ),
+    // The rate stays out of the way (its refusals are the fake world's to show: here the open
+    // cap is met first).
+    let s = Detached::start(
+        "egress-flood",
+        "upstream.example.test",
+        &ns,
+        &format!("max_connections = {CAP}\nmax_connection_rate = 4000\n"),
     );
-    let policy = TestPolicy::builder(&c, "egress-flood")
-        .extra(&section)
-        .write()
-        .unwrap();
-    let id = unique_id("egress-flood");
-    c.ctr()
-        .args(
-            Run::new(image.reference(), &id)
-                .runtime(policy.runtime())
-                .detach()
-                .cmd(["sleep", "600"])
-                .ctr_args_for(&c),
-        )
-        .checked()
-        .unwrap();
-    let shim = gvisor_hardened_tests::fault::shim_pid(&c, &id).unwrap();
-    let fds = || gvisor_hardened_tests::inspect::fd_count(shim).unwrap();
-    // The forwarder is up (its record is written once it said HELLO) before the baseline.
-    gvisor_hardened_tests::poll::poll_until(
-        "the forwarder ready",
-        std::time::Duration::from_secs(30),
-        || {
-            policy
-                .audit_events(&id)
-                .contains(&"egress-forwarder-ready".to_string())
-                .then_some(())
-        },
-    )
-    .unwrap();
-    let baseline = fds();
-    let flood =
-        format!("exec sandbox-probe http-flood \"$https_proxy\" upstream.example.test 8080 {N} 20");
-    let out = c
-        .exec(&id, &[], ["sh", "-c", flood.as_str()])
-        .checked()
-        .unwrap();
-    let counts: std::collections::HashMap<&str, usize> = out
-        .stdout
-        .trim()
-        .strip_prefix("ok ")
-        .unwrap_or_else(|| panic!("{out}"))
-        .split(' ')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k, v.parse().unwrap()))
-        .collect();
-    let count = |k: &str| counts[k];
+    let baseline = s.fds();
+    let out = s.exec(&format!(
+        "exec sandbox-probe http-flood \"$https_proxy\" upstream.example.test 8080 {N} 20"
+    ));
     eprintln!("flood: {}", out.stdout.trim());
+    let counts = probe_counts(&out.stdout);
+    let count = |k: &str| counts.get(k).copied().unwrap_or(usize::MAX);
     assert_eq!(count("silent"), 0, "connections nobody answered: {out}");
     assert_eq!(count("unconnected") + count("other"), 0, "{out}");
     assert_eq!(count("s200"), CAP, "{out}");
@@ -306,16 +367,7 @@ fn a_connection_flood_is_answered_in_full_audited_in_full_and_leaves_the_shim_as
 
     // One record per connection, with the rule that decided it; the last ones are written as
     // the workload's exit closed its connections.
-    let records = gvisor_hardened_tests::poll::poll_until(
-        "a record for every connection",
-        std::time::Duration::from_secs(30),
-        || {
-            let conns = Connections::of(&policy.audit_lines(), &id);
-            (conns.0.len() >= N).then_some(conns)
-        },
-    )
-    .unwrap();
-    assert_eq!(records.0.len(), N, "{records:?}");
+    let records = s.records(N, Duration::from_secs(30));
     let by_rule = |rule: &str| records.0.iter().filter(|r| r["rule"] == rule).count();
     assert_eq!(by_rule("upstream.example.test:8080"), CAP);
     assert_eq!(by_rule("max-connections"), count("s503"));
@@ -334,125 +386,58 @@ fn a_connection_flood_is_answered_in_full_audited_in_full_and_leaves_the_shim_as
     );
 
     // The shim holds what it held before the flood (refused streams linger at most 5 s).
-    gvisor_hardened_tests::poll::poll_until(
-        "the shim back at its descriptors",
-        std::time::Duration::from_secs(30),
-        || (fds() <= baseline).then_some(()),
-    )
-    .unwrap_or_else(|e| panic!("{e}: {} descriptors, {baseline} before", fds()));
+    s.back_at(baseline, Duration::from_secs(30));
     eprintln!(
         "shim descriptors: {baseline} before the flood, {} after",
-        fds()
+        s.fds()
     );
-
-    gvisor_hardened_tests::fault::kill_and_remove(&c, &id, std::time::Duration::from_secs(60))
-        .unwrap();
-    assert_chain_intact_and_records_fit_the_schema(&policy.audit_path);
-    assert_nothing_left(&c, &id, &policy.runtime());
-    assert_clean_shutdown(c);
+    s.finish();
 }
 
 /// An upstream that accepts and never reads: the workload opens 100 tunnels to it, uploads into
 /// each until its writes would block (the proxy then holds an upload it cannot deliver on every
 /// one), and exits. Its close does not reach the proxy (seen: the tunnels stayed until the
-/// deadline; TCP queues its FIN behind the bytes nobody takes, so nothing tells). The write deadline
-/// ends them: 30 s after the last byte moved the shim is back at its descriptors, every tunnel
-/// has a `cut` record that says why, and `max_connections` bounds how many can be stuck at once.
+/// deadline; TCP queues its FIN behind the bytes nobody takes, so nothing tells). The write
+/// deadline ends them: 30 s after the last byte moved the shim is back at its descriptors, every
+/// tunnel has a `cut` record that says why, and `max_connections` bounds how many can be stuck
+/// at once.
 #[test]
 fn uploads_stuck_on_a_stalled_upstream_are_cut_at_the_write_deadline_with_their_records() {
     const N: usize = 100;
     let mut ns = UpstreamNetns::create().unwrap();
     let inside = ns.inside_addr();
     ns.serve_stalled(&inside, 8080).unwrap();
-    let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
-    let image = TestImage::ensure().unwrap();
-    c.import(&image).unwrap();
-    let section = format!(
-        "{}max_connection_rate = 4000\n",
-        egress_section(
-            &["stalled.example.test:8080"],
-            &[("stalled.example.test", inside.clone())],
-            &[ns.cidr()],
-        ),
+    let s = Detached::start(
+        "egress-stall",
+        "stalled.example.test",
+        &ns,
+        "max_connection_rate = 4000\n",
     );
-    let policy = TestPolicy::builder(&c, "egress-stall")
-        .extra(&section)
-        .write()
-        .unwrap();
-    let id = unique_id("egress-stall");
-    c.ctr()
-        .args(
-            Run::new(image.reference(), &id)
-                .runtime(policy.runtime())
-                .detach()
-                .cmd(["sleep", "600"])
-                .ctr_args_for(&c),
-        )
-        .checked()
-        .unwrap();
-    let shim = gvisor_hardened_tests::fault::shim_pid(&c, &id).unwrap();
-    let fds = || gvisor_hardened_tests::inspect::fd_count(shim).unwrap();
-    let rss_kib = || {
-        std::fs::read_to_string(format!("/proc/{shim}/status"))
-            .unwrap()
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap()
-    };
-    gvisor_hardened_tests::poll::poll_until(
-        "the forwarder ready",
-        std::time::Duration::from_secs(30),
-        || {
-            policy
-                .audit_events(&id)
-                .contains(&"egress-forwarder-ready".to_string())
-                .then_some(())
-        },
-    )
-    .unwrap();
-    let (baseline, rss_before) = (fds(), rss_kib());
-    let stall =
-        format!("exec sandbox-probe http-stall \"$https_proxy\" stalled.example.test 8080 {N}");
-    let out = c
-        .exec(&id, &[], ["sh", "-c", stall.as_str()])
-        .checked()
-        .unwrap();
+    let (baseline, rss_before) = (s.fds(), s.rss_kib());
+    let out = s.exec(&format!(
+        "exec sandbox-probe http-stall \"$https_proxy\" stalled.example.test 8080 {N}"
+    ));
     assert!(out.stdout.starts_with(&format!("ok tunnels={N} ")), "{out}");
     let ended = std::time::Instant::now();
     // The 30 s write deadline, and room for a loaded machine.
-    gvisor_hardened_tests::poll::poll_until(
-        "the shim back at its descriptors",
-        std::time::Duration::from_secs(60),
-        || (fds() <= baseline).then_some(()),
-    )
-    .unwrap_or_else(|e| panic!("{e}: {} descriptors, {baseline} before", fds()));
+    s.back_at(baseline, Duration::from_secs(60));
     eprintln!(
         "stall: {}; shim descriptors {baseline} before, {} {:?} after the workload exited",
         out.stdout.trim(),
-        fds(),
+        s.fds(),
         ended.elapsed(),
     );
-    let records = gvisor_hardened_tests::poll::poll_until(
-        "a record for every tunnel",
-        std::time::Duration::from_secs(15),
-        || {
-            let conns = Connections::of(&policy.audit_lines(), &id);
-            (conns.0.len() >= N).then_some(conns)
-        },
-    )
-    .unwrap();
-    assert_eq!(records.0.len(), N, "{records:?}");
+    let records = s.records(N, Duration::from_secs(15));
     // What the stuck uploads held (a window per stream) went back once the last one ended.
-    let rss_after = gvisor_hardened_tests::poll::poll_until(
+    let rss_after = poll_until(
         "the shim's memory back near where it was",
-        std::time::Duration::from_secs(10),
+        Duration::from_secs(10),
         || {
-            let now = rss_kib();
+            let now = s.rss_kib();
             (now <= rss_before + 4096).then_some(now)
         },
     )
-    .unwrap_or_else(|e| panic!("{e}: RSS {} KiB, {rss_before} KiB before", rss_kib()));
+    .unwrap_or_else(|e| panic!("{e}: RSS {} KiB, {rss_before} KiB before", s.rss_kib()));
     eprintln!(
         "stall: shim RSS {rss_before} KiB before, {rss_after} KiB once the records were written"
     );
@@ -467,10 +452,5 @@ fn uploads_stuck_on_a_stalled_upstream_are_cut_at_the_write_deadline_with_their_
             "{r}"
         );
     }
-
-    gvisor_hardened_tests::fault::kill_and_remove(&c, &id, std::time::Duration::from_secs(60))
-        .unwrap();
-    assert_chain_intact_and_records_fit_the_schema(&policy.audit_path);
-    assert_nothing_left(&c, &id, &policy.runtime());
-    assert_clean_shutdown(c);
+    s.finish();
 }
