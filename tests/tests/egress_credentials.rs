@@ -1,15 +1,16 @@
 //! Credentials that never enter the sandbox, with real parts:
 //!
 //! - Through the real forwarder (on the host, so stock TLS clients can drive it) and the shim's
-//!   proxy with the sandbox's CA: curl and Python's `urllib`, trusting only the CA bundle the
-//!   shim writes, reach a TLS upstream in a network namespace the test creates (Python's `ssl`,
-//!   a certificate of the test's own CA given as `upstream_ca`), which answers 200 only when
-//!   the planted key arrived in `x-api-key`; the workload's own `x-api-key` never arrives; a
-//!   method outside the rules is refused with the reason in the status line; the key is in no
-//!   record and not in the bundle.
-//! - Through `ctr` with the shim and runsc: the sandbox gets the CA bundle read-only and the CA
-//!   variables, its processes' environments, the bundle and its files hold no key, and the
-//!   bundle's host file goes with the sandbox.
+//!   proxy with the sandbox's CA: curl, Python's `urllib` and git (a clone over dumb HTTP),
+//!   trusting only the CA bundle the shim writes, reach a TLS upstream in a network namespace
+//!   the test creates (Python's `ssl`, a certificate of the test's own CA given as
+//!   `upstream_ca`), which answers only when the planted key arrived in `x-api-key`; the
+//!   workload's own `x-api-key` never arrives; a method outside the rules is refused with the
+//!   reason in the status line; the key is in no record and not in the bundle.
+//! - Through `ctr` with the shim and runsc, and through Docker and Podman with runsc-hardened:
+//!   the sandbox gets the CA bundle read-only and the CA variables, its processes'
+//!   environments, the bundle and its files hold no key, and the bundle's host file goes with
+//!   the sandbox.
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -164,7 +165,8 @@ fn upstream_certificates(dir: &Path) {
 /// to `heads`.
 const UPSTREAM: &str = r#"
 import socket, ssl, sys
-addr, port, cert, key, keyfile, heads = sys.argv[1:7]
+import os
+addr, port, cert, key, keyfile, heads, root = sys.argv[1:8]
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(cert, key)
 s = socket.socket()
@@ -187,8 +189,16 @@ while True:
         want = open(keyfile).read().strip()
         got = [l.split(":", 1)[1].strip() for l in head.split("\r\n")[1:] if l.lower().startswith("x-api-key:")]
         ok = got == [want]
-        body = b"key ok" if ok else b"key missing"
-        t.sendall(b"HTTP/1.1 %d %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (200 if ok else 401, b"OK" if ok else b"Unauthorized", len(body)) + body)
+        path = head.split(" ")[1].split("?")[0]
+        status, body = (200, b"key ok") if ok else (401, b"key missing")
+        if ok and path.startswith("/repo.git/"):
+            # A bare repository served as files: git's dumb HTTP protocol.
+            f = os.path.normpath(os.path.join(root, path.lstrip("/")))
+            if f.startswith(root + "/") and os.path.isfile(f):
+                body = open(f, "rb").read()
+            else:
+                status, body = 404, b"no such file"
+        t.sendall(b"HTTP/1.1 %d X\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (status, len(body)) + body)
         t.close()
     except Exception as e:
         print(e, file=sys.stderr, flush=True)
@@ -216,13 +226,30 @@ fn run(cmd: &mut Command) -> (bool, String) {
 }
 
 #[test]
-fn curl_and_python_get_the_key_added_by_the_proxy_and_never_hold_it() {
+fn curl_python_and_git_get_the_key_added_by_the_proxy_and_never_hold_it() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     upstream_certificates(d);
     let keyfile = d.join("api-key");
     std::fs::write(&keyfile, format!("{SECRET}\n")).unwrap();
     let heads = d.join("heads.log");
+    // A bare repository with one commit, for git's dumb HTTP protocol.
+    let www = d.join("www");
+    let git = |args: &[&str], dir: &Path| {
+        let (ok, out) = run(Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.test"]) // net-scan: data
+            .args(args)
+            .current_dir(dir));
+        assert!(ok, "git {args:?}: {out}");
+    };
+    std::fs::create_dir_all(d.join("src")).unwrap();
+    std::fs::write(d.join("src/README"), "through the proxy\n").unwrap();
+    git(&["init", "-q", "-b", "main", "."], &d.join("src"));
+    git(&["add", "README"], &d.join("src"));
+    git(&["commit", "-q", "-m", "one"], &d.join("src"));
+    std::fs::create_dir_all(&www).unwrap();
+    git(&["clone", "-q", "--bare", "src", "www/repo.git"], d);
+    git(&["update-server-info"], &www.join("repo.git"));
     let ns = UpstreamNetns::create().unwrap();
     let inside = ns.inside_addr();
     let _upstream = Server(
@@ -235,6 +262,7 @@ fn curl_and_python_get_the_key_added_by_the_proxy_and_never_hold_it() {
                 keyfile.clone(),
                 heads.clone(),
             ])
+            .arg(&www)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
@@ -249,7 +277,7 @@ fn curl_and_python_get_the_key_added_by_the_proxy_and_never_hold_it() {
     let src = format!(
         "[network.egress]\nallow = [\"{HOST}\"]\nallow_cidrs = [\"{}\"]\nhosts = {{ \"{HOST}\" = \"{inside}\" }}\n\
          upstream_ca = \"{}\"\n\
-         credentials = {{ \"{HOST}\" = {{ header = \"x-api-key\", file = \"{}\", rules = [\"GET /v1/models\", \"POST /v1/messages\"] }} }}\n",
+         credentials = {{ \"{HOST}\" = {{ header = \"x-api-key\", file = \"{}\", rules = [\"GET /v1/models\", \"POST /v1/messages\", \"GET /repo.git/\"] }} }}\n",
         ns.cidr(),
         d.join("ca.pem").display(),
         keyfile.display()
@@ -333,6 +361,18 @@ fn curl_and_python_get_the_key_added_by_the_proxy_and_never_hold_it() {
         "python: {out}\n{:#?}",
         sink.connections()
     );
+    // git over HTTPS (dumb protocol: a GET per file, one per connection), trusting the bundle
+    // through GIT_SSL_CAINFO.
+    let (ok, out) = run(client("git")
+        .env("GIT_SSL_CAINFO", &bundle)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args(["clone", "-q", &format!("https://{HOST}/repo.git"), "cloned"])
+        .current_dir(d));
+    assert!(ok, "git clone: {out}");
+    assert_eq!(
+        std::fs::read_to_string(d.join("cloned/README")).unwrap(),
+        "through the proxy\n"
+    );
     // Outside the rules: refused with the reason in the status line, never sent.
     let (_, out) = run(client("curl").args([
         "-sS",
@@ -358,9 +398,18 @@ fn curl_and_python_get_the_key_added_by_the_proxy_and_never_hold_it() {
 
     let got = std::fs::read_to_string(&heads).unwrap();
     let requests: Vec<&str> = got.split("\n----\n").filter(|h| !h.is_empty()).collect();
-    assert_eq!(requests.len(), 2, "{got}");
+    let models = requests
+        .iter()
+        .filter(|h| h.starts_with("GET /v1/models HTTP/1.1\r\n"))
+        .count();
+    let git_gets = requests
+        .iter()
+        .filter(|h| h.starts_with("GET /repo.git/"))
+        .count();
+    // curl and urllib; git's GETs; nothing else (the refused DELETE never arrived).
+    assert_eq!((models, requests.len()), (2, 2 + git_gets), "{got}");
+    assert!(git_gets >= 3, "{got}");
     for head in &requests {
-        assert!(head.starts_with("GET /v1/models HTTP/1.1\r\n"), "{head}");
         assert_eq!(
             head.to_ascii_lowercase().matches("x-api-key:").count(),
             1,
