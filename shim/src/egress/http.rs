@@ -282,17 +282,164 @@ pub struct OriginRequest {
     pub target: String,
     /// Header lines as received.
     pub headers: Vec<(String, String)>,
-    /// The body's length (its Content-Length; 0 without one).
+    /// The body's length (its Content-Length; 0 without one, or when chunked).
     pub body_len: u64,
+    /// The body is `Transfer-Encoding: chunked` (its end found by [`ChunkedBody`]).
+    pub chunked: bool,
+}
+
+/// Where a request's body ends: after `Content-Length` bytes, or at the end of its chunked
+/// encoding. Bytes past it are never forwarded.
+#[derive(Debug, Clone)]
+pub enum BodyFrame {
+    Length(u64),
+    Chunked(ChunkedBody),
+}
+
+impl BodyFrame {
+    pub fn of(req: &OriginRequest) -> BodyFrame {
+        if req.chunked {
+            BodyFrame::Chunked(ChunkedBody::default())
+        } else {
+            BodyFrame::Length(req.body_len)
+        }
+    }
+
+    /// How many of `data`'s first bytes belong to the body (the rest follow it).
+    pub fn take(&mut self, data: &[u8]) -> Result<usize, HeadError> {
+        match self {
+            BodyFrame::Length(left) => {
+                let n = usize::try_from(*left).unwrap_or(usize::MAX).min(data.len());
+                *left -= n as u64;
+                Ok(n)
+            }
+            BodyFrame::Chunked(c) => c.feed(data),
+        }
+    }
+
+    pub fn done(&self) -> bool {
+        match self {
+            BodyFrame::Length(left) => *left == 0,
+            BodyFrame::Chunked(c) => c.done(),
+        }
+    }
+
+    /// The most bytes worth reading next (a length body: no more than it has left).
+    pub fn wants(&self, room: usize) -> usize {
+        match self {
+            BodyFrame::Length(left) => usize::try_from(*left).unwrap_or(usize::MAX).min(room),
+            BodyFrame::Chunked(_) => room,
+        }
+    }
+}
+
+/// The most bytes of a chunk-size line or a line after chunk data.
+const MAX_CHUNK_LINE: usize = 32;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Chunk {
+    /// A chunk-size line.
+    #[default]
+    Size,
+    Data,
+    /// The CRLF after a chunk's data.
+    DataEnd,
+    /// The CRLF after the last (0) chunk: trailers are refused.
+    Last,
+    Done,
+}
+
+/// Finds the end of a `Transfer-Encoding: chunked` body as its bytes arrive, strictly: hex
+/// sizes (at most 15 digits) with no extensions, CRLF line ends, data exactly as long as its
+/// size, no trailers. Anything else is refused rather than read one way here and another way
+/// upstream (the body's end is where the next request would start).
+#[derive(Debug, Clone, Default)]
+pub struct ChunkedBody {
+    state: Chunk,
+    line: Vec<u8>,
+    left: u64,
+}
+
+impl ChunkedBody {
+    /// Feeds the next bytes; returns how many of them belong to the body.
+    pub fn feed(&mut self, data: &[u8]) -> Result<usize, HeadError> {
+        let mut i = 0;
+        while i < data.len() {
+            match self.state {
+                Chunk::Done => return Ok(i),
+                Chunk::Data => {
+                    let n = usize::try_from(self.left)
+                        .unwrap_or(usize::MAX)
+                        .min(data.len() - i);
+                    i += n;
+                    self.left -= n as u64;
+                    if self.left == 0 {
+                        self.state = Chunk::DataEnd;
+                    }
+                }
+                Chunk::Size | Chunk::DataEnd | Chunk::Last => {
+                    let b = data[i];
+                    i += 1;
+                    self.line.push(b);
+                    if self.line.len() > MAX_CHUNK_LINE {
+                        return Err(bad("a chunked body's line is too long"));
+                    }
+                    if b == b'\n' {
+                        let line = std::mem::take(&mut self.line);
+                        self.line_done(&line)?;
+                    }
+                }
+            }
+        }
+        Ok(i)
+    }
+
+    fn line_done(&mut self, line: &[u8]) -> Result<(), HeadError> {
+        let text = line
+            .strip_suffix(b"\r\n")
+            .ok_or_else(|| bad("a chunked body's line does not end with CRLF"))?;
+        match self.state {
+            Chunk::DataEnd if text.is_empty() => self.state = Chunk::Size,
+            Chunk::DataEnd => return Err(bad("chunk data longer than its size")),
+            Chunk::Last if text.is_empty() => self.state = Chunk::Done,
+            Chunk::Last => {
+                return Err(bad(
+                    "trailers are not forwarded on a connection the proxy adds a credential to",
+                ))
+            }
+            _ => {
+                if text.is_empty() || text.len() > 15 || !text.iter().all(u8::is_ascii_hexdigit) {
+                    return Err(bad(
+                        "a chunk size must be 1 to 15 hex digits (no extensions)",
+                    ));
+                }
+                let size = text.iter().fold(0u64, |n, &d| {
+                    n * 16 + u64::from((d as char).to_digit(16).unwrap_or(0))
+                });
+                if size == 0 {
+                    self.state = Chunk::Last;
+                } else {
+                    self.left = size;
+                    self.state = Chunk::Data;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn done(&self) -> bool {
+        self.state == Chunk::Done
+    }
 }
 
 /// Headers that concern one hop only; the proxy drops them and frames the request itself.
 const HOP_BY_HOP: [&str; 5] = ["connection", "keep-alive", "te", "upgrade", "trailer"];
 
 /// Parses an origin-form request head (`GET /path HTTP/1.1`) for `host:port`, as strictly as
-/// [`parse_head`]: one request whose end is known from its head (Content-Length, never
-/// Transfer-Encoding: the proxy forwards exactly one request per connection, and a second one
-/// must not reach the upstream unchecked), a Host header naming `host` if there is one.
+/// [`parse_head`]: one request whose end the proxy can find (Content-Length, or one
+/// `Transfer-Encoding: chunked` read by [`ChunkedBody`]: the proxy forwards exactly one request
+/// per connection, and a second one must not reach the upstream unchecked), a Host header
+/// naming `host` if there is one.
 pub fn parse_origin_head(head: &[u8], host: &str, port: u16) -> Result<OriginRequest, HeadError> {
     if head.len() > MAX_HEAD {
         return Err(HeadError {
@@ -352,15 +499,21 @@ pub fn parse_origin_head(head: &[u8], host: &str, port: u16) -> Result<OriginReq
             .map(|(_, v)| v.as_str())
             .collect::<Vec<_>>()
     };
-    if !named("transfer-encoding").is_empty() {
-        return Err(HeadError {
-            status: 411,
-            reason:
-                "a Transfer-Encoding body is not forwarded with a credential: send Content-Length"
-                    .into(),
-        });
-    }
+    let codings = named("transfer-encoding");
+    let chunked = match codings.as_slice() {
+        [] => false,
+        [c] if c.eq_ignore_ascii_case("chunked") => true,
+        _ => {
+            return Err(HeadError {
+                status: 411,
+                reason: "a body in another Transfer-Encoding than one \"chunked\" is not forwarded with a credential: send Content-Length".into(),
+            })
+        }
+    };
     let lengths = named("content-length");
+    if chunked && !lengths.is_empty() {
+        return Err(bad("both Content-Length and Transfer-Encoding"));
+    }
     if lengths.len() > 1
         || lengths
             .first()
@@ -396,6 +549,7 @@ pub fn parse_origin_head(head: &[u8], host: &str, port: u16) -> Result<OriginReq
         target: target.to_string(),
         headers,
         body_len,
+        chunked,
     })
 }
 

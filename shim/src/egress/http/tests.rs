@@ -145,3 +145,73 @@ fn trace_is_refused_with_405() {
     assert_eq!(e.status, 405);
     assert!(e.reason.contains("TRACE"), "{}", e.reason);
 }
+
+const CHUNKED: &[u8] = b"4\r\nWiki\r\n5\r\npedia\r\n0\r\n\r\n";
+
+#[test]
+fn a_chunked_body_ends_after_its_last_chunk_however_it_arrives() {
+    let mut data = CHUNKED.to_vec();
+    data.extend_from_slice(b"GET /next HTTP/1.1\r\n\r\n");
+    let mut whole = ChunkedBody::default();
+    assert_eq!(whole.feed(&data).unwrap(), CHUNKED.len());
+    assert!(whole.done());
+    let mut bytewise = ChunkedBody::default();
+    let taken: usize = data.chunks(1).map(|b| bytewise.feed(b).unwrap()).sum();
+    assert_eq!(taken, CHUNKED.len());
+    assert!(bytewise.done());
+    let mut partial = ChunkedBody::default();
+    assert_eq!(partial.feed(&CHUNKED[..7]).unwrap(), 7);
+    assert!(!partial.done());
+}
+
+#[test]
+fn chunked_bodies_read_two_ways_are_refused() {
+    for bad in [
+        &b"4;ext=1\r\nWiki\r\n0\r\n\r\n"[..],
+        b"4\nWiki\r\n0\r\n\r\n",
+        b"x\r\nWiki\r\n0\r\n\r\n",
+        b"\r\nWiki\r\n0\r\n\r\n",
+        b"4\r\nWikiX\r\n0\r\n\r\n",
+        b"0\r\nX-Api-Key: mine\r\n\r\n",
+        b"1000000000000000\r\n",
+        b" 4\r\nWiki\r\n",
+    ] {
+        let mut c = ChunkedBody::default();
+        assert!(c.feed(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+    }
+}
+
+#[test]
+fn origin_heads_take_one_chunked_coding_and_nothing_else() {
+    let head = |extra: &str| format!("POST /v1/messages HTTP/1.1\r\n{extra}\r\n");
+    let req = parse_origin_head(
+        head("Transfer-Encoding: chunked\r\n").as_bytes(),
+        "api.example.test",
+        443,
+    )
+    .unwrap();
+    assert!(req.chunked);
+    for (extra, status) in [
+        ("Transfer-Encoding: gzip, chunked\r\n", 411),
+        (
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+            411,
+        ),
+        ("Transfer-Encoding: chunked\r\nContent-Length: 4\r\n", 400),
+        ("Host: other.example.test\r\n", 400),
+    ] {
+        let e = parse_origin_head(head(extra).as_bytes(), "api.example.test", 443).unwrap_err();
+        assert_eq!(e.status, status, "{extra}: {e}");
+    }
+    let req = parse_origin_head(
+        head("Content-Length: 4\r\nConnection: keep-alive\r\nUpgrade: h2c\r\n").as_bytes(),
+        "api.example.test",
+        443,
+    )
+    .unwrap();
+    assert_eq!((req.body_len, req.chunked), (4, false));
+    assert_eq!(
+        req.headers,
+        [("Content-Length".to_string(), "4".to_string())]
+    );
+}

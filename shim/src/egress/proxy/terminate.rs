@@ -287,6 +287,25 @@ impl Proxy {
                 }
             }
         };
+        // The request's body (to its Content-Length or its last chunk), then nothing more
+        // from the workload.
+        let mut frame = http::BodyFrame::of(&req);
+        let after = &buf[head_end..];
+        let body_now = match frame.take(after) {
+            Ok(n) => n,
+            Err(e) => {
+                return self
+                    .answer(
+                        &mut tls,
+                        e.status,
+                        "bad-request",
+                        Verdict::Denied,
+                        format!("egress proxy: bad request body: {}", e.reason),
+                    )
+                    .await
+            }
+        };
+        r.held_back += (after.len() - body_now) as u64;
         let upstream_config = match self.credentials.as_ref().map(|c| &c.upstream) {
             Some(Ok(c)) => c.clone(),
             Some(Err(why)) => {
@@ -433,16 +452,10 @@ impl Proxy {
         });
         r.rec.verdict = Verdict::Allowed;
 
-        // The request's body (its Content-Length), then nothing more from the workload.
-        let after = &buf[head_end..];
-        let body_now = usize::try_from(req.body_len)
-            .unwrap_or(usize::MAX)
-            .min(after.len());
-        r.held_back += (after.len() - body_now) as u64;
-        let mut left = req.body_len - body_now as u64;
         let first_body = after[..body_now].to_vec();
         let mut up_bytes = 0u64;
         let mut down_bytes = 0u64;
+        let mut held_back = 0u64;
         let upload = async {
             let mut chunk = first_body;
             let mut buf = vec![0u8; 16 * 1024];
@@ -454,24 +467,32 @@ impl Proxy {
                     self.pace(chunk.len()).await;
                     match tokio::time::timeout(self.timeouts.write, uw.write_all(&chunk)).await {
                         Ok(Ok(())) => {}
-                        Ok(Err(e)) => return Err(super::upstream_gone(e, &rule_name)),
+                        // An upstream that answered early (401, 413) and closed takes no more
+                        // body; its answer still goes to the workload.
+                        Ok(Err(_)) => return Ok::<(), Stop>(()),
                         Err(_) => {
                             return Err(stalled(&rule_name, "the upstream", self.timeouts.write))
                         }
                     }
                     up_bytes += chunk.len() as u64;
                 }
-                if left == 0 {
+                if frame.done() {
                     return Ok::<(), Stop>(());
                 }
-                let want = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+                let want = frame.wants(buf.len());
                 match tokio::time::timeout(self.timeouts.idle, cr.read(&mut buf[..want])).await {
                     Ok(Ok(0)) | Ok(Err(_)) => {
                         return Err(gone("the workload closed within its request body"))
                     }
                     Ok(Ok(n)) => {
-                        left -= n as u64;
-                        chunk = buf[..n].to_vec();
+                        let take = frame.take(&buf[..n]).map_err(|e| Stop {
+                            status: 0,
+                            verdict: Verdict::Cut,
+                            rule: "bad-request".into(),
+                            reason: format!("egress proxy: bad request body: {}", e.reason),
+                        })?;
+                        held_back += (n - take) as u64;
+                        chunk = buf[..take].to_vec();
                     }
                     Err(_) => return Err(stalled(&rule_name, "the workload", self.timeouts.idle)),
                 }
@@ -522,6 +543,7 @@ impl Proxy {
         };
         r.rec.bytes_up += up_bytes;
         r.rec.bytes_down += down_bytes;
+        r.held_back += held_back;
         match result {
             Err(stop) if stop.rule == "workload" => Ok(()),
             other => other,

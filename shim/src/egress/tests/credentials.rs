@@ -73,6 +73,15 @@ impl TlsUpstream {
                             Ok(n) => got.extend_from_slice(&buf[..n]),
                         }
                     }
+                    // A chunked body is read to its last chunk (or the proxy's close).
+                    if String::from_utf8_lossy(&got).contains("Transfer-Encoding: chunked") {
+                        while !got.ends_with(b"0\r\n\r\n") {
+                            match tls.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => got.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                    }
                     seen.lock()
                         .unwrap()
                         .push(String::from_utf8_lossy(&got).into_owned());
@@ -299,5 +308,62 @@ async fn an_untrusted_upstream_or_a_missing_ca_fails_closed() {
         (Verdict::Failed, "credential-unavailable")
     );
     assert!(w.dialed().is_empty());
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_chunked_body_goes_up_to_its_last_chunk_and_nothing_after() {
+    let up = TlsUpstream::start().await;
+    let f = files(&up);
+    let ca = Arc::new(SandboxCa::new("sb", &[HOST.to_string()]).unwrap());
+    let mut w = World::with_credentials(&plan(&f.key, &f.ca, ""), up.addr, Some(ca.clone())).await;
+    let s = w.forwarder().await.into_streams();
+    let body = "4\r\nWiki\r\n5\r\npedia\r\n0\r\n\r\n";
+    let answer = request(
+        &s,
+        1,
+        &ca,
+        &format!("POST /v1/messages HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{body}DELETE /v1/messages HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    let heads = up.heads();
+    assert_eq!(heads.len(), 1);
+    assert!(
+        heads[0].ends_with(&format!("\r\n\r\n{body}")),
+        "{:?}",
+        heads[0]
+    );
+    assert!(!heads[0].contains("DELETE"), "{:?}", heads[0]);
+    assert!(
+        heads[0].contains("Transfer-Encoding: chunked\r\n"),
+        "{:?}",
+        heads[0]
+    );
+    let rec = w.connection_record().await;
+    assert_eq!(rec.verdict, Verdict::Allowed, "{rec:?}");
+    // A body the proxy would read one way and an upstream another is refused, not forwarded.
+    let answer = request(
+        &s,
+        2,
+        &ca,
+        "POST /v1/messages HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n4;x=y\r\nWiki\r\n0\r\n\r\n",
+    )
+    .await;
+    assert!(
+        answer.starts_with("HTTP/1.1 400 egress proxy: bad request body: a chunk size"),
+        "{answer}"
+    );
+    assert_eq!(
+        up.heads().len(),
+        1,
+        "the refused request reached the upstream"
+    );
+    let rec = w.connection_record().await;
+    assert_eq!(
+        (rec.verdict, rec.rule.as_str()),
+        (Verdict::Denied, "bad-request"),
+        "{rec:?}"
+    );
     w.stop().await;
 }
