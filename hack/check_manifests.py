@@ -7,8 +7,10 @@ unknown kinds). Kinds a version does not know are an error, except MutatingAdmis
 embedded pod spec is validated as a Pod instead. Our own checks cover what the schemas cannot:
 DNS-label handlers matching the installer's CRI runtime names, quantities, selectors, references;
 Pod Security "restricted" (our reading of the public field rules) for every pod template outside a
-namespace that enforces "privileged"; the installer DaemonSet's metrics container without the
-installer's rights (unprivileged, no capabilities, one read-only hostPath that is not /); pods of our RuntimeClasses saying what the runtime enforces;
+namespace that enforces "privileged"; the audit-log exporter in a DaemonSet of its own, without
+the installer's rights (no host namespaces, no token, no RBAC, unprivileged, no capabilities, one
+read-only hostPath that is not /, the installer's nodes); pods of our RuntimeClasses saying what
+the runtime enforces;
 images pinned (no `:latest`, no missing tag; the installer's tag is its crate version).
 """
 
@@ -35,6 +37,8 @@ KUSTOMIZATIONS = [
 # Every manifest file must be rendered by one of the kustomizations above.
 MANIFEST_DIRS = ["deploy/kustomize", "runtimeclass"]
 INSTALLER_NAMESPACE = "gvisor-hardened-system"
+INSTALLER_DAEMONSET = "gvisor-hardened-installer"
+METRICS_DAEMONSET = "gvisor-hardened-metrics"
 NODE_LABEL = "gvisor-hardened.dev/installed"
 ENFORCE_LABEL = "gvisor-hardened.dev/enforce"
 POLICIES_CONFIGMAP = "gvisor-hardened-policies"
@@ -206,9 +210,11 @@ def own_checks(objs, where, fails):
                 fails.add(w, f"runtimeClassName {rcn!r} is not one of ours")
 
     sas = {(s["metadata"].get("namespace"), s["metadata"]["name"]) for s in by_kind.get("ServiceAccount", [])}
+    for what in exporter_violations(by_kind):
+        fails.add(f"{where} DaemonSet/{INSTALLER_NAMESPACE}/{METRICS_DAEMONSET}", what)
     for kind in ("DaemonSet", "Job"):
         for o in by_kind.get(kind, []):
-            if o["metadata"].get("namespace") != INSTALLER_NAMESPACE:
+            if o["metadata"].get("namespace") != INSTALLER_NAMESPACE or ident(o).endswith(f"/{METRICS_DAEMONSET}"):
                 continue
             w = f"{where} {ident(o)}"
             ps = o["spec"]["template"]["spec"]
@@ -219,9 +225,11 @@ def own_checks(objs, where, fails):
             envs = {e["name"]: e for c in ps["containers"] for e in c.get("env") or []}
             if (envs.get("NODE_NAME") or {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "spec.nodeName":
                 fails.add(w, "NODE_NAME must come from spec.nodeName")
-            if kind == "DaemonSet":
-                for what in metrics_violations(o["spec"]["template"]):
-                    fails.add(w, f"metrics container: {what}")
+            # The installer alone in its pod: hostPID is per pod, anything beside it could
+            # signal the node's processes.
+            names = [c.get("name") for g, c in containers(ps)]
+            if len(names) != 1:
+                fails.add(w, f"the installer must be the pod's only container, has {names}")
             vols = {v["name"]: v for v in ps.get("volumes") or []}
             if (vols.get("host") or {}).get("hostPath", {}).get("path") != "/":
                 fails.add(w, "the host's / must be mounted (volume `host`)")
@@ -251,16 +259,64 @@ def own_checks(objs, where, fails):
                     fails.add(w, f"namespaceSelector does not select {ENFORCE_LABEL}=true")
 
 
+def exporter_violations(by_kind):
+    """Where the installer DaemonSet is rendered, the exporter's DaemonSet must be too, in the
+    installer's namespace, on the installer's nodes, with a service account of its own that no
+    binding names (and its template must pass metrics_violations)."""
+    def named(kind, name):
+        return next((o for o in by_kind.get(kind, []) if o["metadata"]["name"] == name
+                     and o["metadata"].get("namespace") == INSTALLER_NAMESPACE), None)
+    installer = named("DaemonSet", INSTALLER_DAEMONSET)
+    ds = named("DaemonSet", METRICS_DAEMONSET)
+    if installer is None and ds is None:
+        return []
+    if ds is None:
+        return ["missing (the installer DaemonSet is rendered without the exporter's)"]
+    out = [f"metrics: {w}" for w in metrics_violations(ds["spec"]["template"])]
+    ps = ds["spec"]["template"].get("spec") or {}
+    sa = ps.get("serviceAccountName")
+    if installer is not None:
+        ips = installer["spec"]["template"]["spec"]
+        for k in ("nodeSelector", "tolerations"):
+            if ps.get(k) != ips.get(k):
+                out.append(f"{k} must be the installer's (its nodes): {ps.get(k)!r} != {ips.get(k)!r}")
+        if sa in (None, "default", ips.get("serviceAccountName")):
+            out.append(f"serviceAccountName {sa!r}: needs an account of its own")
+    account = named("ServiceAccount", sa)
+    if account is None:
+        out.append(f"serviceAccountName {sa!r} not in the rendered output")
+    elif account.get("automountServiceAccountToken") is not False:
+        out.append(f"ServiceAccount {sa!r} must set automountServiceAccountToken: false")
+    for k in ("RoleBinding", "ClusterRoleBinding"):
+        for b in by_kind.get(k, []):
+            if any(s.get("kind") == "ServiceAccount" and s.get("name") == sa for s in b.get("subjects") or []):
+                out.append(f"{ident(b)} binds {sa!r}: the exporter needs no RBAC")
+    selector = (ds["spec"].get("selector") or {}).get("matchLabels")
+    if installer is not None and selector == (installer["spec"].get("selector") or {}).get("matchLabels"):
+        out.append("selector is the installer's: each DaemonSet must select only its own pods")
+    return out
+
+
 def metrics_violations(template):
-    """The installer DaemonSet's `metrics` container (the audit log exporter) has none of the
-    installer's rights: the pod is privileged-namespace and hostPID, so Pod Security does not
-    look at it. What it may have: one read-only hostPath mount of a directory that is not /,
-    uid 0 without capabilities, and a named port the scrape annotations point at."""
+    """The exporter's pod (the audit log exporter, `metrics`) has none of the installer's
+    rights; it is in the installer's privileged namespace, so Pod Security does not look at
+    it. What it may have: one read-only hostPath mount of a directory that is not /, uid 0
+    without capabilities, and a named port the scrape annotations point at. No host
+    namespace (hostPID is per pod: uid 0 there could signal the node's uid-0 processes), no
+    service account token, no other container."""
     out = []
     ps = template.get("spec") or {}
+    for k in ("hostPID", "hostNetwork", "hostIPC"):
+        if ps.get(k):
+            out.append(f"{k} must be false or absent")
+    if ps.get("automountServiceAccountToken") is not False:
+        out.append("automountServiceAccountToken must be false")
+    names = [c.get("name") for g, c in containers(ps)]
     c = next((c for c in ps.get("containers") or [] if c.get("name") == "metrics"), None)
     if c is None:
-        return ["missing (a container named metrics)"]
+        return out + ["missing (a container named metrics)"]
+    if names != ["metrics"]:
+        out.append(f"the exporter must be the pod's only container, has {names}")
     sc = c.get("securityContext") or {}
     if sc.get("privileged") is not False:
         out.append("privileged must be false")
@@ -297,6 +353,7 @@ def good_metrics_template():
         "metadata": {"annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9464",
                                      "prometheus.io/path": "/metrics"}},
         "spec": {
+            "automountServiceAccountToken": False,
             "containers": [{"name": "metrics", "ports": [{"name": "metrics", "containerPort": 9464}],
                             "securityContext": {"privileged": False, "allowPrivilegeEscalation": False,
                                                 "readOnlyRootFilesystem": True,
@@ -325,6 +382,65 @@ METRICS_MUTATIONS = [
     ("no hostPort", lambda t: _m(t)["ports"][0].update(hostPort=9464)),
     ("is not the metrics port", lambda t: t["metadata"]["annotations"].update({"prometheus.io/port": "9100"})),
     ("prometheus.io/scrape", lambda t: t["metadata"]["annotations"].pop("prometheus.io/scrape")),
+    ("hostPID must be false", lambda t: t["spec"].update(hostPID=True)),
+    ("hostNetwork must be false", lambda t: t["spec"].update(hostNetwork=True)),
+    ("hostIPC must be false", lambda t: t["spec"].update(hostIPC=True)),
+    ("automountServiceAccountToken", lambda t: t["spec"].pop("automountServiceAccountToken")),
+    ("only container", lambda t: t["spec"]["containers"].append({"name": "sidecar"})),
+]
+
+
+def good_exporter_objects():
+    """An installer DaemonSet and the exporter's, as own_checks sees a kustomization."""
+    sel = lambda comp: {"matchLabels": {"app.kubernetes.io/component": comp}}
+    installer = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+                 "metadata": {"name": INSTALLER_DAEMONSET, "namespace": INSTALLER_NAMESPACE},
+                 "spec": {"selector": sel("installer"), "template": {"spec": {
+                     "serviceAccountName": INSTALLER_DAEMONSET, "hostPID": True,
+                     "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "installer", "env": [
+                         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}],
+                     "volumes": [{"name": "host", "hostPath": {"path": "/"}}]}}}}
+    template = good_metrics_template()
+    template["spec"].update(serviceAccountName=METRICS_DAEMONSET, tolerations=[{"operator": "Exists"}])
+    metrics = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+               "metadata": {"name": METRICS_DAEMONSET, "namespace": INSTALLER_NAMESPACE},
+               "spec": {"selector": sel("metrics"), "template": template}}
+    sa = lambda name, **kw: {"apiVersion": "v1", "kind": "ServiceAccount",
+                             "metadata": {"name": name, "namespace": INSTALLER_NAMESPACE}, **kw}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": INSTALLER_DAEMONSET},
+               "subjects": [{"kind": "ServiceAccount", "name": INSTALLER_DAEMONSET,
+                             "namespace": INSTALLER_NAMESPACE}]}
+    return [installer, metrics, sa(INSTALLER_DAEMONSET),
+            sa(METRICS_DAEMONSET, automountServiceAccountToken=False), binding]
+
+
+def _objs(objs, kind, name):
+    return next(o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def _ps(objs, name):
+    return _objs(objs, "DaemonSet", name)["spec"]["template"]["spec"]
+
+
+# One mutation of good_exporter_objects() per rule own_checks applies to the pair, and the
+# words its failure must contain.
+EXPORTER_MUTATIONS = [
+    ("rendered without the exporter's", lambda objs: objs.remove(_objs(objs, "DaemonSet", METRICS_DAEMONSET))),
+    ("the installer must be the pod's only container",
+     lambda objs: _ps(objs, INSTALLER_DAEMONSET)["containers"].append(good_metrics_template()["spec"]["containers"][0])),
+    ("tolerations must be the installer's", lambda objs: _ps(objs, METRICS_DAEMONSET).pop("tolerations")),
+    ("needs an account of its own", lambda objs: _ps(objs, METRICS_DAEMONSET).update(serviceAccountName=INSTALLER_DAEMONSET)),
+    ("automountServiceAccountToken: false",
+     lambda objs: _objs(objs, "ServiceAccount", METRICS_DAEMONSET).pop("automountServiceAccountToken")),
+    ("the exporter needs no RBAC",
+     lambda objs: _objs(objs, "ClusterRoleBinding", INSTALLER_DAEMONSET)["subjects"].append(
+         {"kind": "ServiceAccount", "name": METRICS_DAEMONSET, "namespace": INSTALLER_NAMESPACE})),
+    ("selector is the installer's",
+     lambda objs: _objs(objs, "DaemonSet", METRICS_DAEMONSET)["spec"].update(
+         selector=_objs(objs, "DaemonSet", INSTALLER_DAEMONSET)["spec"]["selector"])),
+    ("metrics: hostPID must be false", lambda objs: _ps(objs, METRICS_DAEMONSET).update(hostPID=True)),
 ]
 
 
@@ -338,6 +454,17 @@ def metrics_self_test():
         got = metrics_violations(t)
         if not any(words in g for g in got):
             missing.append(f"metrics {words!r}: got {got}")
+    fails = Failures()
+    own_checks(good_exporter_objects(), "self-test", fails)
+    if fails.items:
+        missing.append(f"a good installer and exporter pair was flagged: {fails.items}")
+    for words, mutate in EXPORTER_MUTATIONS:
+        objs = good_exporter_objects()
+        mutate(objs)
+        fails = Failures()
+        own_checks(objs, "self-test", fails)
+        if not any(words in f for f in fails.items):
+            missing.append(f"exporter {words!r}: got {fails.items}")
     return missing
 
 
@@ -537,7 +664,7 @@ def self_test():
     missing += metrics_self_test()
     if missing:
         raise SystemExit(f"error: self-test: checks did not catch: {missing}\n{text}")
-    print(f"self-test: the checks caught all {len(expected) + 1 + len(POD_MUTATIONS) + len(METRICS_MUTATIONS)} planted errors")
+    print(f"self-test: the checks caught all {len(expected) + 1 + len(POD_MUTATIONS) + len(METRICS_MUTATIONS) + len(EXPORTER_MUTATIONS)} planted errors")
 
 
 def good_pod():

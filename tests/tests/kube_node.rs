@@ -789,6 +789,13 @@ fn sample(exposition: &str, name: &str, labels: &str) -> Option<f64> {
 }
 
 const INSTALLER_NS: &str = "gvisor-hardened-system";
+/// The exporter's DaemonSet and its pods' label (deploy/kustomize/base/metrics.yaml).
+const METRICS_DAEMONSET: &str = "gvisor-hardened-metrics";
+const METRICS_SELECTOR: &str =
+    "app.kubernetes.io/name=gvisor-hardened,app.kubernetes.io/component=metrics";
+/// The exporter's command line as the DaemonSet runs it.
+const EXPORTER_CMDLINE: &str =
+    "policy-injector audit metrics --log /var/log/gvisor-hardened/audit.jsonl --listen 0.0.0.0:9464";
 
 /// The exporter's families that count the hardened pod, by its policy.
 const COUNTED: [&str; 3] = [
@@ -797,8 +804,8 @@ const COUNTED: [&str; 3] = [
     "gvh_containers_created_total",
 ];
 
-/// Scrapes the node's installer pod's exporter (port 9464, the DaemonSet's `metrics` port)
-/// through the API server's pod proxy: the API server dials the pod's IP on the node's bridge,
+/// Scrapes the node's exporter pod (port 9464, the metrics DaemonSet's `metrics` port), found
+/// by its own labels, through the API server's pod proxy: the API server dials the pod's IP on the node's bridge,
 /// as a Prometheus discovering the pod by its annotations would. Polls until the hardened
 /// pod's sandbox is counted under `policy` and the chain gauge is 1; the exporter follows the
 /// log every 250 ms, and the pod may still be coming up.
@@ -806,37 +813,33 @@ fn assert_exporter_counts(ctx: &Ctx, policy: &str) {
     let k = &ctx.node;
     let labels = format!("{{policy=\"{policy}\"}}");
     let mut last = String::new();
-    let scraped = poll_until(
-        "the installer pod's exporter to count the pod",
-        READY,
-        || {
-            let pods = k
-                .kubectl()
-                .args(["-n", INSTALLER_NS, "get", "pods", "-o", "name"])
-                .args(["-l", "app.kubernetes.io/component=installer"])
-                .output()
-                .ok()?;
-            let pod = pods.stdout.trim().strip_prefix("pod/")?.to_string();
-            let out = k
-                .kubectl()
-                .args(["get", "--raw"])
-                .arg(format!(
-                    "/api/v1/namespaces/{INSTALLER_NS}/pods/{pod}:9464/proxy/metrics"
-                ))
-                .output()
-                .ok()?;
-            last = format!("{out}");
-            let text = out.success().then_some(out.stdout)?;
-            // One pod: its sandbox (pause) and its app container; at least, as the kubelet
-            // may have retried a create cut off by the installer's containerd restart.
-            let counted = COUNTED
-                .iter()
-                .zip([1.0, 1.0, 2.0])
-                .all(|(name, min)| sample(&text, name, &labels).is_some_and(|v| v >= min))
-                && sample(&text, "gvh_audit_chain_intact", "")? == 1.0;
-            counted.then_some(text)
-        },
-    );
+    let scraped = poll_until("the exporter pod to count the pod", READY, || {
+        let pods = k
+            .kubectl()
+            .args(["-n", INSTALLER_NS, "get", "pods", "-o", "name"])
+            .args(["-l", METRICS_SELECTOR])
+            .output()
+            .ok()?;
+        let pod = pods.stdout.trim().strip_prefix("pod/")?.to_string();
+        let out = k
+            .kubectl()
+            .args(["get", "--raw"])
+            .arg(format!(
+                "/api/v1/namespaces/{INSTALLER_NS}/pods/{pod}:9464/proxy/metrics"
+            ))
+            .output()
+            .ok()?;
+        last = format!("{out}");
+        let text = out.success().then_some(out.stdout)?;
+        // One pod: its sandbox (pause) and its app container; at least, as the kubelet
+        // may have retried a create cut off by the installer's containerd restart.
+        let counted = COUNTED
+            .iter()
+            .zip([1.0, 1.0, 2.0])
+            .all(|(name, min)| sample(&text, name, &labels).is_some_and(|v| v >= min))
+            && sample(&text, "gvh_audit_chain_intact", "")? == 1.0;
+        counted.then_some(text)
+    });
     let text = scraped.unwrap_or_else(|e| {
         let logs = k
             .kubectl()
@@ -844,7 +847,7 @@ fn assert_exporter_counts(ctx: &Ctx, policy: &str) {
                 "-n",
                 INSTALLER_NS,
                 "logs",
-                "daemonset/gvisor-hardened-installer",
+                &format!("daemonset/{METRICS_DAEMONSET}"),
             ])
             .args(["-c", "metrics"])
             .output()
@@ -864,12 +867,21 @@ fn assert_exporter_counts(ctx: &Ctx, policy: &str) {
     println!("exporter via the pod proxy: {}", seen.join("; "));
     // The kubelet's readiness probe (GET /metrics on the named port) passes too.
     poll_until("the metrics container ready", READY, || {
-        let ready = k.jsonpath(
-            INSTALLER_NS,
-            "pods",
-            "{.items[0].status.containerStatuses[?(@.name==\"metrics\")].ready}",
-        );
-        (ready == "true").then_some(())
+        let out = k
+            .kubectl()
+            .args([
+                "-n",
+                INSTALLER_NS,
+                "get",
+                "pods",
+                "-l",
+                METRICS_SELECTOR,
+                "-o",
+            ])
+            .arg("jsonpath={.items[*].status.containerStatuses[?(@.name==\"metrics\")].ready}")
+            .output()
+            .ok()?;
+        (out.stdout.trim() == "true").then_some(())
     })
     .unwrap();
     // No other policy ran a sandbox under the installed shim: one series.
@@ -880,13 +892,21 @@ fn assert_exporter_counts(ctx: &Ctx, policy: &str) {
     assert_eq!(policies.len(), 1, "{text}");
 }
 
-/// What the counts above were read with: the exporter process (visible here, the pod shares
-/// the host's PID namespace) runs as uid 0 with no capability at all and no_new_privs, sees no
-/// host `/`, and the log it read is root's, mode 0600: the owner's bits alone let it read.
-fn assert_exporter_unprivileged(overlay: &InstallerOverlay) {
-    let procs = gvisor_hardened_tests::inspect::processes_mentioning(
-        "policy-injector audit metrics --log /var/log/gvisor-hardened/audit.jsonl --listen 0.0.0.0:9464",
-    );
+/// The pid namespace `pid` is in (`pid:[inode]`).
+fn pid_namespace(pid: impl std::fmt::Display) -> String {
+    let link = format!("/proc/{pid}/ns/pid");
+    std::fs::read_link(&link)
+        .unwrap_or_else(|e| panic!("{link}: {e}"))
+        .display()
+        .to_string()
+}
+
+/// What the counts above were read with: the exporter process (seen from the host, which sees
+/// every process of the node) runs as uid 0 with no capability at all and no_new_privs, sees
+/// no host `/`, and the log it read is root's, mode 0600: the owner's bits alone let it read.
+/// Its PID namespace is not the node's: uid 0 there can signal nothing of the node's.
+fn assert_exporter_unprivileged(ctx: &Ctx, overlay: &InstallerOverlay) {
+    let procs = gvisor_hardened_tests::inspect::processes_mentioning(EXPORTER_CMDLINE);
     assert_eq!(procs.len(), 1, "{procs:?}");
     let pid = procs[0].pid;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -902,12 +922,34 @@ fn assert_exporter_unprivileged(overlay: &InstallerOverlay) {
         assert_eq!(field(caps), "0000000000000000", "{caps}: {status}");
     }
     assert_eq!(field("NoNewPrivs"), "1", "{status}");
+    // PID 1 of its own namespace: no other process of the node is visible to it.
+    assert_eq!(field("NSpid").split(' ').next_back(), Some("1"), "{status}");
     let root = std::path::PathBuf::from(format!("/proc/{pid}/root"));
     assert!(root.join("var/log/gvisor-hardened/audit.jsonl").is_file());
     assert!(!root.join("host").exists(), "the exporter sees a /host");
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(overlay.audit_dir().join("audit.jsonl")).unwrap();
     assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600));
+
+    // Not the node's PID namespace. These machines do not let /proc/1/ns be read (EACCES), so
+    // the node's namespace is the kubelet's, which the test process shares; where /proc/1/ns
+    // is readable it must be the same. The installer (hostPID) is the control: in the node's.
+    let node = pid_namespace(ctx.node.kubelet_pid().unwrap());
+    assert_eq!(pid_namespace("self"), node);
+    if let Ok(init) = std::fs::read_link("/proc/1/ns/pid") {
+        assert_eq!(init.display().to_string(), node);
+    }
+    let installer = gvisor_hardened_tests::inspect::processes_mentioning(
+        "/opt/gvisor-hardened/bin/gvisor-hardened-installer run",
+    );
+    assert_eq!(installer.len(), 1, "{installer:?}");
+    assert_eq!(pid_namespace(installer[0].pid), node, "the installer's");
+    let exporter = pid_namespace(pid);
+    assert_ne!(
+        exporter, node,
+        "the exporter is in the node's PID namespace"
+    );
+    println!("pid namespaces: node (kubelet, installer) {node}, exporter {exporter}");
 }
 
 fn installer_daemonset_installs_and_uninstalls(ctx: &Ctx) {
@@ -976,7 +1018,7 @@ fn installer_daemonset_installs_and_uninstalls(ctx: &Ctx) {
         overlay.audit_log().contains(&cid),
         "no audit record for {cid} in the installed policy's log"
     );
-    // The metrics container of the node's installer pod counts the pod's sandbox under the
+    // The node's exporter pod (the metrics DaemonSet) counts the pod's sandbox under the
     // policy its create record names, and found the log's chain intact.
     let policy = overlay.default_policy().display().to_string();
     assert_eq!(
@@ -984,7 +1026,7 @@ fn installer_daemonset_installs_and_uninstalls(ctx: &Ctx) {
         Some(policy.as_str())
     );
     assert_exporter_counts(ctx, &policy);
-    assert_exporter_unprivileged(&overlay);
+    assert_exporter_unprivileged(ctx, &overlay);
     k.delete_pod(&hns, "hardened").unwrap();
 
     // The runc pod is the same container, never restarted.
@@ -1049,6 +1091,15 @@ fn installer_daemonset_installs_and_uninstalls(ctx: &Ctx) {
     ] {
         assert!(!p.exists(), "{} left behind", p.display());
     }
+    // The rest, the metrics DaemonSet with it: its pods go with the namespace, which
+    // `--wait` waits for; the exporter is PID 1 of its namespace and ignores SIGTERM, so the
+    // kubelet kills it after the DaemonSet's short grace.
+    assert_eq!(
+        gvisor_hardened_tests::inspect::processes_mentioning(EXPORTER_CMDLINE).len(),
+        1,
+        "the exporter before the rest is deleted"
+    );
+    let deleting = Instant::now();
     k.kubectl()
         .args(["delete", "-k"])
         .arg(&overlay.dir)
@@ -1056,6 +1107,29 @@ fn installer_daemonset_installs_and_uninstalls(ctx: &Ctx) {
         .timeout(Duration::from_secs(330))
         .checked()
         .unwrap();
+    poll_until("the exporter process gone", Duration::from_secs(60), || {
+        gvisor_hardened_tests::inspect::processes_mentioning(EXPORTER_CMDLINE)
+            .is_empty()
+            .then_some(())
+    })
+    .unwrap();
+    let left = k
+        .kubectl()
+        .args([
+            "get",
+            "daemonsets,pods",
+            "-A",
+            "-l",
+            "app.kubernetes.io/name=gvisor-hardened",
+        ])
+        .args(["-o", "name"])
+        .checked()
+        .unwrap();
+    assert_eq!(left.stdout.trim(), "", "left after delete -k");
+    println!(
+        "delete -k, metrics DaemonSet included: {:.1} s",
+        deleting.elapsed().as_secs_f64()
+    );
     // Our classes are gone: a pod asking for one is refused.
     let refused = k
         .create(&sleeper("late", &hns, Some("gvisor-hardened")).to_yaml())

@@ -36,8 +36,8 @@ fn ok(what: &str, out: Output) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The DaemonSet's image as `kubectl kustomize deploy/kustomize/default` renders it: one
-/// image for both containers (the installer and the metrics exporter).
+/// The DaemonSets' image as `kubectl kustomize deploy/kustomize/default` renders it: one
+/// image for both DaemonSets (the installer and the metrics exporter).
 fn rendered_image() -> String {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kustomize/default");
     let yaml = ok(
@@ -142,7 +142,7 @@ fn the_image_imports_under_the_rendered_reference_and_runs_the_installer() {
     );
     assert!(nsenter.contains("util-linux"), "{nsenter}");
 
-    // The metrics container's command: policy-injector built with its `cli` feature (the
+    // The metrics DaemonSet's command: policy-injector built with its `cli` feature (the
     // `audit metrics` subcommand exists only there), loading its libraries from the image.
     let metrics_help = ok(
         "ctr run policy-injector audit metrics --help",

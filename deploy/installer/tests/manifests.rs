@@ -40,6 +40,17 @@ fn render(dir: &str) -> Vec<Json> {
         .collect()
 }
 
+const INSTALLER_DAEMONSET: &str = "gvisor-hardened-installer";
+const METRICS_DAEMONSET: &str = "gvisor-hardened-metrics";
+
+/// The rendered DaemonSet called `name`.
+fn daemonset<'a>(rendered: &'a [Json], name: &str) -> &'a Json {
+    rendered
+        .iter()
+        .find(|o| o["kind"] == "DaemonSet" && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no DaemonSet {name} rendered"))
+}
+
 #[test]
 fn runtime_class_handlers_are_the_installers_runtime_names() {
     for (file, name) in [
@@ -164,10 +175,13 @@ fn agent_policy_is_netless_until_a_cluster_lists_hosts() {
 #[test]
 fn daemonset_mounts_the_host_and_the_policies_where_the_installer_looks() {
     let rendered = render("deploy/kustomize/default");
-    let ds = rendered.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
+    let ds = daemonset(&rendered, INSTALLER_DAEMONSET);
     let spec = &ds["spec"]["template"]["spec"];
     assert_eq!(spec["hostPID"], true);
+    // The installer alone: anything beside it would share its host PID namespace.
+    assert_eq!(spec["containers"].as_array().unwrap().len(), 1);
     let c = &spec["containers"][0];
+    assert_eq!(c["name"], "installer");
     assert_eq!(c["args"], serde_json::json!(["run"]));
     let env = |name: &str| {
         c["env"]
@@ -211,41 +225,87 @@ fn daemonset_mounts_the_host_and_the_policies_where_the_installer_looks() {
     );
 }
 
-/// The privileged installer pods (host `/` mounted) run exactly this installer's release:
-/// kustomize's `images:` pins the tag to the crate version, never a moving `:latest`.
+/// The privileged installer pods (host `/` mounted) and the exporter's run exactly this
+/// installer's release: kustomize's `images:` pins the tag to the crate version, never a moving
+/// `:latest`.
 #[test]
 fn installer_image_is_pinned_to_the_crate_version() {
     let want = format!("gvisor-hardened-installer:{}", env!("CARGO_PKG_VERSION"));
-    for (dir, kind) in [
-        ("deploy/kustomize/default", "DaemonSet"),
-        ("deploy/kustomize/base", "DaemonSet"),
-        ("deploy/kustomize/cleanup", "Job"),
+    for (dir, kind, count) in [
+        ("deploy/kustomize/default", "DaemonSet", 2),
+        ("deploy/kustomize/base", "DaemonSet", 2),
+        ("deploy/kustomize/cleanup", "Job", 1),
     ] {
         let rendered = render(dir);
-        let pod = &rendered
+        let pods: Vec<&Json> = rendered
             .iter()
-            .find(|o| o["kind"] == kind)
-            .unwrap_or_else(|| panic!("{dir}: no {kind}"))["spec"]["template"]["spec"];
-        for c in pod["containers"].as_array().unwrap() {
-            assert_eq!(c["image"], want.as_str(), "{dir} {kind}");
+            .filter(|o| o["kind"] == kind)
+            .map(|o| &o["spec"]["template"]["spec"])
+            .collect();
+        assert_eq!(pods.len(), count, "{dir}: {kind}s");
+        for pod in pods {
+            for c in pod["containers"].as_array().unwrap() {
+                assert_eq!(c["image"], want.as_str(), "{dir} {kind}");
+            }
         }
     }
 }
 
-/// The metrics exporter beside the installer: the same image, and none of the installer's
-/// rights. It reads one host directory (the audit log's), read-only, and serves on the port
-/// the pod's scrape annotations name.
+/// The metrics exporter: its own DaemonSet on the installer's nodes, the same image, and none
+/// of the installer's rights. Its pod shares no host namespace (hostPID is per pod: in the
+/// installer's pod its uid 0 could signal every uid-0 process of the node), has no service
+/// account token and no RBAC; it reads one host directory (the audit log's), read-only, and
+/// serves on the port the pod's scrape annotations name.
 #[test]
-fn metrics_container_serves_the_audit_log_with_least_privilege() {
+fn metrics_daemonset_serves_the_audit_log_with_least_privilege() {
     let rendered = render("deploy/kustomize/default");
-    let ds = rendered.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
+    let installer_ds = daemonset(&rendered, INSTALLER_DAEMONSET);
+    let installer_spec = &installer_ds["spec"]["template"]["spec"];
+    let installer = &installer_spec["containers"][0];
+    let ds = daemonset(&rendered, METRICS_DAEMONSET);
+    assert_eq!(
+        ds["metadata"]["namespace"],
+        installer_ds["metadata"]["namespace"]
+    );
     let template = &ds["spec"]["template"];
     let spec = &template["spec"];
-    let containers = spec["containers"].as_array().unwrap();
-    let installer = containers
+
+    // Its own pod: no host namespace, no token, an account of its own that nothing binds.
+    for k in ["hostPID", "hostNetwork", "hostIPC"] {
+        assert!(
+            spec.get(k).is_none() || spec[k] == false,
+            "{k}: {}",
+            spec[k]
+        );
+    }
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    let sa = spec["serviceAccountName"].as_str().unwrap();
+    assert_ne!(sa, installer_spec["serviceAccountName"].as_str().unwrap());
+    let account = rendered
         .iter()
-        .find(|c| c["name"] == "installer")
-        .unwrap();
+        .find(|o| o["kind"] == "ServiceAccount" && o["metadata"]["name"] == sa)
+        .unwrap_or_else(|| panic!("service account {sa} not rendered"));
+    assert_eq!(account["automountServiceAccountToken"], false);
+    for binding in rendered
+        .iter()
+        .filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding")
+    {
+        for subject in binding["subjects"].as_array().into_iter().flatten() {
+            assert_ne!(subject["name"], sa, "{binding}");
+        }
+    }
+    // On the installer's nodes, whatever their taints.
+    assert_eq!(spec["nodeSelector"], installer_spec["nodeSelector"]);
+    assert_eq!(spec["tolerations"], installer_spec["tolerations"]);
+    // Selects its own pods, not the installer's.
+    let selector = &ds["spec"]["selector"]["matchLabels"];
+    assert_ne!(selector, &installer_ds["spec"]["selector"]["matchLabels"]);
+    for (k, v) in selector.as_object().unwrap() {
+        assert_eq!(&template["metadata"]["labels"][k], v);
+    }
+
+    let containers = spec["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1);
     let c = containers
         .iter()
         .find(|c| c["name"] == "metrics")
@@ -298,10 +358,11 @@ fn metrics_container_serves_the_audit_log_with_least_privilege() {
     assert_eq!(annotations["prometheus.io/scrape"], "true");
     assert_eq!(annotations["prometheus.io/port"], port.to_string().as_str());
     assert_eq!(annotations["prometheus.io/path"], "/metrics");
-    assert_eq!(
-        annotations["kubectl.kubernetes.io/default-container"],
-        "installer"
-    );
+    // The installer serves nothing: discovery must not pick its pods.
+    assert!(installer_ds["spec"]["template"]["metadata"]
+        .get("annotations")
+        .and_then(|a| a.get("prometheus.io/scrape"))
+        .is_none());
 
     let sc = &c["securityContext"];
     assert_eq!(sc["privileged"], false);

@@ -2,7 +2,7 @@
 //! shipped (same image reference, RBAC, RuntimeClasses), with its host paths pointed into the
 //! node's directory through the installer's `GVH_*` variables, and the policies ConfigMap
 //! replaced by the shipped policies with their audit log and runsc root in that directory, and
-//! the metrics container's hostPath pointed at that directory (where the log is). The
+//! the metrics DaemonSet's hostPath pointed at that directory (where the log is). The
 //! defaults would edit this machine's own /etc/containerd/config.toml and restart it with
 //! systemctl; this node's containerd lives elsewhere and restarts through its own script.
 
@@ -38,7 +38,7 @@ impl InstallerOverlay {
     pub fn audit_log(&self) -> String {
         fs::read_to_string(self.layout.audit_log()).unwrap_or_default()
     }
-    /// The directory the audit log is in: the metrics container's hostPath on this node.
+    /// The directory the audit log is in: the metrics DaemonSet's hostPath on this node.
     pub fn audit_dir(&self) -> PathBuf {
         self.layout
             .audit_log()
@@ -108,14 +108,14 @@ impl InstallerOverlay {
                 node.restart_script().display()
             ),
         );
-        // The metrics container reads the log's directory (mounted where the shipped policies
+        // The metrics DaemonSet reads the log's directory (mounted where the shipped policies
         // log, so its --log stays as shipped): here that is the node's directory. The test op
         // makes the patch fail, not silently retarget another volume, if the order changes.
-        patch.push_str(&format!(
+        let metrics_patch = format!(
             "      - op: test\n        path: /spec/template/spec/volumes/{AUDIT_VOLUME_INDEX}/name\n        value: audit-log\n\
              \x20     - op: replace\n        path: /spec/template/spec/volumes/{AUDIT_VOLUME_INDEX}/hostPath/path\n        value: {:?}\n",
             overlay.audit_dir().display().to_string()
-        ));
+        );
         let kustomization = format!(
             "apiVersion: kustomize.config.k8s.io/v1beta1\n\
              kind: Kustomization\n\
@@ -127,7 +127,9 @@ impl InstallerOverlay {
              \x20   files: [policy.toml, gvisor-hardened-tool.toml, gvisor-hardened-agent.toml]\n\
              patches:\n\
              \x20 - target: {{kind: DaemonSet, name: gvisor-hardened-installer}}\n\
-             \x20   patch: |-\n{patch}",
+             \x20   patch: |-\n{patch}\
+             \x20 - target: {{kind: DaemonSet, name: {METRICS_DAEMONSET}}}\n\
+             \x20   patch: |-\n{metrics_patch}",
             default.display()
         );
         let path = overlay.dir.join("kustomization.yaml");
@@ -136,8 +138,11 @@ impl InstallerOverlay {
     }
 }
 
-/// The `audit-log` volume's place in deploy/kustomize/base/daemonset.yaml's volumes.
-const AUDIT_VOLUME_INDEX: usize = 2;
+/// The exporter's DaemonSet (deploy/kustomize/base/metrics.yaml).
+const METRICS_DAEMONSET: &str = "gvisor-hardened-metrics";
+
+/// The `audit-log` volume's place in deploy/kustomize/base/metrics.yaml's volumes.
+const AUDIT_VOLUME_INDEX: usize = 0;
 
 /// `to` relative to the directory `from` (kustomize refuses absolute resource paths); both
 /// absolute.
