@@ -19,7 +19,7 @@
 #   /opt/gvisor-hardened/bin/gvisor-hardened-forwarder      --forwarder-source (static)
 #   /opt/gvisor-hardened/bin/runsc-hardened                 the OCI runtime binary, for Docker/Podman nodes
 #   /opt/gvisor-hardened/bin/policy-injector                the operator CLI (`cli` feature); the
-#                                                           DaemonSet's metrics container runs its
+#                                                           metrics DaemonSet runs its
 #                                                           `audit metrics` exporter
 #   /opt/gvisor-hardened/policies/*.toml                    --policy-source: the RuntimeClasses'
 #                                                           policies (the DaemonSet mounts its ConfigMap instead)
