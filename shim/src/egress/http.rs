@@ -134,8 +134,19 @@ pub fn split_authority(auth: &str, default_port: Option<u16>) -> Result<(String,
     Ok((host, port))
 }
 
-/// Parses a whole head (as delimited by [`head_len`]).
-pub fn parse_head(head: &[u8]) -> Result<Request, HeadError> {
+/// A request head split into its request line's parts and its header lines.
+struct SplitHead<'a> {
+    request_line: &'a str,
+    method: &'a str,
+    target: &'a str,
+    version: &'a str,
+    headers: Vec<(String, String)>,
+}
+
+/// The checks every request head gets, whatever form its target has: the size bound, UTF-8,
+/// CRLF line ends only, the header count and each header line's form, three request-line
+/// parts.
+fn split_head(head: &[u8]) -> Result<SplitHead<'_>, HeadError> {
     if head.len() > MAX_HEAD {
         return Err(HeadError {
             status: 431,
@@ -167,12 +178,16 @@ pub fn parse_head(head: &[u8]) -> Result<Request, HeadError> {
     else {
         return Err(bad(format!("malformed request line {request_line:?}")));
     };
-    if !request_line
-        .bytes()
-        .all(|b| b.is_ascii_graphic() || b == b' ')
-    {
-        return Err(bad("the request line is not printable ASCII"));
-    }
+    Ok(SplitHead {
+        request_line,
+        method,
+        target,
+        version,
+        headers,
+    })
+}
+
+fn check_method_and_version(method: &str, version: &str) -> Result<(), HeadError> {
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
         return Err(bad(format!("bad method {method:?}")));
     }
@@ -182,13 +197,35 @@ pub fn parse_head(head: &[u8]) -> Result<Request, HeadError> {
             reason: format!("unsupported version {version:?} (HTTP/1.0 or 1.1)"),
         });
     }
-    let header = |name: &str| {
-        headers
-            .iter()
-            .filter(|(n, _): &&(String, String)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect::<Vec<_>>()
-    };
+    Ok(())
+}
+
+/// The values of every header named `name` (case-insensitive), in order.
+fn values<'h>(headers: &'h [(String, String)], name: &str) -> Vec<&'h str> {
+    headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
+/// Parses a whole head (as delimited by [`head_len`]).
+pub fn parse_head(head: &[u8]) -> Result<Request, HeadError> {
+    let SplitHead {
+        request_line,
+        method,
+        target,
+        version,
+        headers,
+    } = split_head(head)?;
+    if !request_line
+        .bytes()
+        .all(|b| b.is_ascii_graphic() || b == b' ')
+    {
+        return Err(bad("the request line is not printable ASCII"));
+    }
+    check_method_and_version(method, version)?;
+    let header = |name: &str| values(&headers, name);
     if !header("content-length").is_empty() && !header("transfer-encoding").is_empty() {
         return Err(bad("both Content-Length and Transfer-Encoding"));
     }
@@ -441,46 +478,14 @@ const HOP_BY_HOP: [&str; 5] = ["connection", "keep-alive", "te", "upgrade", "tra
 /// per connection, and a second one must not reach the upstream unchecked), a Host header
 /// naming `host` if there is one.
 pub fn parse_origin_head(head: &[u8], host: &str, port: u16) -> Result<OriginRequest, HeadError> {
-    if head.len() > MAX_HEAD {
-        return Err(HeadError {
-            status: 431,
-            reason: format!("request head longer than {MAX_HEAD} bytes"),
-        });
-    }
-    let text = std::str::from_utf8(head).map_err(|_| bad("request head is not UTF-8"))?;
-    let body = text
-        .strip_suffix("\r\n\r\n")
-        .ok_or_else(|| bad("request head does not end with a blank line"))?;
-    if body.split("\r\n").any(|l| l.contains(['\r', '\n'])) {
-        return Err(bad("bare CR or LF in the request head"));
-    }
-    let mut lines = body.split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
-    let mut headers = Vec::new();
-    for line in lines {
-        if headers.len() == MAX_HEADERS {
-            return Err(HeadError {
-                status: 431,
-                reason: format!("more than {MAX_HEADERS} header lines"),
-            });
-        }
-        headers.push(parse_header_line(line)?);
-    }
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(bad(format!("malformed request line {request_line:?}")));
-    };
-    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
-        return Err(bad(format!("bad method {method:?}")));
-    }
-    if version != "HTTP/1.1" && version != "HTTP/1.0" {
-        return Err(HeadError {
-            status: 505,
-            reason: format!("unsupported version {version:?} (HTTP/1.0 or 1.1)"),
-        });
-    }
+    let SplitHead {
+        request_line: _,
+        method,
+        target,
+        version,
+        headers,
+    } = split_head(head)?;
+    check_method_and_version(method, version)?;
     if !target.starts_with('/') || target.bytes().any(|b| !b.is_ascii_graphic() || b == b'#') {
         return Err(bad(
             "the request target must be a path (origin form) of printable ASCII",
@@ -492,13 +497,7 @@ pub fn parse_origin_head(head: &[u8], host: &str, port: u16) -> Result<OriginReq
             reason: format!("{method} is refused on a connection the proxy adds a credential to"),
         });
     }
-    let named = |name: &str| {
-        headers
-            .iter()
-            .filter(|(n, _): &&(String, String)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect::<Vec<_>>()
-    };
+    let named = |name: &str| values(&headers, name);
     let codings = named("transfer-encoding");
     let chunked = match codings.as_slice() {
         [] => false,
