@@ -26,10 +26,29 @@ pub struct ConnectionCaps {
     bucket: Mutex<Bucket>,
 }
 
-/// A token bucket holding at most one second's worth of connections.
+/// A token bucket refilled at `rate` per second, holding at most one second's worth.
 struct Bucket {
+    rate: f64,
     tokens: f64,
     at: Instant,
+}
+
+impl Bucket {
+    fn full(rate: f64) -> Bucket {
+        Bucket {
+            rate,
+            tokens: rate,
+            at: Instant::now(),
+        }
+    }
+
+    /// Adds what accrued since the last look, up to one second's worth.
+    fn refill(&mut self) {
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate);
+        self.at = now;
+    }
 }
 
 /// One admitted connection; the slot is free again when this drops.
@@ -51,10 +70,7 @@ impl ConnectionCaps {
             max_open: max_open.max(1),
             open: Arc::new(AtomicU32::new(0)),
             per_second,
-            bucket: Mutex::new(Bucket {
-                tokens: f64::from(per_second),
-                at: Instant::now(),
-            }),
+            bucket: Mutex::new(Bucket::full(f64::from(per_second))),
         }
     }
 
@@ -78,11 +94,7 @@ impl ConnectionCaps {
             open: self.open.clone(),
         };
         let mut b = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        let rate = f64::from(self.per_second);
-        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
-        b.tokens = (b.tokens + elapsed * rate).min(rate);
-        b.at = now;
+        b.refill();
         if b.tokens < 1.0 {
             // `slot` drops here: the open count goes back down.
             return Err(CapRefusal::Rate {
@@ -97,7 +109,6 @@ impl ConnectionCaps {
 /// Bytes per second for a whole sandbox: a bucket of one second's worth that may go into debt;
 /// whoever takes bytes past it waits out its share of the debt before sending them.
 pub struct ByteRate {
-    per_second: u64,
     bucket: Mutex<Bucket>,
 }
 
@@ -105,28 +116,20 @@ impl ByteRate {
     pub fn new(per_second: u64) -> ByteRate {
         let per_second = per_second.max(1);
         ByteRate {
-            per_second,
-            bucket: Mutex::new(Bucket {
-                tokens: per_second as f64,
-                at: Instant::now(),
-            }),
+            bucket: Mutex::new(Bucket::full(per_second as f64)),
         }
     }
 
     /// Takes `n` bytes; returns how long the caller must wait before sending them.
     pub fn take(&self, n: usize) -> std::time::Duration {
         let mut b = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        let rate = self.per_second as f64;
-        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
-        b.tokens = (b.tokens + elapsed * rate).min(rate);
-        b.at = now;
+        b.refill();
         b.tokens -= n as f64;
         if b.tokens >= 0.0 {
             return std::time::Duration::ZERO;
         }
         // Whole nanoseconds, rounded up: a sender never goes early.
-        std::time::Duration::from_nanos((-b.tokens * 1e9 / rate).ceil() as u64)
+        std::time::Duration::from_nanos((-b.tokens * 1e9 / b.rate).ceil() as u64)
     }
 
     /// Takes `n` bytes and waits until they may go.
