@@ -7,6 +7,7 @@
 //! | egress-connection allowed, cut, failed | Network Activity (4001) |
 //! | create-rejected, exec-rejected, egress-connection denied, egress-byte-cap-crossed | Detection Finding (2004) |
 //! | egress-lookup | DNS Activity (4003) |
+//! | egress-credential-injected | HTTP Activity (4002) |
 //! | egress-forwarder-ready, egress-forwarder-died, egress-proxy-stopped | Application Lifecycle (6002) |
 //! | genesis | Event Log Activity (1008) |
 //!
@@ -15,6 +16,10 @@
 //!   its answers (or its error), which is what DNS Activity carries (`query`, `answers`,
 //!   `rcode`). A lookup answered from the policy's static hosts table is the same question
 //!   answered without the network; `unmapped.source` says which.
+//! - A credential injected is one HTTP request the proxy let through after terminating its
+//!   TLS and adding a header: HTTP Activity, its activity the request's method, the header
+//!   named in `http_request.http_headers` with no value (the record never holds one), the
+//!   method/path rule that allowed it as the firewall rule.
 //! - The forwarder (the process in the sandbox that carries its traffic out) and the proxy (the
 //!   shim's end) are services of the runtime that start, restart and stop: Application Lifecycle
 //!   (Start, Restart, Stop). Process Activity would need a pid and a process the record does not
@@ -42,6 +47,7 @@ pub const PROCESS_ACTIVITY: u64 = 1007;
 pub const EVENT_LOG_ACTIVITY: u64 = 1008;
 pub const DETECTION_FINDING: u64 = 2004;
 pub const NETWORK_ACTIVITY: u64 = 4001;
+pub const HTTP_ACTIVITY: u64 = 4002;
 pub const DNS_ACTIVITY: u64 = 4003;
 pub const APPLICATION_LIFECYCLE: u64 = 6002;
 
@@ -56,6 +62,7 @@ pub fn class_of(event: &str, verdict: Option<&str>) -> Option<u64> {
         "egress-connection" if verdict == Some("denied") => DETECTION_FINDING,
         "egress-connection" => NETWORK_ACTIVITY,
         "egress-lookup" => DNS_ACTIVITY,
+        "egress-credential-injected" => HTTP_ACTIVITY,
         "egress-forwarder-ready" | "egress-forwarder-died" | "egress-proxy-stopped" => {
             APPLICATION_LIFECYCLE
         }
@@ -74,6 +81,7 @@ pub fn event(rec: &Record<'_>) -> Option<Value> {
         DETECTION_FINDING => refusal(rec),
         NETWORK_ACTIVITY => network_activity(rec),
         DNS_ACTIVITY => ocsf_egress::dns_activity(rec),
+        HTTP_ACTIVITY => ocsf_egress::credential_injected(rec),
         APPLICATION_LIFECYCLE => ocsf_egress::application_lifecycle(rec),
         _ => event_log_activity(rec),
     })
@@ -294,7 +302,7 @@ pub(super) fn sandbox_endpoint(rec: &Record<'_>) -> Value {
 
 /// The endpoints and direction of an egress record: the workload inside the sandbox, the host
 /// it asked for (and the address dialled, when it was).
-fn endpoints(rec: &Record<'_>) -> (Value, Value, Value) {
+pub(super) fn endpoints(rec: &Record<'_>) -> (Value, Value, Value) {
     let src = match rec
         .str("peer")
         .and_then(|p| p.parse::<std::net::SocketAddr>().ok())

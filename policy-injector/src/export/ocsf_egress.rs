@@ -1,12 +1,13 @@
 //! The egress records that are neither a connection nor a refusal, as OCSF events: name
-//! lookups (DNS Activity), the forwarder's and the proxy's starts and stops (Application
+//! lookups (DNS Activity), credentials injected (HTTP Activity), the forwarder's and the proxy's starts and stops (Application
 //! Lifecycle) and the byte cap taking effect (Detection Finding). Why these classes: the table
 //! in `ocsf`'s module comment.
 
 use serde_json::{json, Value};
 
 use super::ocsf::{
-    base, container, sandbox_endpoint, APPLICATION_LIFECYCLE, DETECTION_FINDING, DNS_ACTIVITY,
+    base, container, endpoints, sandbox_endpoint, APPLICATION_LIFECYCLE, DETECTION_FINDING,
+    DNS_ACTIVITY, HTTP_ACTIVITY,
 };
 use super::Record;
 
@@ -179,5 +180,73 @@ pub fn byte_cap_finding(rec: &Record<'_>) -> Value {
     e.insert("status".into(), json!("New"));
     e.insert("is_alert".into(), json!(true));
     e.insert("message".into(), json!(title));
+    Value::Object(e)
+}
+
+/// `egress-credential-injected`: the proxy added a credential header to one request for an
+/// allowlisted host. The activity is the request's method (OCSF's HTTP methods, Other for the
+/// rest); the header is named without a value, since the record holds none.
+pub fn credential_injected(rec: &Record<'_>) -> Value {
+    let method = rec.str("method").unwrap_or("");
+    let activity = match method {
+        "CONNECT" => (1, "Connect"),
+        "DELETE" => (2, "Delete"),
+        "GET" => (3, "Get"),
+        "HEAD" => (4, "Head"),
+        "OPTIONS" => (5, "Options"),
+        "POST" => (6, "Post"),
+        "PUT" => (7, "Put"),
+        "PATCH" => (9, "Patch"),
+        _ => (99, "Other"),
+    };
+    let mut e = base(
+        rec,
+        (HTTP_ACTIVITY, "HTTP Activity"),
+        (4, "Network Activity"),
+        activity,
+    );
+    let (src, dst, conn) = endpoints(rec);
+    let host = rec.str("host").unwrap_or("");
+    let header = rec.str("header").unwrap_or("");
+    let mut url = json!({"hostname": host, "scheme": "https"});
+    if let Some(port) = rec.u64("port") {
+        url["port"] = json!(port);
+    }
+    e.insert(
+        "http_request".into(),
+        json!({
+            "http_method": method,
+            "url": url,
+            "http_headers": [{"name": header}],
+        }),
+    );
+    e.insert("src_endpoint".into(), src);
+    e.insert("dst_endpoint".into(), dst);
+    e.insert("connection_info".into(), conn);
+    e.insert("action_id".into(), json!(1));
+    e.insert("action".into(), json!("Allowed"));
+    e.insert("disposition_id".into(), json!(1));
+    e.insert("disposition".into(), json!("Allowed"));
+    e.insert("status_id".into(), json!(1));
+    e.insert("status".into(), json!("Success"));
+    if let Some(rule) = rec.str("rule") {
+        e.insert("firewall_rule".into(), json!({"name": rule}));
+    }
+    let replaced = rec
+        .value
+        .get("replaced_workload_header")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    e.insert(
+        "message".into(),
+        json!(format!(
+            "credential injected: {header} for {method} {host}{}",
+            if replaced {
+                " (the workload's own header of that name was dropped)"
+            } else {
+                ""
+            }
+        )),
+    );
     Value::Object(e)
 }

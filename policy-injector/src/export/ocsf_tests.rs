@@ -276,6 +276,49 @@ fn crossing_the_byte_cap_is_a_finding_against_egress_max_bytes() {
 }
 
 #[test]
+fn an_injected_credential_is_http_activity_naming_the_header_never_a_value() {
+    let out = export(&[
+        egress_event(
+            "egress-credential-injected",
+            json!({"host": "api.example.test", "port": 443, "header": "x-api-key",
+                "rule": "POST api.example.test/v1/messages", "method": "POST",
+                "replaced_workload_header": true}),
+        ),
+        egress_event(
+            "egress-credential-injected",
+            json!({"host": "git.example.test", "port": 443, "header": "authorization",
+                "method": "PROPFIND", "replaced_workload_header": false}),
+        ),
+    ]);
+    let post = &out[0];
+    assert_eq!(post["class_uid"], 4002);
+    assert_eq!(post["type_uid"], 400206);
+    assert_eq!(post["activity_name"], "Post");
+    assert_eq!(post["http_request"]["http_method"], "POST");
+    assert_eq!(post["http_request"]["url"]["hostname"], "api.example.test");
+    assert_eq!(post["http_request"]["url"]["port"], 443);
+    assert_eq!(
+        post["http_request"]["http_headers"],
+        json!([{"name": "x-api-key"}])
+    );
+    assert_eq!(post["dst_endpoint"]["hostname"], "api.example.test");
+    assert_eq!(post["src_endpoint"]["uid"], "c1");
+    assert_eq!(
+        post["firewall_rule"]["name"],
+        "POST api.example.test/v1/messages"
+    );
+    assert_eq!(post["metadata"]["correlation_uid"], "c1");
+    assert!(post["message"]
+        .as_str()
+        .unwrap()
+        .contains("workload's own header of that name was dropped"));
+    let other = &out[1];
+    assert_eq!(other["type_uid"], 400299);
+    assert_eq!(other["type_name"], "HTTP Activity: Other");
+    assert!(other.get("firewall_rule").is_none());
+}
+
+#[test]
 fn raw_data_is_the_line_and_metadata_uid_its_chain_hash() {
     let line = lifecycle("start", json!({})).to_string();
     let mut x = Exporter::new(Format::Ocsf, "h");

@@ -6,7 +6,8 @@
 //! kvlist of the redacted record, so nothing is lost); attributes use the semantic conventions
 //! where one exists (`container.id`, `container.image.name`, `k8s.*`, `process.pid`,
 //! `process.exit.code`, `server.address`/`server.port`, `client.address`/`client.port`, and for
-//! name lookups `dns.question.name`/`dns.answers`) and `gvisor_hardened.*` for the rest;
+//! name lookups `dns.question.name`/`dns.answers`, for injected credentials
+//! `http.request.method`) and `gvisor_hardened.*` for the rest;
 //! `gvisor_hardened.ocsf.class_uid` names the class the OCSF export gives the same record.
 //! int64 fields are decimal strings, as OTLP JSON has them.
 
@@ -104,6 +105,9 @@ fn attributes(rec: &Record<'_>) -> Vec<Value> {
         ),
         ("source", "gvisor_hardened.egress.lookup.source"),
         ("listen", "gvisor_hardened.egress.forwarder.listen"),
+        // An injected credential: the request's method and the header's name (never a value).
+        ("method", "http.request.method"),
+        ("header", "gvisor_hardened.egress.credential.header"),
     ];
     for (field, key) in strings {
         if let Some(v) = rec.str(field) {

@@ -151,4 +151,24 @@ fn a_lookup_names_its_question_and_answers_and_every_record_its_ocsf_class() {
         attribute(log, "gvisor_hardened.ocsf.class_uid"),
         Some(&json!({"intValue": "2004"}))
     );
+    let injected = export(
+        json!({"time": "2026-12-03T08:22:43.000Z", "event": "egress-credential-injected",
+        "sandbox_id": "s", "container_id": "s", "policy": "agent", "host": "api.example.test",
+        "port": 443, "header": "x-api-key", "method": "POST", "replaced_workload_header": false}),
+    );
+    let log = &injected["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0];
+    for (key, value) in [
+        ("http.request.method", json!({"stringValue": "POST"})),
+        (
+            "gvisor_hardened.egress.credential.header",
+            json!({"stringValue": "x-api-key"}),
+        ),
+        ("server.address", json!({"stringValue": "api.example.test"})),
+        (
+            "gvisor_hardened.ocsf.class_uid",
+            json!({"intValue": "4002"}),
+        ),
+    ] {
+        assert_eq!(attribute(log, key), Some(&value), "{key}");
+    }
 }
