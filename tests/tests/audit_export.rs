@@ -138,7 +138,8 @@ fn write_a_run(log: &AuditLog) {
         log.append_value(&AuditLine::now("k8s.io", &rec)).unwrap();
     }
     // The proxy's other records: lookups (DNS, the policy's hosts table, a failed one), the
-    // forwarder starting, dying and starting again, the byte cap, the proxy's stop.
+    // forwarder starting, dying and starting again, the byte cap, credentials injected, the
+    // proxy's stop.
     let others = [
         EgressEvent::Lookup {
             host: "api.example.test".into(),
@@ -176,6 +177,23 @@ fn write_a_run(log: &AuditLog) {
         EgressEvent::ByteCapCrossed {
             max_bytes: 1 << 20,
             used: (1 << 20) + 4000,
+        },
+        // A credential injected by a rule, and one without rules (any request).
+        EgressEvent::CredentialInjected {
+            host: "api.example.test".into(),
+            port: 443,
+            header: "x-api-key".into(),
+            rule: Some("POST /v1/messages".into()),
+            method: "POST".into(),
+            replaced_workload_header: true,
+        },
+        EgressEvent::CredentialInjected {
+            host: "git.example.test".into(),
+            port: 443,
+            header: "authorization".into(),
+            rule: None,
+            method: "PROPFIND".into(),
+            replaced_workload_header: false,
         },
         EgressEvent::ProxyStopped,
     ];
@@ -274,6 +292,7 @@ fn ocsf_and_otel_exports_of_the_shims_records_fit_the_published_schemas() {
         (1008, genesis),
         (2004, 3),
         (4001, 3),
+        (4002, 2),
         (4003, 3),
         (6002, 4),
     ] {

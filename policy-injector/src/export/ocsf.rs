@@ -17,9 +17,10 @@
 //!   `rcode`). A lookup answered from the policy's static hosts table is the same question
 //!   answered without the network; `unmapped.source` says which.
 //! - A credential injected is one HTTP request the proxy let through after terminating its
-//!   TLS and adding a header: HTTP Activity, its activity the request's method, the header
-//!   named in `http_request.http_headers` with no value (the record never holds one), the
-//!   method/path rule that allowed it as the firewall rule.
+//!   TLS and adding a header: HTTP Activity, its activity the request's method, the
+//!   method/path rule that allowed it as the firewall rule. The header's name is in
+//!   `unmapped.header` and the message, not in `http_request.http_headers`, whose entries
+//!   need a value (the record never holds one).
 //! - The forwarder (the process in the sandbox that carries its traffic out) and the proxy (the
 //!   shim's end) are services of the runtime that start, restart and stop: Application Lifecycle
 //!   (Start, Restart, Stop). Process Activity would need a pid and a process the record does not

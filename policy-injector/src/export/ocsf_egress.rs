@@ -185,7 +185,8 @@ pub fn byte_cap_finding(rec: &Record<'_>) -> Value {
 
 /// `egress-credential-injected`: the proxy added a credential header to one request for an
 /// allowlisted host. The activity is the request's method (OCSF's HTTP methods, Other for the
-/// rest); the header is named without a value, since the record holds none.
+/// rest). The header's name stays in `unmapped.header` only: OCSF's `http_header` requires a
+/// value, and the record holds none to give.
 pub fn credential_injected(rec: &Record<'_>) -> Value {
     let method = rec.str("method").unwrap_or("");
     let activity = match method {
@@ -196,6 +197,7 @@ pub fn credential_injected(rec: &Record<'_>) -> Value {
         "OPTIONS" => (5, "Options"),
         "POST" => (6, "Post"),
         "PUT" => (7, "Put"),
+        "TRACE" => (8, "Trace"),
         "PATCH" => (9, "Patch"),
         _ => (99, "Other"),
     };
@@ -208,18 +210,27 @@ pub fn credential_injected(rec: &Record<'_>) -> Value {
     let (src, dst, conn) = endpoints(rec);
     let host = rec.str("host").unwrap_or("");
     let header = rec.str("header").unwrap_or("");
+    // The record has the host and port, not the path (the rule names the allowed prefix): the
+    // URL is the origin, which OCSF accepts as `url_string`.
     let mut url = json!({"hostname": host, "scheme": "https"});
-    if let Some(port) = rec.u64("port") {
-        url["port"] = json!(port);
+    url["url_string"] = match rec.u64("port") {
+        Some(port) => {
+            url["port"] = json!(port);
+            json!(if port == 443 {
+                format!("https://{host}")
+            } else {
+                format!("https://{host}:{port}")
+            })
+        }
+        None => json!(format!("https://{host}")),
+    };
+    let mut request = json!({ "url": url });
+    // OCSF lists nine methods; another (WebDAV's, say) is the activity Other, and its name
+    // stays in `unmapped.method`.
+    if activity.0 != 99 {
+        request["http_method"] = json!(method);
     }
-    e.insert(
-        "http_request".into(),
-        json!({
-            "http_method": method,
-            "url": url,
-            "http_headers": [{"name": header}],
-        }),
-    );
+    e.insert("http_request".into(), request);
     e.insert("src_endpoint".into(), src);
     e.insert("dst_endpoint".into(), dst);
     e.insert("connection_info".into(), conn);

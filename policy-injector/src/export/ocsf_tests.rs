@@ -298,9 +298,11 @@ fn an_injected_credential_is_http_activity_naming_the_header_never_a_value() {
     assert_eq!(post["http_request"]["url"]["hostname"], "api.example.test");
     assert_eq!(post["http_request"]["url"]["port"], 443);
     assert_eq!(
-        post["http_request"]["http_headers"],
-        json!([{"name": "x-api-key"}])
+        post["http_request"]["url"]["url_string"],
+        "https://api.example.test"
     );
+    assert_eq!(post["unmapped"]["header"], "x-api-key");
+    assert!(post["http_request"].get("http_headers").is_none());
     assert_eq!(post["dst_endpoint"]["hostname"], "api.example.test");
     assert_eq!(post["src_endpoint"]["uid"], "c1");
     assert_eq!(
@@ -315,6 +317,9 @@ fn an_injected_credential_is_http_activity_naming_the_header_never_a_value() {
     let other = &out[1];
     assert_eq!(other["type_uid"], 400299);
     assert_eq!(other["type_name"], "HTTP Activity: Other");
+    // Outside OCSF's method list: the method only in `unmapped`.
+    assert!(other["http_request"].get("http_method").is_none());
+    assert_eq!(other["unmapped"]["method"], "PROPFIND");
     assert!(other.get("firewall_rule").is_none());
 }
 
