@@ -11,6 +11,7 @@ pub mod bundle;
 pub mod cgroup;
 pub mod container;
 pub mod container_id;
+pub mod core_dumps;
 pub mod egress;
 pub mod env;
 pub mod error;

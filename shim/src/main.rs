@@ -8,11 +8,16 @@
 use std::process::ExitCode;
 
 use containerd_shim_gvisor_hardened::actions::{delete, info, start};
-use containerd_shim_gvisor_hardened::{flags, server};
+use containerd_shim_gvisor_hardened::{core_dumps, flags, server};
 
 use containerd_shim_protos::protobuf::Message;
 
 fn main() -> ExitCode {
+    // First: this process will hold credentials and CA keys (core_dumps.rs).
+    if let Err(e) = core_dumps::disable() {
+        eprintln!("containerd-shim-gvisor-hardened-v1: cannot turn core dumps off: {e}");
+        return ExitCode::FAILURE;
+    }
     let flags = match flags::parse(std::env::args_os().skip(1)) {
         Ok(f) => f,
         Err(e) => {

@@ -69,6 +69,11 @@ pub fn main(args: Vec<String>) -> ExitCode {
     }
     let log = EngineLog::new(inv.global.log.as_deref(), inv.global.log_format);
     log::install(&log);
+    // Before anything is forked: the guard holds credentials and CA keys (core_dumps.rs).
+    if let Err(e) = crate::core_dumps::disable() {
+        log.error(&format!("cannot turn core dumps off: {e}"));
+        return ExitCode::FAILURE;
+    }
     // The process the engine will wait on (`create`'s guard, a detached `exec`'s) is forked
     // now, while this one has one thread: see `fork.rs`.
     let forking = match &inv.command {
