@@ -7,10 +7,12 @@
 //!   `upstream_ca`), which answers only when the planted key arrived in `x-api-key`; the
 //!   workload's own `x-api-key` never arrives; a method outside the rules is refused with the
 //!   reason in the status line; the key is in no record and not in the bundle.
-//! - Through `ctr` with the shim and runsc, and through Docker and Podman with runsc-hardened:
-//!   the sandbox gets the CA bundle read-only and the CA variables, its processes'
-//!   environments, the bundle and its files hold no key, and the bundle's host file goes with
-//!   the sandbox.
+//! - From inside a real sandbox, through `ctr` with the shim and runsc, a CRI pod, and Docker
+//!   and Podman with runsc-hardened: curl and git (over HTTPS) in the sandbox reach the same
+//!   upstream through the allowlist, trusting the CA bundle the sandbox gets read-only through
+//!   the CA variables; the upstream saw the key on every request and never the workload's own;
+//!   afterwards the sandbox's processes' environments, the bundle and its files hold no key,
+//!   and the bundle's host file goes with the sandbox.
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -29,9 +31,11 @@ use containerd_shim_gvisor_hardened::egress::net::{NetnsDialer, SystemResolver};
 use containerd_shim_gvisor_hardened::egress::supervisor::{ForwarderIo, ForwarderSpawner};
 use containerd_shim_gvisor_hardened::egress::{EgressSupervisor, Proxy, SupervisorOptions};
 use gvisor_hardened_tests::audit_tools::validate_against_schema;
+use gvisor_hardened_tests::cri::{container_config, CriContainerd, CriOptions, HARDENED_HANDLER};
 use gvisor_hardened_tests::docker::{assert_clean_docker_shutdown, DockerOptions, Dockerd};
 use gvisor_hardened_tests::egress::{egress_section, forwarder_binary, UpstreamNetns};
 use gvisor_hardened_tests::fault::TestPolicy;
+use gvisor_hardened_tests::inspect::processes_mentioning;
 use gvisor_hardened_tests::podman::{assert_clean_podman_shutdown, Podman};
 use gvisor_hardened_tests::*;
 use policy_injector::{EgressPlan, Policy};
@@ -162,17 +166,18 @@ fn upstream_certificates(dir: &Path) {
 
 /// The upstream: Python's `ssl` inside the test's namespace; answers 200 "key ok" when the
 /// request's `x-api-key` equals the key file's value, 401 otherwise; appends every head it got
-/// to `heads`.
+/// to `heads`; serves the bare repository under `root` as files; creates `ready` once it listens.
 const UPSTREAM: &str = r#"
 import socket, ssl, sys
 import os
-addr, port, cert, key, keyfile, heads, root = sys.argv[1:8]
+addr, port, cert, key, keyfile, heads, root, ready = sys.argv[1:9]
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(cert, key)
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((addr, int(port)))
 s.listen(64)
+open(ready, "w").close()
 while True:
     c, _ = s.accept()
     try:
@@ -213,6 +218,125 @@ impl Drop for Server {
     }
 }
 
+/// [`UPSTREAM`] serving [`HOST`] on `addr:443` inside a network namespace, with its own CA,
+/// the planted key's file and a bare repository holding one commit (README: "through the
+/// proxy").
+struct TlsUpstream {
+    dir: tempfile::TempDir,
+    server: Option<Server>,
+}
+
+impl TlsUpstream {
+    /// The CA, the key file and the repository; nothing served yet ([`TlsUpstream::serve`]).
+    fn new() -> TlsUpstream {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        upstream_certificates(d);
+        std::fs::write(d.join("api-key"), format!("{SECRET}\n")).unwrap();
+        let git = |args: &[&str], dir: &Path| {
+            let (ok, out) = run(Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.test"]) // net-scan: data
+                .args(args)
+                .current_dir(dir));
+            assert!(ok, "git {args:?}: {out}");
+        };
+        std::fs::create_dir_all(d.join("src")).unwrap();
+        std::fs::write(d.join("src/README"), "through the proxy\n").unwrap();
+        git(&["init", "-q", "-b", "main", "."], &d.join("src"));
+        git(&["add", "README"], &d.join("src"));
+        git(&["commit", "-q", "-m", "one"], &d.join("src"));
+        std::fs::create_dir_all(d.join("www")).unwrap();
+        git(&["clone", "-q", "--bare", "src", "www/repo.git"], d);
+        git(&["update-server-info"], &d.join("www/repo.git"));
+        TlsUpstream { dir, server: None }
+    }
+
+    /// Serves on `addr:443` inside the network namespace at `netns`.
+    fn serve(&mut self, netns: &Path, addr: &str) {
+        let d = self.dir.path();
+        let ready = d.join("ready");
+        let server = Server(
+            Command::new("nsenter")
+                .arg(format!("--net={}", netns.display()))
+                .args(["python3", "-c", UPSTREAM, addr, "443"])
+                .args([
+                    d.join("leaf.pem"),
+                    d.join("leaf.key"),
+                    d.join("api-key"),
+                    d.join("heads.log"),
+                    d.join("www"),
+                    ready.clone(),
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        self.server = Some(server);
+        poll_until("the TLS upstream listens", WAIT, || {
+            ready.exists().then_some(())
+        })
+        .unwrap();
+    }
+
+    fn start(netns: &Path, addr: &str) -> TlsUpstream {
+        let mut upstream = TlsUpstream::new();
+        upstream.serve(netns, addr);
+        upstream
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The policy's `[network.egress]`: [`HOST`] pinned to `addr` (inside `cidr`), the
+    /// upstream's CA, and the credential with its rules.
+    fn section(&self, addr: &str, cidr: &str) -> String {
+        format!(
+            "{}upstream_ca = \"{}\"\n\
+             credentials = {{ \"{HOST}\" = {{ header = \"x-api-key\", file = \"{}\", rules = [\"GET /v1/models\", \"POST /v1/messages\", \"GET /repo.git/\"] }} }}\n",
+            egress_section(&[HOST], &[(HOST, addr.to_string())], &[cidr.to_string()]),
+            self.path("ca.pem").display(),
+            self.path("api-key").display()
+        )
+    }
+
+    /// The heads of the requests that arrived, in order.
+    fn requests(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path("heads.log"))
+            .unwrap_or_default()
+            .split("\n----\n")
+            .filter(|h| !h.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Every request carried the key once and never the workload's own guess; `models` GETs
+    /// of /v1/models and at least 3 of the repository's files (git's dumb protocol), nothing
+    /// else (a refused request never arrived).
+    #[track_caller]
+    fn assert_requests(&self, models: usize) {
+        let requests = self.requests();
+        let count = |prefix: &str| requests.iter().filter(|h| h.starts_with(prefix)).count();
+        let git_gets = count("GET /repo.git/");
+        assert_eq!(
+            (count("GET /v1/models HTTP/1.1\r\n"), requests.len()),
+            (models, models + git_gets),
+            "{requests:#?}"
+        );
+        assert!(git_gets >= 3, "{requests:#?}");
+        for head in &requests {
+            assert_eq!(
+                head.to_ascii_lowercase().matches("x-api-key:").count(),
+                1,
+                "{head}"
+            );
+            assert!(head.contains(SECRET), "{head}");
+            assert!(!head.contains("workload-guess"), "{head}");
+        }
+    }
+}
+
 fn run(cmd: &mut Command) -> (bool, String) {
     let out = cmd.output().unwrap();
     (
@@ -229,59 +353,10 @@ fn run(cmd: &mut Command) -> (bool, String) {
 fn curl_python_and_git_get_the_key_added_by_the_proxy_and_never_hold_it() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    upstream_certificates(d);
-    let keyfile = d.join("api-key");
-    std::fs::write(&keyfile, format!("{SECRET}\n")).unwrap();
-    let heads = d.join("heads.log");
-    // A bare repository with one commit, for git's dumb HTTP protocol.
-    let www = d.join("www");
-    let git = |args: &[&str], dir: &Path| {
-        let (ok, out) = run(Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@example.test"]) // net-scan: data
-            .args(args)
-            .current_dir(dir));
-        assert!(ok, "git {args:?}: {out}");
-    };
-    std::fs::create_dir_all(d.join("src")).unwrap();
-    std::fs::write(d.join("src/README"), "through the proxy\n").unwrap();
-    git(&["init", "-q", "-b", "main", "."], &d.join("src"));
-    git(&["add", "README"], &d.join("src"));
-    git(&["commit", "-q", "-m", "one"], &d.join("src"));
-    std::fs::create_dir_all(&www).unwrap();
-    git(&["clone", "-q", "--bare", "src", "www/repo.git"], d);
-    git(&["update-server-info"], &www.join("repo.git"));
     let ns = UpstreamNetns::create().unwrap();
     let inside = ns.inside_addr();
-    let _upstream = Server(
-        Command::new("nsenter")
-            .arg(format!("--net={}", ns.path().display()))
-            .args(["python3", "-c", UPSTREAM, &inside, "443"])
-            .args([
-                d.join("leaf.pem"),
-                d.join("leaf.key"),
-                keyfile.clone(),
-                heads.clone(),
-            ])
-            .arg(&www)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let target: std::net::SocketAddr = format!("{inside}:443").parse().unwrap();
-    poll_until("the TLS upstream accepts", WAIT, || {
-        std::net::TcpStream::connect_timeout(&target, Duration::from_millis(200)).ok()
-    })
-    .unwrap();
-
-    let src = format!(
-        "[network.egress]\nallow = [\"{HOST}\"]\nallow_cidrs = [\"{}\"]\nhosts = {{ \"{HOST}\" = \"{inside}\" }}\n\
-         upstream_ca = \"{}\"\n\
-         credentials = {{ \"{HOST}\" = {{ header = \"x-api-key\", file = \"{}\", rules = [\"GET /v1/models\", \"POST /v1/messages\", \"GET /repo.git/\"] }} }}\n",
-        ns.cidr(),
-        d.join("ca.pem").display(),
-        keyfile.display()
-    );
+    let upstream = TlsUpstream::start(&ns.path(), &inside);
+    let src = upstream.section(&inside, &ns.cidr());
     let plan = EgressPlan::from_policy(&Policy::from_toml_str(&src).unwrap().network.egress)
         .unwrap()
         .unwrap();
@@ -396,27 +471,8 @@ fn curl_python_and_git_get_the_key_added_by_the_proxy_and_never_hold_it() {
     assert!(!ok && out.contains("certificate"), "{out}");
     rt.block_on(sup.stop());
 
-    let got = std::fs::read_to_string(&heads).unwrap();
-    let requests: Vec<&str> = got.split("\n----\n").filter(|h| !h.is_empty()).collect();
-    let models = requests
-        .iter()
-        .filter(|h| h.starts_with("GET /v1/models HTTP/1.1\r\n"))
-        .count();
-    let git_gets = requests
-        .iter()
-        .filter(|h| h.starts_with("GET /repo.git/"))
-        .count();
     // curl and urllib; git's GETs; nothing else (the refused DELETE never arrived).
-    assert_eq!((models, requests.len()), (2, 2 + git_gets), "{got}");
-    assert!(git_gets >= 3, "{got}");
-    for head in &requests {
-        assert_eq!(
-            head.to_ascii_lowercase().matches("x-api-key:").count(),
-            1,
-            "{head}"
-        );
-        assert!(!head.contains("workload-guess"), "{head}");
-    }
+    upstream.assert_requests(2);
     let events = sink.0.lock().unwrap().clone();
     let records: Vec<String> = events
         .iter()
@@ -446,10 +502,16 @@ fn curl_python_and_git_get_the_key_added_by_the_proxy_and_never_hold_it() {
     assert!(!bundle_text.contains(SECRET) && !bundle_text.contains("PRIVATE KEY"));
 }
 
-/// Inside the sandbox: the bundle, the variables, and no key anywhere the workload can read.
-/// The key reaches the script only as a pattern file in /tmp (kept out of the search), never
-/// on a command line that /proc would show.
+/// Inside the sandbox: curl and git over HTTPS through the proxy (the workload sends a key of
+/// its own that must not arrive, and a DELETE the rules refuse); then the bundle, the
+/// variables, and no key anywhere the workload can read. The key reaches the script only as a
+/// pattern file in /tmp (kept out of the search), never on a command line that /proc would show.
 const SCRIPT: &str = r#"
+export HOME=/tmp
+echo "curl=$(curl -sS --fail-with-body -H 'x-api-key: workload-guess' https://api.example.test/v1/models 2>&1)"
+git clone -q https://api.example.test/repo.git /tmp/cloned 2>&1
+echo "cloned=$(cat /tmp/cloned/README 2>&1)"
+echo "refused=$(curl -sS -o /dev/null -w '%{http_code}' -X DELETE https://api.example.test/v1/messages 2>&1)"
 echo "bundle-certs=$(grep -c 'BEGIN CERTIFICATE' /.gvisor-hardened/ca-bundle.pem)"
 echo "ssl-cert-file=$SSL_CERT_FILE"
 echo "requests=$REQUESTS_CA_BUNDLE pip=$PIP_CERT git=$GIT_SSL_CAINFO node=$NODE_EXTRA_CA_CERTS curl=$CURL_CA_BUNDLE"
@@ -459,7 +521,7 @@ echo "pattern-lines=$(wc -l < /tmp/pattern)"
 # busybox grep stops a line at a NUL: environ and cmdline are split into lines first.
 in_procs() { for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\0' '\n' < $f; done 2>/dev/null | grep -cF -f /tmp/pattern; }
 echo "procs-read=$(for f in /proc/[0-9]*/environ; do tr '\0' '\n' < $f; done 2>/dev/null | grep -c SSL_CERT_FILE)"
-echo "secret-hits=$(in_procs) $(grep -rlF -f /tmp/pattern /.gvisor-hardened /etc /root /home /var 2>/dev/null | wc -l)"
+echo "secret-hits=$(in_procs) $(grep -rlF -f /tmp/pattern /.gvisor-hardened /etc /root /home /var /tmp/cloned 2>/dev/null | wc -l)"
 # Controls: the same search finds the key where it was put (a file, a process's environment).
 echo "control-file=$(grep -rlF -f /tmp/pattern /tmp | wc -l)"
 # (the probe: a process exec'd with X; busybox's shell runs its applets without an exec,
@@ -473,13 +535,9 @@ kill $ctl; wait $ctl
 exit 0
 "#;
 
-/// The section of a policy whose credential for [`HOST`] is in `keyfile`.
-fn credentials_section(keyfile: &Path) -> String {
-    format!(
-        "{}credentials = {{ \"{HOST}\" = {{ header = \"x-api-key\", file = \"{}\" }} }}\n",
-        egress_section(&[HOST], &[(HOST, "192.0.2.10".into())], &[]), // net-scan: data
-        keyfile.display()
-    )
+/// [`SCRIPT`] with the key's pattern in it.
+fn script() -> String {
+    SCRIPT.replace("PATTERN", &base64_of(&format!("{SECRET}\n")))
 }
 
 /// The bundle's host files of a sandbox `id`, in any namespace.
@@ -495,17 +553,28 @@ fn bundle_host_files(id: &str) -> Vec<std::path::PathBuf> {
         .unwrap_or_default()
 }
 
+/// The git image (curl, git with its HTTPS transport) under the test image's name, for the
+/// engines' `run_rm`.
+fn import_git_image_as_test_image(engine: gvisor_hardened_tests::engine::EngineCommand) {
+    let tar = gvisor_hardened_tests::image::git_rootfs_tar().unwrap();
+    engine
+        .arg("import")
+        .arg(&tar)
+        .arg(TEST_IMAGE_REF)
+        .checked()
+        .unwrap();
+}
+
 #[test]
-fn a_ctr_sandbox_gets_the_ca_bundle_and_variables_and_never_the_key() {
-    let keydir = tempfile::tempdir().unwrap();
-    let keyfile = keydir.path().join("api-key");
-    std::fs::write(&keyfile, format!("{SECRET}\n")).unwrap();
+fn a_ctr_sandbox_reaches_the_upstream_with_the_key_it_never_holds() {
+    let ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    let upstream = TlsUpstream::start(&ns.path(), &inside);
     let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
-    let image = TestImage::ensure().unwrap();
+    let image = TestImage::git().unwrap();
     c.import(&image).unwrap();
-    let section = credentials_section(&keyfile);
     let policy = TestPolicy::builder(&c, "egress-creds")
-        .extra(&section)
+        .extra(&upstream.section(&inside, &ns.cidr()))
         .write()
         .unwrap();
     let id = unique_id("creds");
@@ -513,81 +582,207 @@ fn a_ctr_sandbox_gets_the_ca_bundle_and_variables_and_never_the_key() {
         .run_output(
             &Run::new(image.reference(), &id)
                 .runtime(policy.runtime())
-                .sh(SCRIPT.replace("PATTERN", &base64_of(&format!("{SECRET}\n")))),
+                .sh(script()),
         )
         .unwrap();
     assert_eq!(out.code(), 0, "{out}");
     assert_inside(out.stdout.as_str());
+    upstream.assert_requests(1);
     // The bundle's host file goes with the sandbox (ctr run --rm deleted it).
     let host_file = policy_injector::egress::ca_bundle_host_path(c.namespace(), &id);
     assert!(!Path::new(&host_file).exists(), "{host_file} left behind");
     assert!(bundle_host_files(&id).is_empty());
-    // The key is in no audit record.
-    for line in policy.audit_lines() {
-        assert!(!line.to_string().contains(SECRET), "{line}");
-    }
+    // The key is in no audit record; the injections are.
+    assert_records(&policy.audit_lines());
     validate_against_schema(&[&policy.audit_path]).unwrap();
     let _ = std::io::stdout().flush();
 }
 
 #[test]
-fn a_docker_container_gets_the_ca_bundle_and_variables_and_never_the_key() {
-    let keydir = tempfile::tempdir().unwrap();
-    let keyfile = keydir.path().join("api-key");
-    std::fs::write(&keyfile, format!("{SECRET}\n")).unwrap();
-    let d = Dockerd::start(DockerOptions {
-        extra_policies: vec![("creds".into(), credentials_section(&keyfile))],
+fn a_cri_pods_container_reaches_the_upstream_with_the_key_it_never_holds() {
+    // The proxy dials from the pod's network namespace: the upstream serves there, on
+    // 127.0.0.1, once the pod exists.
+    let mut upstream = TlsUpstream::new();
+    let policy = format!(
+        "version = 1\n{}",
+        upstream.section("127.0.0.1", "127.0.0.1/32")
+    );
+    let cri = CriContainerd::start(CriOptions {
+        policies: vec![(HARDENED_HANDLER.to_string(), policy)],
+        ..CriOptions::with_shim(shim_binary().unwrap())
     })
     .unwrap();
-    d.import_test_image().unwrap();
-    let script = SCRIPT.replace("PATTERN", &base64_of(&format!("{SECRET}\n")));
-    let (out, id) = d.run_rm("creds", &["--network", "none"], &script).unwrap();
+    cri.containerd().import(&TestImage::git().unwrap()).unwrap();
+    // CRI learns of an image imported through ctr from containerd's events.
+    poll_until("CRI sees the git image", WAIT, || {
+        cri.client()
+            .image_status(GIT_IMAGE_REF)
+            .ok()
+            .flatten()
+            .map(drop)
+    })
+    .unwrap();
+    let pod = cri.run_pod("creds", HARDENED_HANDLER).unwrap();
+    upstream.serve(pod.netns.as_deref().expect("a pod netns"), "127.0.0.1");
+    let config = container_config("agent", GIT_IMAGE_REF, &["sleep", "600"]);
+    let id = cri.run_container(&pod, &config).unwrap();
+    let out = cri
+        .client()
+        .exec_sync(&id, &["sh", "-c", &script()], 60)
+        .unwrap();
+    assert!(out.success(), "{out}");
+    assert_inside(&out.stdout);
+    upstream.assert_requests(1);
+    // The shim serving the pod holds the key and the CA's private key: it never dumps core.
+    let shims: Vec<_> = processes_mentioning(&pod.id)
+        .into_iter()
+        .filter(|p| p.cmdline.contains("containerd-shim-gvisor-hardened-v1"))
+        .collect();
+    assert_eq!(
+        shims.len(),
+        1,
+        "{:?}",
+        shims.iter().map(|p| &p.cmdline).collect::<Vec<_>>()
+    );
+    assert_no_core_dumps(shims[0].pid);
+    cri.remove_pod(&pod).unwrap();
+    assert!(bundle_host_files(&pod.id).is_empty(), "bundle left behind");
+    let lines: Vec<serde_json::Value> = cri
+        .audit_log()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_records(&lines);
+}
+
+#[test]
+fn a_docker_container_reaches_the_upstream_with_the_key_it_never_holds() {
+    let ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    let upstream = TlsUpstream::start(&ns.path(), &inside);
+    let d = Dockerd::start(DockerOptions {
+        extra_policies: vec![("creds".into(), upstream.section(&inside, &ns.cidr()))],
+    })
+    .unwrap();
+    import_git_image_as_test_image(d.docker());
+    let (out, id) = d
+        .run_rm("creds", &["--network", "none"], &script())
+        .unwrap();
     assert_eq!(out.code(), 0, "{out}");
     assert_inside(out.stdout.as_str());
+    upstream.assert_requests(1);
     // The guard made the CA and wrote the bundle; both go with the sandbox.
     assert!(
         bundle_host_files(&id).is_empty(),
         "{id}: bundle left behind"
     );
-    for line in d.dir().audit_lines() {
-        assert!(!line.to_string().contains(SECRET), "{line}");
-    }
+    assert_records(&d.dir().audit_lines());
     validate_against_schema(&[&d.dir().audit_log()]).unwrap();
     d.assert_container_gone(&id);
+    // The guard holds the key and the CA's private key while its container runs: it never
+    // dumps core (a running container's guard, looked at from the host).
+    let out = d
+        .docker()
+        .args([
+            "run",
+            "-d",
+            "--runtime",
+            "creds",
+            "--network",
+            "none",
+            TEST_IMAGE_REF,
+        ])
+        .args(["sleep", "600"])
+        .checked()
+        .unwrap();
+    let running = out.stdout.trim().to_string();
+    let guards: Vec<_> = processes_mentioning(&running)
+        .into_iter()
+        .filter(|p| p.cmdline.starts_with("runsc-hardened guard "))
+        .collect();
+    assert_eq!(
+        guards.len(),
+        1,
+        "{:?}",
+        guards.iter().map(|p| &p.cmdline).collect::<Vec<_>>()
+    );
+    assert_no_core_dumps(guards[0].pid);
+    d.docker().args(["rm", "-f", &running]).checked().unwrap();
+    d.assert_container_gone(&running);
     assert_clean_docker_shutdown(d);
 }
 
 #[test]
-fn a_podman_container_gets_the_ca_bundle_and_variables_and_never_the_key() {
-    let keydir = tempfile::tempdir().unwrap();
-    let keyfile = keydir.path().join("api-key");
-    std::fs::write(&keyfile, format!("{SECRET}\n")).unwrap();
+fn a_podman_container_reaches_the_upstream_with_the_key_it_never_holds() {
+    let ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    let upstream = TlsUpstream::start(&ns.path(), &inside);
     let p = Podman::new().unwrap();
-    p.import_test_image().unwrap();
+    import_git_image_as_test_image(p.podman());
     let policy = p
         .dir()
-        .write_policy("creds.toml", &credentials_section(&keyfile))
+        .write_policy("creds.toml", &upstream.section(&inside, &ns.cidr()))
         .unwrap();
-    let script = SCRIPT.replace("PATTERN", &base64_of(&format!("{SECRET}\n")));
-    let (out, id) = p.run_rm(&policy, &["--network", "none"], &script).unwrap();
+    let (out, id) = p
+        .run_rm(&policy, &["--network", "none"], &script())
+        .unwrap();
     assert_eq!(out.code(), 0, "{out}");
     assert_inside(out.stdout.as_str());
+    upstream.assert_requests(1);
     assert!(
         bundle_host_files(&id).is_empty(),
         "{id}: bundle left behind"
     );
-    for line in p.dir().audit_lines() {
-        assert!(!line.to_string().contains(SECRET), "{line}");
-    }
+    assert_records(&p.dir().audit_lines());
     validate_against_schema(&[&p.dir().audit_log()]).unwrap();
     p.assert_container_gone(&id);
     assert_clean_podman_shutdown(p);
 }
 
-/// What [`SCRIPT`] printed: the bundle (the node's store and one CA, read-only), the six
+/// `pid` runs with a core size limit of 0 (soft and hard), as `core_dumps::disable` leaves
+/// the shim and runsc-hardened: a crash writes no memory (the key) anywhere.
+#[track_caller]
+fn assert_no_core_dumps(pid: i32) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let core: Vec<&str> = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max core file size"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(core, ["0", "0", "bytes"], "{limits}");
+}
+
+/// The audit log: an injection recorded for the GET that carried the key (by its rule) and
+/// for git's GETs, the DELETE refused by the credential's rules, and the key in no record.
+#[track_caller]
+fn assert_records(lines: &[serde_json::Value]) {
+    let injected: Vec<&str> = lines
+        .iter()
+        .filter(|r| r["event"] == "egress-credential-injected" && r["header"] == "x-api-key")
+        .filter_map(|r| r["rule"].as_str())
+        .collect();
+    assert!(injected.contains(&"GET /v1/models"), "{injected:?}");
+    assert!(injected.contains(&"GET /repo.git/"), "{injected:?}");
+    assert!(
+        lines.iter().any(|r| r["event"] == "egress-connection"
+            && r["verdict"] == "denied"
+            && r["rule"] == "credential-rule"),
+        "no refusal by the credential's rules"
+    );
+    for line in lines {
+        assert!(!line.to_string().contains(SECRET), "{line}");
+    }
+}
+
+/// What [`SCRIPT`] printed: the requests' outcomes, the bundle (the node's store and one CA, read-only), the six
 /// variables, and the key found nowhere though the search reads every process and finds it
 /// where it was put.
 fn assert_inside(text: &str) {
+    // The requests: the key added for the workload, the clone over HTTPS, the DELETE refused.
+    assert!(text.contains("curl=key ok\n"), "{text}");
+    assert!(text.contains("cloned=through the proxy\n"), "{text}");
+    assert!(text.contains("refused=403\n"), "{text}");
     let in_sandbox = "/.gvisor-hardened/ca-bundle.pem";
     let node_certs = std::fs::read_to_string(policy_injector::egress::NODE_TRUST_STORE)
         .map(|t| t.matches("BEGIN CERTIFICATE").count())

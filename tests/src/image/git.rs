@@ -2,8 +2,9 @@
 //! it links, git-core's helpers and templates) and a user `agent` (1000), for tests where an
 //! agent runs git inside the sandbox. Built from the host's files like the test image, so no
 //! registry and no package download is needed; only helpers whose libraries are all in the
-//! image are taken (the HTTP transports, which link curl, are left out: the tests fetch over
-//! local paths).
+//! image are taken. curl and git's HTTP transport (which links libcurl-gnutls) come with
+//! their libraries, so a test can make HTTPS requests and clone over HTTPS from inside the
+//! sandbox (through the egress proxy).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -22,6 +23,7 @@ pub const GIT_IMAGE_REF: &str = "localhost/gvh-git:latest";
 
 const GIT_CORE: &str = "/usr/lib/git-core";
 const TEMPLATES: &str = "/usr/share/git-core/templates";
+const CURL: &str = "/usr/bin/curl";
 
 impl TestImage {
     /// The git image (see the module's comment), built once per process and cached.
@@ -123,8 +125,23 @@ fn entries() -> Result<Vec<Entry>> {
             git.display()
         ))
     })?;
-    let allowed: BTreeSet<PathBuf> = git_libs.iter().cloned().collect();
+    let mut allowed: BTreeSet<PathBuf> = git_libs.iter().cloned().collect();
     files.extend(git_libs);
+    // curl, and the libraries of git's HTTP transport (the HTTPS, FTP helpers are its links).
+    for (program, package) in [
+        (Path::new(CURL).to_path_buf(), "curl"),
+        (Path::new(GIT_CORE).join("git-remote-http"), "git"),
+    ] {
+        let libs = libraries_of(&program)?.ok_or_else(|| {
+            HarnessError::Image(format!(
+                "{} is not an executable (install {package})",
+                program.display()
+            ))
+        })?;
+        allowed.extend(libs.iter().cloned());
+        files.extend(libs);
+    }
+    files.insert(PathBuf::from(CURL));
     let listing =
         fs::read_dir(GIT_CORE).map_err(|e| HarnessError::io("listing", Path::new(GIT_CORE), e))?;
     for e in listing {
