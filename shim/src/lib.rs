@@ -41,5 +41,6 @@ pub mod server;
 pub mod service;
 pub mod stdio;
 pub mod task;
+pub mod text_pages;
 pub mod token_volumes;
 pub mod workspace;

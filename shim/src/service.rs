@@ -101,6 +101,9 @@ impl Shim {
         // all before it answers: after a Create's trim, that is what a shim serving one
         // `sleep` held on its heap.
         release_freed_memory();
+        // And the code Create and Start ran, which the server will not run again while the
+        // sandbox runs (text_pages.rs).
+        crate::text_pages::drop_mapped_code();
         let mut resp = StartResponse::new();
         resp.pid = pid;
         Ok(resp)

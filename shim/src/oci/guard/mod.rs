@@ -299,6 +299,9 @@ impl Guard {
                             &self.audit,
                             self.limits.sandbox.clone(),
                         );
+                        // The guard lives as long as its container and runs little of its
+                        // code from here on (text_pages.rs).
+                        crate::text_pages::drop_mapped_code();
                     }
                 }
                 Event::NotifyGone => notify = None,
