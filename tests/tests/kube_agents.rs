@@ -249,7 +249,7 @@ impl Drop for Controller {
 /// (`imagePullPolicy: Never`, no registry here) for python:3.12-slim, and a busybox sleep.
 fn example_sandbox() -> Value {
     let path = format!("{REPO}/runtimeclass/examples/agent-sandbox.yaml");
-    let mut sandbox: Value = serde_yaml::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+    let mut sandbox: Value = serde_yaml_ng::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
     let container = &mut sandbox["spec"]["podTemplate"]["spec"]["containers"][0];
     assert_eq!(container["image"], "python:3.12-slim", "{container:#}");
     container["image"] = json!(TEST_IMAGE_REF);

@@ -26,7 +26,7 @@ struct Policy {
 fn load_policies(file: &str) -> Vec<Policy> {
     let text = std::fs::read_to_string(repo().join(file)).unwrap();
     let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
         let v: Json = serde::Deserialize::deserialize(doc).unwrap();
         let kind = v["kind"].as_str().unwrap_or_default();
         if !kind.ends_with("AdmissionPolicy") {
@@ -133,7 +133,7 @@ fn example_pods() -> Vec<(String, Json)> {
     for file in ["pod.yaml", "tool-job.yaml", "agent-sandbox.yaml"] {
         let text =
             std::fs::read_to_string(repo().join("runtimeclass/examples").join(file)).unwrap();
-        let v: Json = serde_yaml::from_str(&text).unwrap();
+        let v: Json = serde_yaml_ng::from_str(&text).unwrap();
         let spec = match v["kind"].as_str().unwrap() {
             "Pod" => v["spec"].clone(),
             "Job" => v["spec"]["template"]["spec"].clone(),
@@ -377,7 +377,7 @@ fn token_volumes_are_allowed_only_where_the_runtime_removes_them() {
 
 fn runtime_class(name: &str) -> Json {
     let file = repo().join(format!("runtimeclass/runtimeclass-{name}.yaml"));
-    serde_yaml::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
+    serde_yaml_ng::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
 }
 
 fn request(op: &str, groups: &[&str]) -> Json {

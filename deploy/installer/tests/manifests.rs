@@ -17,7 +17,7 @@ fn repo() -> PathBuf {
 
 fn yaml_docs(rel: &str) -> Vec<Json> {
     let text = std::fs::read_to_string(repo().join(rel)).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .filter(|v: &Json| !v.is_null())
         .collect()
@@ -35,7 +35,7 @@ fn render(dir: &str) -> Vec<Json> {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect()
 }
