@@ -97,6 +97,38 @@ pub enum Skipped {
     Unreadable,
 }
 
+/// What the walk reads of a file's `stat`: the fields an entry and the walk's checks use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Meta {
+    pub dev: u64,
+    pub ino: u64,
+    /// The file type and permission bits, as `st_mode`.
+    pub mode: u32,
+    pub uid: u32,
+    pub rdev: u64,
+    /// `st_size`, never negative for what the kernel reports.
+    pub size: u64,
+    /// `st_mtime`, `st_mtime_nsec`.
+    pub mtime: (i64, i64),
+}
+
+impl From<&rustix::fs::Stat> for Meta {
+    fn from(st: &rustix::fs::Stat) -> Meta {
+        Meta {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            mode: st.st_mode,
+            uid: st.st_uid,
+            rdev: st.st_rdev,
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            mtime: (
+                st.st_mtime,
+                i64::try_from(st.st_mtime_nsec).unwrap_or(i64::MAX),
+            ),
+        }
+    }
+}
+
 /// One thing found under a mount.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "EntryWire", try_from = "EntryWire")]
@@ -121,19 +153,25 @@ pub struct Entry {
 }
 
 impl Entry {
-    pub(crate) fn new(path: RawPath, kind: EntryKind, st: &libc::stat) -> Entry {
-        let rdev = matches!(kind, EntryKind::Char | EntryKind::Block)
-            .then(|| format!("{}:{}", libc::major(st.st_rdev), libc::minor(st.st_rdev)));
+    pub(crate) fn new(path: RawPath, kind: EntryKind, st: &Meta) -> Entry {
+        let rdev = matches!(kind, EntryKind::Char | EntryKind::Block).then(|| {
+            format!(
+                "{}:{}",
+                rustix::fs::major(st.rdev),
+                rustix::fs::minor(st.rdev)
+            )
+        });
         Entry {
             path,
             kind,
-            size: st.st_size as u64,
-            mode: st.st_mode & 0o7777,
+            size: st.size,
+            mode: st.mode & 0o7777,
             // Saturating: the sandbox chooses the mtime, and an overflow must not panic.
             mtime_ns: st
-                .st_mtime
+                .mtime
+                .0
                 .saturating_mul(1_000_000_000)
-                .saturating_add(st.st_mtime_nsec),
+                .saturating_add(st.mtime.1),
             sha256: None,
             not_hashed: None,
             target: None,
@@ -258,11 +296,11 @@ mod tests {
 
     #[test]
     fn an_mtime_far_in_the_future_saturates() {
-        // SAFETY: a zeroed stat is a valid value.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        st.st_mode = libc::S_IFREG | 0o644;
-        st.st_mtime = i64::MAX / 2;
-        st.st_mtime_nsec = 999_999_999;
+        let st = Meta {
+            mode: libc::S_IFREG | 0o644,
+            mtime: (i64::MAX / 2, 999_999_999),
+            ..Meta::default()
+        };
         let e = Entry::new(RawPath(b"x".to_vec()), EntryKind::File, &st);
         assert_eq!(e.mtime_ns, i64::MAX);
     }

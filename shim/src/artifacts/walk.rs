@@ -3,16 +3,17 @@
 //! two calls cannot lead the walk out of the mount.
 
 use std::ffi::{CStr, CString};
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::ptr::NonNull;
 use std::time::Instant;
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, CWD};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::entry::{Entry, EntryKind, NotHashed, RawPath, Skipped};
+use super::entry::{Entry, EntryKind, Meta, NotHashed, RawPath, Skipped};
 use super::{hex, Bounds, WritableMount, MAX_DEPTH};
 
 /// Bytes read per `read(2)` while hashing; the deadline is checked between reads.
@@ -83,13 +84,11 @@ pub struct Manifest {
 /// `<gitdir>/gvisor-hardened`, as `crate::workspace` makes it: a directory of that name owned
 /// by the runtime's user (root on a node; a sandbox has no capability to make one) with mode
 /// 0700.
-fn is_staging_parent(name: &[u8], st: &libc::stat) -> bool {
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
+fn is_staging_parent(name: &[u8], st: &Meta) -> bool {
     name == policy_injector::workspace::STAGING_DIR.as_bytes()
-        && st.st_mode & libc::S_IFMT == libc::S_IFDIR
-        && st.st_uid == me
-        && st.st_mode & 0o777 == 0o700
+        && FileType::from_raw_mode(st.mode) == FileType::Directory
+        && st.uid == rustix::process::geteuid().as_raw()
+        && st.mode & 0o777 == 0o700
 }
 
 /// Walks each mount within `bounds` (shared by all mounts) and returns what it saw. Never fails
@@ -164,8 +163,8 @@ impl<'b> Walker<'b> {
         // The source itself is followed if it is a symlink, as the bind mount followed it.
         let opened = CString::new(m.source.as_os_str().as_bytes())
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
-            .and_then(|c| open_path(libc::AT_FDCWD, &c, 0))
-            .and_then(|fd| fstat(fd.as_raw_fd()).map(|st| (fd, st)));
+            .and_then(|c| open_path(CWD, &c, OFlags::empty()))
+            .and_then(|fd| fstat(fd.as_fd()).map(|st| (fd, st)));
         let (fd, st) = match opened {
             Ok(v) => v,
             Err(e) => {
@@ -173,10 +172,10 @@ impl<'b> Walker<'b> {
                 return out;
             }
         };
-        let kind = EntryKind::from_mode(st.st_mode);
+        let kind = EntryKind::from_mode(st.mode);
         match kind {
-            EntryKind::Dir => match reopen_dir(fd.as_raw_fd(), c".") {
-                Ok(dir) => self.walk_dir(dir, st.st_dev, &mut out),
+            EntryKind::Dir => match open_dir_at(fd.as_fd(), c".") {
+                Ok(dir) => self.walk_dir(dir, st.dev, &mut out),
                 Err(e) => out.error = Some(e.to_string()),
             },
             _ => {
@@ -226,7 +225,6 @@ impl<'b> Walker<'b> {
                 self.stopped = Some(StopReason::MaxFiles);
                 return;
             }
-            let dirfd = top.dir.fd();
             let depth = top.depth;
             let mut rel = Vec::with_capacity(top.rel.len() + 1 + name_bytes.len());
             if !top.rel.is_empty() {
@@ -234,10 +232,11 @@ impl<'b> Walker<'b> {
                 rel.push(b'/');
             }
             rel.extend_from_slice(name_bytes);
+            let dirfd = top.dir.fd();
             let st = match fstatat_nofollow(dirfd, &name) {
                 Ok(st) => st,
                 // Removed since readdir saw it: it is not there any more.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(_) => {
                     out.stats.errors += 1;
                     continue;
@@ -249,7 +248,7 @@ impl<'b> Walker<'b> {
                 continue;
             }
             self.named += 1;
-            let kind = EntryKind::from_mode(st.st_mode);
+            let kind = EntryKind::from_mode(st.mode);
             let mut entry = Entry::new(RawPath(rel), kind, &st);
             let mut child = None;
             match kind {
@@ -258,7 +257,7 @@ impl<'b> Walker<'b> {
                     entry.target = readlinkat(dirfd, &name).ok().map(RawPath);
                 }
                 EntryKind::Dir if depth + 1 >= MAX_DEPTH => entry.skipped = Some(Skipped::Depth),
-                EntryKind::Dir if st.st_dev != root_dev => {
+                EntryKind::Dir if st.dev != root_dev => {
                     entry.skipped = Some(Skipped::OtherFilesystem)
                 }
                 EntryKind::Dir => match open_dir_at(dirfd, &name) {
@@ -287,11 +286,11 @@ impl<'b> Walker<'b> {
     pub(super) fn hash_at(
         &mut self,
         entry: &mut Entry,
-        dirfd: RawFd,
+        dirfd: BorrowedFd<'_>,
         name: &CStr,
-        st: &libc::stat,
+        st: &Meta,
     ) {
-        if st.st_size == 0 {
+        if st.size == 0 {
             // Nothing to read, so nothing can block or change under the read.
             entry.sha256 = Some(hex(&Sha256::digest(b"")));
             return;
@@ -300,27 +299,27 @@ impl<'b> Walker<'b> {
             entry.not_hashed = Some(NotHashed::MaxHashedBytes);
             return;
         }
-        match open_path(dirfd, name, libc::O_NOFOLLOW) {
+        match open_path(dirfd, name, OFlags::NOFOLLOW) {
             Ok(fd) => self.hash_opened(entry, fd, st),
             Err(_) => entry.not_hashed = Some(NotHashed::Unreadable),
         }
     }
 
-    fn over_budget(&self, st: &libc::stat) -> bool {
-        self.hashed.saturating_add(st.st_size as u64) > self.bounds.max_hashed_bytes
+    fn over_budget(&self, st: &Meta) -> bool {
+        self.hashed.saturating_add(st.size) > self.bounds.max_hashed_bytes
     }
 
     /// Hashes the file behind an `O_PATH` descriptor, if it is still the regular file `st`
     /// describes. Reads at most `st_size` bytes, so a growing file cannot stretch the read.
-    fn hash_opened(&mut self, entry: &mut Entry, path_fd: OwnedFd, st: &libc::stat) {
+    fn hash_opened(&mut self, entry: &mut Entry, path_fd: OwnedFd, st: &Meta) {
         if self.over_budget(st) {
             entry.not_hashed = Some(NotHashed::MaxHashedBytes);
             return;
         }
-        let same = fstat(path_fd.as_raw_fd()).is_ok_and(|now| {
-            now.st_mode & libc::S_IFMT == libc::S_IFREG
-                && now.st_ino == st.st_ino
-                && now.st_dev == st.st_dev
+        let same = fstat(path_fd.as_fd()).is_ok_and(|now| {
+            FileType::from_raw_mode(now.mode) == FileType::RegularFile
+                && now.ino == st.ino
+                && now.dev == st.dev
         });
         if !same {
             entry.not_hashed = Some(NotHashed::ChangedWhileHashed);
@@ -330,49 +329,46 @@ impl<'b> Walker<'b> {
         // O_NOCTTY are belt and braces, since it is a regular file.
         let proc_path = CString::new(format!("/proc/self/fd/{}", path_fd.as_raw_fd()))
             .expect("no NUL in a number");
-        let fd = match open_raw(
-            libc::AT_FDCWD,
-            &proc_path,
-            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+        let fd = match rustix::fs::openat(
+            CWD,
+            proc_path.as_c_str(),
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+            Mode::empty(),
         ) {
-            Ok(fd) => fd,
+            Ok(fd) => std::fs::File::from(fd),
             Err(_) => {
                 entry.not_hashed = Some(NotHashed::Unreadable);
                 return;
             }
         };
         let mut hasher = Sha256::new();
-        let mut remaining = st.st_size as u64;
+        let mut file = &fd;
+        let mut remaining = st.size;
         while remaining > 0 {
             if self.out_of_time() {
                 entry.not_hashed = Some(NotHashed::Deadline);
                 return;
             }
             let want = remaining.min(self.buf.len() as u64) as usize;
-            // SAFETY: reads into our own buffer of at least `want` bytes.
-            let n = unsafe { libc::read(fd.as_raw_fd(), self.buf.as_mut_ptr().cast(), want) };
-            if n < 0 {
-                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                    continue;
+            let n = match file.read(&mut self.buf[..want]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    entry.not_hashed = Some(NotHashed::Unreadable);
+                    return;
                 }
-                entry.not_hashed = Some(NotHashed::Unreadable);
-                return;
-            }
+            };
             if n == 0 {
                 // Shorter than lstat said: truncated while we read.
                 entry.not_hashed = Some(NotHashed::ChangedWhileHashed);
                 return;
             }
-            let n = n as usize;
             hasher.update(&self.buf[..n]);
             self.hashed += n as u64;
             remaining -= n as u64;
         }
-        let unchanged = fstat(fd.as_raw_fd()).is_ok_and(|now| {
-            now.st_size == st.st_size
-                && now.st_mtime == st.st_mtime
-                && now.st_mtime_nsec == st.st_mtime_nsec
-        });
+        let unchanged =
+            fstat(fd.as_fd()).is_ok_and(|now| now.size == st.size && now.mtime == st.mtime);
         if unchanged {
             entry.sha256 = Some(hex(&hasher.finalize()));
         } else {
@@ -400,112 +396,61 @@ fn count(stats: &mut RootStats, e: &Entry) {
     }
 }
 
-// ---- thin syscall wrappers -------------------------------------------------------------
-
-fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
-}
-
-fn open_raw(dirfd: RawFd, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-    // SAFETY: openat with a valid C string; the descriptor is owned right away.
-    let fd = cvt(unsafe { libc::openat(dirfd, name.as_ptr(), flags | libc::O_CLOEXEC) })?;
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
+// ---- thin syscall wrappers (rustix) ------------------------------------------------------
 
 /// An `O_PATH` descriptor: opening it has no side effect on any kind of file.
-fn open_path(dirfd: RawFd, name: &CStr, extra: libc::c_int) -> io::Result<OwnedFd> {
-    open_raw(dirfd, name, libc::O_PATH | extra)
-}
-
-fn open_dir_at(dirfd: RawFd, name: &CStr) -> io::Result<DirStream> {
-    let fd = open_raw(
+fn open_path(dirfd: BorrowedFd<'_>, name: &CStr, extra: OFlags) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(
         dirfd,
         name,
-        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        OFlags::PATH | OFlags::CLOEXEC | extra,
+        Mode::empty(),
+    )?)
+}
+
+fn open_dir_at(dirfd: BorrowedFd<'_>, name: &CStr) -> io::Result<DirStream> {
+    let fd = rustix::fs::openat(
+        dirfd,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
     )?;
-    DirStream::new(fd)
+    Ok(DirStream(Dir::new(fd)?))
 }
 
-fn reopen_dir(fd: RawFd, dot: &CStr) -> io::Result<DirStream> {
-    open_dir_at(fd, dot)
+fn fstat(fd: BorrowedFd<'_>) -> io::Result<Meta> {
+    Ok(Meta::from(&rustix::fs::fstat(fd)?))
 }
 
-fn fstat(fd: RawFd) -> io::Result<libc::stat> {
-    // SAFETY: fstat fills a zeroed stat we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    cvt(unsafe { libc::fstat(fd, &mut st) })?;
-    Ok(st)
+pub(super) fn fstatat_nofollow(dirfd: BorrowedFd<'_>, name: &CStr) -> io::Result<Meta> {
+    Ok(Meta::from(&rustix::fs::statat(
+        dirfd,
+        name,
+        AtFlags::SYMLINK_NOFOLLOW,
+    )?))
 }
 
-pub(super) fn fstatat_nofollow(dirfd: RawFd, name: &CStr) -> io::Result<libc::stat> {
-    // SAFETY: as fstat.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    cvt(unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
-    Ok(st)
+fn readlinkat(dirfd: BorrowedFd<'_>, name: &CStr) -> io::Result<Vec<u8>> {
+    Ok(rustix::fs::readlinkat(dirfd, name, Vec::new())?.into_bytes())
 }
 
-fn readlinkat(dirfd: RawFd, name: &CStr) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // SAFETY: readlinkat writes at most buf.len() bytes into our buffer.
-    let n = unsafe { libc::readlinkat(dirfd, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    Ok(buf)
-}
-
-/// A directory stream over a descriptor. readdir(3) reads the directory in large batches, so
-/// a directory of a million entries is streamed, never held.
-struct DirStream(NonNull<libc::DIR>);
+/// A directory stream over a descriptor, read in large batches, so a directory of a million
+/// entries is streamed, never held.
+struct DirStream(Dir);
 
 impl DirStream {
-    fn new(fd: OwnedFd) -> io::Result<DirStream> {
-        let raw = fd.into_raw_fd();
-        // SAFETY: fdopendir takes ownership of `raw` on success; on failure we close it.
-        let dir = unsafe { libc::fdopendir(raw) };
-        match NonNull::new(dir) {
-            Some(d) => Ok(DirStream(d)),
-            None => {
-                let e = io::Error::last_os_error();
-                unsafe { libc::close(raw) };
-                Err(e)
-            }
-        }
-    }
-
-    fn fd(&self) -> RawFd {
-        // SAFETY: the stream is open for as long as `self` lives.
-        unsafe { libc::dirfd(self.0.as_ptr()) }
+    fn fd(&self) -> BorrowedFd<'_> {
+        // rustix keeps the descriptor it was given: always there while the stream lives.
+        self.0
+            .fd()
+            .expect("a directory stream keeps its descriptor")
     }
 
     fn next_name(&mut self) -> io::Result<Option<CString>> {
-        // SAFETY: readdir on our open stream; errno tells end from error. The returned entry
-        // is copied out before the next call can overwrite it.
-        unsafe {
-            *libc::__errno_location() = 0;
-            let ent = libc::readdir64(self.0.as_ptr());
-            if ent.is_null() {
-                return match *libc::__errno_location() {
-                    0 => Ok(None),
-                    e => Err(io::Error::from_raw_os_error(e)),
-                };
-            }
-            Ok(Some(CStr::from_ptr((*ent).d_name.as_ptr()).to_owned()))
+        match self.0.read() {
+            None => Ok(None),
+            Some(Ok(entry)) => Ok(Some(entry.file_name().to_owned())),
+            Some(Err(e)) => Err(e.into()),
         }
     }
 }
-
-impl Drop for DirStream {
-    fn drop(&mut self) {
-        // SAFETY: closes the stream (and its descriptor) exactly once.
-        unsafe { libc::closedir(self.0.as_ptr()) };
-    }
-}
-
-// The stream is only ever used by the thread that owns the walk.
-unsafe impl Send for DirStream {}

@@ -124,8 +124,8 @@ fn a_file_swapped_for_a_fifo_after_lstat_is_not_opened() {
     std::fs::write(d.path().join("x"), b"regular").unwrap();
     let dir = std::fs::File::open(d.path()).unwrap();
     let name = CString::new("x").unwrap();
-    use std::os::fd::AsRawFd;
-    let st = fstatat_nofollow(dir.as_raw_fd(), &name).unwrap();
+    use std::os::fd::AsFd;
+    let st = fstatat_nofollow(dir.as_fd(), &name).unwrap();
     // The sandbox replaces the file between the walk's lstat and its open.
     std::fs::remove_file(d.path().join("x")).unwrap();
     let path = CString::new(d.path().join("x").as_os_str().as_bytes()).unwrap();
@@ -133,7 +133,7 @@ fn a_file_swapped_for_a_fifo_after_lstat_is_not_opened() {
     let bounds = Bounds::new(10, 1 << 20, Duration::from_secs(5));
     let mut walker = Walker::new(&bounds);
     let mut e = Entry::new(RawPath(b"x".to_vec()), EntryKind::File, &st);
-    walker.hash_at(&mut e, dir.as_raw_fd(), &name, &st);
+    walker.hash_at(&mut e, dir.as_fd(), &name, &st);
     assert_eq!(e.not_hashed, Some(NotHashed::ChangedWhileHashed));
     assert!(e.sha256.is_none());
 }
@@ -145,10 +145,10 @@ fn a_file_that_grows_or_shrinks_under_the_read_has_no_hash() {
     std::fs::write(&p, vec![b'a'; 100_000]).unwrap();
     let dir = std::fs::File::open(d.path()).unwrap();
     let name = CString::new("log").unwrap();
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
     let bounds = Bounds::new(10, 1 << 30, Duration::from_secs(5));
     for new_len in [200_000u64, 50_000] {
-        let st = fstatat_nofollow(dir.as_raw_fd(), &name).unwrap();
+        let st = fstatat_nofollow(dir.as_fd(), &name).unwrap();
         std::fs::OpenOptions::new()
             .write(true)
             .open(&p)
@@ -157,7 +157,7 @@ fn a_file_that_grows_or_shrinks_under_the_read_has_no_hash() {
             .unwrap();
         let mut walker = Walker::new(&bounds);
         let mut e = Entry::new(RawPath(b"log".to_vec()), EntryKind::File, &st);
-        walker.hash_at(&mut e, dir.as_raw_fd(), &name, &st);
+        walker.hash_at(&mut e, dir.as_fd(), &name, &st);
         assert_eq!(
             e.not_hashed,
             Some(NotHashed::ChangedWhileHashed),
