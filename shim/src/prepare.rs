@@ -363,7 +363,7 @@ impl Inputs {
         };
         if let Some(plan) = &hardened.egress {
             let path = Path::new(&plan.forwarder.host_path);
-            if let Err(e) = crate::egress::install::check_forwarder(path) {
+            if let Err(e) = crate::egress::install::prepare_forwarder(path) {
                 let e = PrepareError::from(e);
                 let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
                 rec.error = Some(e.to_string());

@@ -14,9 +14,9 @@ use crate::error::{HarnessError, Result};
 use crate::ids::random_hex;
 use crate::poll::poll_until;
 
-/// The static forwarder built by `build.rs`.
+/// The static forwarder the shim's `build.rs` built (and the runtime embeds).
 pub fn forwarder_binary() -> &'static Path {
-    Path::new(env!("GVH_FORWARDER_PATH"))
+    Path::new(containerd_shim_gvisor_hardened::egress::install::EMBEDDED_BUILD_PATH)
 }
 
 fn run(program: &str, args: &[&str]) -> Result<Output> {

@@ -454,3 +454,55 @@ fn uploads_stuck_on_a_stalled_upstream_are_cut_at_the_write_deadline_with_their_
     }
     s.finish();
 }
+
+/// Egress with nothing installed but the shim: the policy leaves `forwarder` unset, the
+/// default path holds no forwarder (removed first; the runtime's own copy is what belongs
+/// there), and the shim writes its embedded forwarder there before the sandbox is created.
+#[test]
+fn egress_needs_only_the_shim_which_writes_its_own_forwarder_to_the_default_path() {
+    let default = std::path::Path::new(policy_injector::egress::DEFAULT_FORWARDER);
+    match std::fs::remove_file(default) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => panic!("removing {}: {e}", default.display()),
+    }
+    let mut ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    ns.serve(&inside, 8080, &[("hello.txt", BODY.as_bytes())])
+        .unwrap();
+    let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
+    let image = TestImage::ensure().unwrap();
+    c.import(&image).unwrap();
+    // The test section, less its `forwarder = ...` line.
+    let section: String = egress_section(
+        &["upstream.example.test:8080"],
+        &[("upstream.example.test", inside.clone())],
+        &[ns.cidr()],
+    )
+    .lines()
+    .filter(|l| !l.starts_with("forwarder ="))
+    .map(|l| format!("{l}\n"))
+    .collect();
+    let policy = TestPolicy::builder(&c, "egress-default-forwarder")
+        .extra(&section)
+        .write()
+        .unwrap();
+    let out = c
+        .run_output(
+            &Run::new(image.reference(), unique_id("fwd"))
+                .runtime(policy.runtime())
+                .sh("wget -q -O - http://upstream.example.test:8080/hello.txt"),
+        )
+        .unwrap();
+    assert_eq!((out.code(), out.stdout.as_str()), (0, BODY), "{out}");
+    let written = std::fs::read(default).unwrap();
+    assert_eq!(
+        written,
+        std::fs::read(gvisor_hardened_tests::egress::forwarder_binary()).unwrap()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(default).unwrap().permissions().mode() & 0o7777,
+        0o755
+    );
+}
