@@ -719,10 +719,15 @@ fn a_podman_container_reaches_the_upstream_with_the_key_it_never_holds() {
     let upstream = TlsUpstream::start(&ns.path(), &inside);
     let p = Podman::new().unwrap();
     import_git_image_as_test_image(p.podman());
-    let policy = p
-        .dir()
-        .write_policy("creds.toml", &upstream.section(&inside, &ns.cidr()))
-        .unwrap();
+    // The default forwarder path (no `forwarder =`): runsc-hardened writes or finds its own
+    // embedded forwarder there, as an install with nothing but the binary would.
+    let section: String = upstream
+        .section(&inside, &ns.cidr())
+        .lines()
+        .filter(|l| !l.starts_with("forwarder ="))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let policy = p.dir().write_policy("creds.toml", &section).unwrap();
     let (out, id) = p
         .run_rm(&policy, &["--network", "none"], &script())
         .unwrap();
