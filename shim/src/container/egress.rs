@@ -21,7 +21,9 @@ use crate::egress::{self, EgressAudit, EgressAuditSink, SandboxEgress, SandboxRe
 const FORWARDER_READY: Duration = Duration::from_secs(10);
 
 /// Egress records go into the sandbox container's trail, so the final record's signature
-/// covers them too.
+/// covers them too; from a writer thread (`egress::audit::QueuedSink`), never on the shim's
+/// async thread, and all written before the supervisor's stop returns.
+#[derive(Clone)]
 struct TrailSink(Arc<Trail>);
 
 impl EgressAuditSink for TrailSink {
@@ -92,7 +94,7 @@ impl Container {
                 },
             },
             spawner,
-            Arc::new(TrailSink(self.audit.clone())),
+            egress::audit::queued(TrailSink(self.audit.clone())),
         );
         // Held while waiting: a delete meanwhile stops what this started, after it.
         let mut slot = self.egress.lock().await;

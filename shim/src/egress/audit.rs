@@ -122,10 +122,79 @@ impl<'a> AuditLine<'a> {
     }
 }
 
-/// Where egress records go. The shim's implementation appends them to the audit log; it must
-/// not block for long (it is called on the proxy's tasks).
+/// Where egress records go. It must not block for long: it is called on the proxy's tasks
+/// (the shim's and runsc-hardened's sinks append to the audit log through [`QueuedSink`]).
 pub trait EgressAuditSink: Send + Sync + 'static {
     fn record(&self, rec: EgressAudit);
+
+    /// Resolves once every record given before this call is written; `None`: [`record`]
+    /// writes before it returns, so there is nothing to wait for.
+    ///
+    /// [`record`]: EgressAuditSink::record
+    fn flush(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        None
+    }
+}
+
+enum Queued {
+    Record(Box<EgressAudit>),
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// Hands records to a thread of their own that passes them, in order, to `S`. An append to the
+/// audit log takes the log's file lock, which every shim on the node shares, and waits for
+/// whoever holds it (another shim's fsync included): on the proxy's tasks that would stall the
+/// shim's one async thread, and with it every connection of the pod. Records are never
+/// dropped: the thread drains the queue until the last sender is gone.
+pub struct QueuedSink {
+    tx: std::sync::mpsc::Sender<Queued>,
+}
+
+impl QueuedSink {
+    /// Starts the writer thread. Its stack is small: it serialises a record and appends it.
+    pub fn new<S: EgressAuditSink>(sink: S) -> std::io::Result<QueuedSink> {
+        let (tx, rx) = std::sync::mpsc::channel::<Queued>();
+        std::thread::Builder::new()
+            .name("egress-audit".into())
+            .stack_size(256 << 10)
+            .spawn(move || {
+                for queued in rx {
+                    match queued {
+                        Queued::Record(rec) => sink.record(*rec),
+                        Queued::Flush(done) => {
+                            let _ = done.send(());
+                        }
+                    }
+                }
+            })?;
+        Ok(QueuedSink { tx })
+    }
+}
+
+/// `sink` behind a [`QueuedSink`]; `sink` itself, writing on the caller's task, in the rare
+/// case its thread cannot be started (logged: nothing is lost, only the isolation from a
+/// stuck log).
+pub fn queued<S: EgressAuditSink + Clone>(sink: S) -> std::sync::Arc<dyn EgressAuditSink> {
+    match QueuedSink::new(sink.clone()) {
+        Ok(q) => std::sync::Arc::new(q),
+        Err(e) => {
+            log::warn!("egress audit: no writer thread ({e}); records are written inline");
+            std::sync::Arc::new(sink)
+        }
+    }
+}
+
+impl EgressAuditSink for QueuedSink {
+    fn record(&self, rec: EgressAudit) {
+        // The thread ends only when every sender is gone, this one included.
+        let _ = self.tx.send(Queued::Record(Box::new(rec)));
+    }
+
+    fn flush(&self) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let (done, written) = tokio::sync::oneshot::channel();
+        let _ = self.tx.send(Queued::Flush(done));
+        Some(written)
+    }
 }
 
 /// A sink that keeps records in memory, for tests and for callers that batch.
@@ -162,6 +231,58 @@ impl EgressAuditSink for MemorySink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sink that blocks on every record until the test lets it go.
+    struct Gate {
+        open: std::sync::Arc<(Mutex<bool>, std::sync::Condvar)>,
+        inner: std::sync::Arc<MemorySink>,
+    }
+
+    impl EgressAuditSink for Gate {
+        fn record(&self, rec: EgressAudit) {
+            let (lock, cv) = &*self.open;
+            let mut open = lock.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+            self.inner.record(rec);
+        }
+    }
+
+    fn stopped() -> EgressAudit {
+        EgressAudit {
+            sandbox: SandboxRef {
+                sandbox_id: "sb".into(),
+                container_id: "c".into(),
+                policy: "p".into(),
+            },
+            event: EgressEvent::ProxyStopped,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_blocked_audit_log_never_blocks_the_caller_and_a_flush_waits_for_every_record() {
+        let open = std::sync::Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let inner = std::sync::Arc::new(MemorySink::default());
+        let sink = QueuedSink::new(Gate {
+            open: open.clone(),
+            inner: inner.clone(),
+        })
+        .unwrap();
+        // The log is stuck (another writer's lock): recording returns at once all the same.
+        for _ in 0..100 {
+            sink.record(stopped());
+        }
+        let mut flushed = sink.flush().unwrap();
+        assert!(
+            flushed.try_recv().is_err(),
+            "flushed before anything was written"
+        );
+        *open.0.lock().unwrap() = true;
+        open.1.notify_all();
+        flushed.await.unwrap();
+        assert_eq!(inner.events().len(), 100);
+    }
 
     #[test]
     fn a_connection_record_is_one_flat_json_object() {

@@ -122,6 +122,11 @@ impl Proxy {
     /// terminates TLS for the plan's credential hosts and adds their header. Without it (or
     /// without usable upstream trust anchors) a credential host is refused, never tunnelled
     /// without its credential's rules.
+    /// Where this proxy's records go.
+    pub fn audit_sink(&self) -> &Arc<dyn EgressAuditSink> {
+        &self.audit
+    }
+
     pub fn with_credentials(mut self, ca: Option<Arc<super::credentials::SandboxCa>>) -> Proxy {
         if !self.plan.credentials.is_empty() {
             self.credentials = Some(terminate::Credentials::new(ca, &self.plan));

@@ -156,11 +156,15 @@ impl EgressSupervisor {
         }
     }
 
-    /// Stops the forwarder and the proxy; open connections are reset.
+    /// Stops the forwarder and the proxy; open connections are reset. Returns once their
+    /// records are written (the sink may write them on a thread of its own).
     pub async fn stop(mut self) {
         let _ = self.stop.send(true);
         if let Some(task) = self.task.take() {
             let _ = task.await;
+        }
+        if let Some(written) = self.proxy.audit_sink().flush() {
+            let _ = written.await;
         }
     }
 }

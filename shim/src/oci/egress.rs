@@ -30,7 +30,9 @@ use crate::reaper::Reaper;
 use crate::runsc::client::Runsc;
 use crate::runtime::runsc::forwarder_spawner;
 
-/// Egress records go to the log the guard's lifecycle records go to, chained with them.
+/// Egress records go to the log the guard's lifecycle records go to, chained with them (from
+/// a writer thread: `egress::audit::QueuedSink`).
+#[derive(Clone)]
 struct LogSink {
     audit: StateTrail,
     namespace: String,
@@ -67,11 +69,11 @@ pub(super) fn start(
         container_id: record.id.clone(),
         policy: record.policy_name.clone(),
     };
-    let sink = Arc::new(LogSink {
+    let sink = LogSink {
         audit: audit.clone(),
         namespace: record.namespace.clone(),
         log: record.log.clone(),
-    });
+    };
     let dir = state.path().join("egress");
     let setup = egress::guard::node_addresses()
         .map_err(|e| format!("the node's addresses: {e}"))
@@ -111,6 +113,8 @@ pub(super) fn start(
             running: egress::running_while(sandbox_process),
         },
         spawner,
-        sink,
+        // Written before `start` returns when egress is not set up (above); from here on by a
+        // thread of their own, flushed when the supervisor stops.
+        egress::audit::queued(sink),
     ))
 }
