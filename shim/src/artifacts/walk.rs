@@ -329,11 +329,10 @@ impl<'b> Walker<'b> {
         // O_NOCTTY are belt and braces, since it is a regular file.
         let proc_path = CString::new(format!("/proc/self/fd/{}", path_fd.as_raw_fd()))
             .expect("no NUL in a number");
-        let fd = match rustix::fs::openat(
+        let mut file = match open_at(
             CWD,
-            proc_path.as_c_str(),
-            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-            Mode::empty(),
+            &proc_path,
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
         ) {
             Ok(fd) => std::fs::File::from(fd),
             Err(_) => {
@@ -342,7 +341,6 @@ impl<'b> Walker<'b> {
             }
         };
         let mut hasher = Sha256::new();
-        let mut file = &fd;
         let mut remaining = st.size;
         while remaining > 0 {
             if self.out_of_time() {
@@ -368,7 +366,7 @@ impl<'b> Walker<'b> {
             remaining -= n as u64;
         }
         let unchanged =
-            fstat(fd.as_fd()).is_ok_and(|now| now.size == st.size && now.mtime == st.mtime);
+            fstat(file.as_fd()).is_ok_and(|now| now.size == st.size && now.mtime == st.mtime);
         if unchanged {
             entry.sha256 = Some(hex(&hasher.finalize()));
         } else {
@@ -398,22 +396,26 @@ fn count(stats: &mut RootStats, e: &Entry) {
 
 // ---- thin syscall wrappers (rustix) ------------------------------------------------------
 
-/// An `O_PATH` descriptor: opening it has no side effect on any kind of file.
-fn open_path(dirfd: BorrowedFd<'_>, name: &CStr, extra: OFlags) -> io::Result<OwnedFd> {
+/// `openat` of an existing file, close-on-exec.
+fn open_at(dirfd: BorrowedFd<'_>, name: &CStr, flags: OFlags) -> io::Result<OwnedFd> {
     Ok(rustix::fs::openat(
         dirfd,
         name,
-        OFlags::PATH | OFlags::CLOEXEC | extra,
+        flags | OFlags::CLOEXEC,
         Mode::empty(),
     )?)
 }
 
+/// An `O_PATH` descriptor: opening it has no side effect on any kind of file.
+fn open_path(dirfd: BorrowedFd<'_>, name: &CStr, extra: OFlags) -> io::Result<OwnedFd> {
+    open_at(dirfd, name, OFlags::PATH | extra)
+}
+
 fn open_dir_at(dirfd: BorrowedFd<'_>, name: &CStr) -> io::Result<DirStream> {
-    let fd = rustix::fs::openat(
+    let fd = open_at(
         dirfd,
         name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW,
     )?;
     Ok(DirStream(Dir::new(fd)?))
 }

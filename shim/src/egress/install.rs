@@ -85,9 +85,11 @@ fn unusable(path: &Path, why: String, fix: &'static str) -> ForwarderUnusable {
     }
 }
 
-fn embedded_sha256() -> &'static [u8; 32] {
+/// Whether `bytes` are the embedded forwarder's, by sha256 (its own computed once).
+fn is_embedded(bytes: &[u8]) -> bool {
     static SUM: OnceLock<[u8; 32]> = OnceLock::new();
-    SUM.get_or_init(|| Sha256::digest(EMBEDDED).into())
+    let want = SUM.get_or_init(|| Sha256::digest(EMBEDDED).into());
+    <[u8; 32]>::from(Sha256::digest(bytes)) == *want
 }
 
 /// The file last found to hold the embedded copy, by identity and change time: a shim serving a
@@ -127,10 +129,7 @@ fn holds_embedded(path: &Path, meta: &fs::Metadata) -> bool {
     if *verified == Some(id) {
         return true;
     }
-    let same = fs::read(path).is_ok_and(|bytes| {
-        let sum: [u8; 32] = Sha256::digest(&bytes).into();
-        &sum == embedded_sha256()
-    });
+    let same = fs::read(path).is_ok_and(|bytes| is_embedded(&bytes));
     if same {
         *verified = Some(id);
     }
@@ -145,12 +144,15 @@ fn write_embedded(path: &Path) -> Result<(), String> {
         .parent()
         .ok_or_else(|| "the path has no directory".to_string())?;
     fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let dir_meta = fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    if dir_meta.permissions().mode() & 0o022 != 0 {
+    let dir_mode = fs::metadata(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .permissions()
+        .mode();
+    if dir_mode & 0o022 != 0 {
         return Err(format!(
             "its directory {} is writable by group or others (mode {:o})",
             dir.display(),
-            dir_meta.permissions().mode() & 0o7777
+            dir_mode & 0o7777
         ));
     }
     static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -171,8 +173,7 @@ fn write_embedded(path: &Path) -> Result<(), String> {
             .and_then(|()| f.sync_all())
             .map_err(|e| format!("writing {}: {e}", tmp.display()))?;
         let landed = fs::read(&tmp).map_err(|e| format!("reading back {}: {e}", tmp.display()))?;
-        let sum: [u8; 32] = Sha256::digest(&landed).into();
-        if &sum != embedded_sha256() {
+        if !is_embedded(&landed) {
             return Err(format!(
                 "{} does not hold what was written (sha256 differs)",
                 tmp.display()

@@ -118,15 +118,15 @@ impl Proxy {
         }
     }
 
-    /// The sandbox's CA made at create (`credentials::prepare_sandbox`): with it the proxy
-    /// terminates TLS for the plan's credential hosts and adds their header. Without it (or
-    /// without usable upstream trust anchors) a credential host is refused, never tunnelled
-    /// without its credential's rules.
     /// Where this proxy's records go.
     pub fn audit_sink(&self) -> &Arc<dyn EgressAuditSink> {
         &self.audit
     }
 
+    /// The sandbox's CA made at create (`credentials::prepare_sandbox`): with it the proxy
+    /// terminates TLS for the plan's credential hosts and adds their header. Without it (or
+    /// without usable upstream trust anchors) a credential host is refused, never tunnelled
+    /// without its credential's rules.
     pub fn with_credentials(mut self, ca: Option<Arc<super::credentials::SandboxCa>>) -> Proxy {
         if !self.plan.credentials.is_empty() {
             self.credentials = Some(terminate::Credentials::new(ca, &self.plan));
