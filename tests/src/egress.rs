@@ -391,6 +391,16 @@ pub fn egress_section(allow: &[&str], hosts: &[(&str, String)], cidrs: &[String]
     )
 }
 
+/// `section` (as [`egress_section`] writes it) without its `forwarder = ...` line: the policy's
+/// default forwarder path, where the runtime writes its own embedded forwarder.
+pub fn on_default_forwarder(section: &str) -> String {
+    section
+        .lines()
+        .filter(|l| !l.starts_with("forwarder ="))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// The allowlist the egress attacks and the shim test share: the upstream, and two names that
 /// resolve where the guard must refuse them (cloud metadata, the node's loopback).
 pub fn hostile_names_section(ns: &UpstreamNetns) -> String {

@@ -33,7 +33,9 @@ use containerd_shim_gvisor_hardened::egress::{EgressSupervisor, Proxy, Superviso
 use gvisor_hardened_tests::audit_tools::validate_against_schema;
 use gvisor_hardened_tests::cri::{container_config, CriContainerd, CriOptions, HARDENED_HANDLER};
 use gvisor_hardened_tests::docker::{assert_clean_docker_shutdown, DockerOptions, Dockerd};
-use gvisor_hardened_tests::egress::{egress_section, forwarder_binary, UpstreamNetns};
+use gvisor_hardened_tests::egress::{
+    egress_section, forwarder_binary, on_default_forwarder, UpstreamNetns,
+};
 use gvisor_hardened_tests::fault::TestPolicy;
 use gvisor_hardened_tests::inspect::processes_mentioning;
 use gvisor_hardened_tests::podman::{assert_clean_podman_shutdown, Podman};
@@ -634,17 +636,9 @@ fn a_cri_pods_container_reaches_the_upstream_with_the_key_it_never_holds() {
     assert_inside(&out.stdout);
     upstream.assert_requests(1);
     // The shim serving the pod holds the key and the CA's private key: it never dumps core.
-    let shims: Vec<_> = processes_mentioning(&pod.id)
-        .into_iter()
-        .filter(|p| p.cmdline.contains("containerd-shim-gvisor-hardened-v1"))
-        .collect();
-    assert_eq!(
-        shims.len(),
-        1,
-        "{:?}",
-        shims.iter().map(|p| &p.cmdline).collect::<Vec<_>>()
-    );
-    assert_no_core_dumps(shims[0].pid);
+    assert_no_core_dumps(the_one_process(&pod.id, |cmd| {
+        cmd.contains("containerd-shim-gvisor-hardened-v1")
+    }));
     cri.remove_pod(&pod).unwrap();
     assert!(bundle_host_files(&pod.id).is_empty(), "bundle left behind");
     let lines: Vec<serde_json::Value> = cri
@@ -696,17 +690,9 @@ fn a_docker_container_reaches_the_upstream_with_the_key_it_never_holds() {
         .checked()
         .unwrap();
     let running = out.stdout.trim().to_string();
-    let guards: Vec<_> = processes_mentioning(&running)
-        .into_iter()
-        .filter(|p| p.cmdline.starts_with("runsc-hardened guard "))
-        .collect();
-    assert_eq!(
-        guards.len(),
-        1,
-        "{:?}",
-        guards.iter().map(|p| &p.cmdline).collect::<Vec<_>>()
-    );
-    assert_no_core_dumps(guards[0].pid);
+    assert_no_core_dumps(the_one_process(&running, |cmd| {
+        cmd.starts_with("runsc-hardened guard ")
+    }));
     d.docker().args(["rm", "-f", &running]).checked().unwrap();
     d.assert_container_gone(&running);
     assert_clean_docker_shutdown(d);
@@ -721,12 +707,7 @@ fn a_podman_container_reaches_the_upstream_with_the_key_it_never_holds() {
     import_git_image_as_test_image(p.podman());
     // The default forwarder path (no `forwarder =`): runsc-hardened writes or finds its own
     // embedded forwarder there, as an install with nothing but the binary would.
-    let section: String = upstream
-        .section(&inside, &ns.cidr())
-        .lines()
-        .filter(|l| !l.starts_with("forwarder ="))
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let section = on_default_forwarder(&upstream.section(&inside, &ns.cidr()));
     let policy = p.dir().write_policy("creds.toml", &section).unwrap();
     let (out, id) = p
         .run_rm(&policy, &["--network", "none"], &script())
@@ -742,6 +723,22 @@ fn a_podman_container_reaches_the_upstream_with_the_key_it_never_holds() {
     validate_against_schema(&[&p.dir().audit_log()]).unwrap();
     p.assert_container_gone(&id);
     assert_clean_podman_shutdown(p);
+}
+
+/// The pid of the one process whose command line mentions `id` and passes `is`.
+#[track_caller]
+fn the_one_process(id: &str, is: impl Fn(&str) -> bool) -> i32 {
+    let found: Vec<_> = processes_mentioning(id)
+        .into_iter()
+        .filter(|p| is(&p.cmdline))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "{:?}",
+        found.iter().map(|p| &p.cmdline).collect::<Vec<_>>()
+    );
+    found[0].pid
 }
 
 /// `pid` runs with a core size limit of 0 (soft and hard), as `core_dumps::disable` leaves

@@ -6,7 +6,8 @@
 
 use gvisor_hardened_tests::audit_tools::assert_chain_intact_and_records_fit_the_schema;
 use gvisor_hardened_tests::egress::{
-    egress_section, hostile_names_section, probe_counts, Connections, UpstreamNetns,
+    egress_section, hostile_names_section, on_default_forwarder, probe_counts, Connections,
+    UpstreamNetns,
 };
 use gvisor_hardened_tests::fault::TestPolicy;
 use gvisor_hardened_tests::poll::poll_until;
@@ -481,16 +482,11 @@ fn egress_needs_only_the_shim_which_writes_its_own_forwarder_to_the_default_path
     let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
     let image = TestImage::ensure().unwrap();
     c.import(&image).unwrap();
-    // The test section, less its `forwarder = ...` line.
-    let section: String = egress_section(
+    let section = on_default_forwarder(&egress_section(
         &["upstream.example.test:8080"],
         &[("upstream.example.test", inside.clone())],
         &[ns.cidr()],
-    )
-    .lines()
-    .filter(|l| !l.starts_with("forwarder ="))
-    .map(|l| format!("{l}\n"))
-    .collect();
+    ));
     let policy = TestPolicy::builder(&c, "egress-default-forwarder")
         .extra(&section)
         .write()
