@@ -44,7 +44,7 @@ pub async fn run(
     global: &Global,
     args: CreateArgs<'_>,
     log: &EngineLog,
-    guard: Forked,
+    mut guard: Forked,
 ) -> Result<()> {
     if global.systemd_cgroup {
         return Err(OciError::SystemdCgroup {
@@ -113,13 +113,13 @@ pub async fn run(
     };
     // The guard's pid once it has made the sandbox: a failure after that must end both.
     let running = std::cell::Cell::new(None);
+    let guard_pid = guard.pid();
     let launched = async {
         refuse_shim_only_limits(&prepared.policy.policy, &prepared.lifetime)?;
         state.create(&record)?;
         // `create`'s records so far (in memory): the later calls' processes continue the
         // trail from the state directory.
         StateTrail::open(&record, &state).begin(&prepared.audit.hashes())?;
-        let guard_pid = guard.pid();
         guard.go("", state.path())?;
         running.set(Some(guard_pid));
         state.set_guard(guard_pid, proc_start_time(guard_pid))?;
@@ -130,9 +130,10 @@ pub async fn run(
     }
     .await;
     if let Err(e) = launched {
-        if let Some(pid) = running.get() {
-            // SAFETY: plain kill(2) of our own child, the guard, which has not been reaped.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+        if running.get().is_some() {
+            // Through the pidfd taken at the fork, and waited for: the engine that sees this
+            // create fail must find no guard left.
+            guard.kill();
             if let Ok(runsc) = runtime::runsc_for(&record, &prepared.policy.policy, &reaper) {
                 runtime::undo(&runsc, &record).await;
             }

@@ -103,7 +103,7 @@ pub async fn run(c: &Opened, a: ExecArgs<'_>, guard: Option<Forked>) -> Result<u
     let bytes = serde_json::to_vec(&hardened.process).expect("a JSON value serialises");
     write_file_atomic(&process_file, &bytes).map_err(OciError::io("writing", &process_file))?;
     if a.detach {
-        let guard = guard.ok_or_else(|| OciError::Guard("no exec guard was forked".into()))?;
+        let mut guard = guard.ok_or_else(|| OciError::Guard("no exec guard was forked".into()))?;
         let guard_pid = guard.pid();
         let answer = guard.go(&process_file.display().to_string(), c.state.path());
         let _ = std::fs::remove_file(&process_file);

@@ -4,13 +4,17 @@
 //! waits for the parent's go (one line, with what it needs to know), does its part and
 //! answers on a second pipe: `ok ...` once what the engine waits for exists, `error REASON`
 //! otherwise. A parent that gives up before the go leaves the child an empty pipe: it exits.
+//! A helper that will not live on (no go, a failed answer, killed) is waited for before the
+//! call returns, so an engine that sees the call fail sees no process of it left either.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
+use std::time::Duration;
 
 use super::error::{OciError, Result};
+use crate::sandbox::host_process::HostProcess;
 
 /// What the guard tells `create` on its ready pipe: one line.
 pub const READY: &str = "ok";
@@ -29,12 +33,20 @@ pub enum Fork {
     Child(u8),
 }
 
-/// The forked helper as its parent holds it.
+/// The forked helper as its parent holds it. Dropped before it was let go for good
+/// ([`Forked::go`] answered `ok`), it waits for the helper to exit.
 pub struct Forked {
     pid: i32,
-    go: File,
+    /// Taken right after the fork, while the helper is our unreaped child: the reaper may
+    /// reap it later, and the fd still names it, never a process that took its number.
+    process: Option<HostProcess>,
+    go: Option<File>,
     ready: File,
+    released: bool,
 }
+
+/// How long a helper that will not live on may take to end (its own clean-up included).
+const HELPER_EXIT: Duration = Duration::from_secs(30);
 
 /// The start of the line that lets the helper go.
 const GO: &str = "go";
@@ -59,8 +71,10 @@ pub fn fork_helper(child: impl FnOnce(&str, File) -> u8) -> Result<Fork> {
         }
         pid => Ok(Fork::Parent(Forked {
             pid,
-            go: File::from(go_write),
+            process: HostProcess::open(pid).ok(),
+            go: Some(File::from(go_write)),
             ready: File::from(ready_read),
+            released: false,
         })),
     }
 }
@@ -79,29 +93,59 @@ impl Forked {
     }
 
     /// Tells the helper to go with `payload` (one line) and waits for its answer: what follows
-    /// `ok`. `what` names the container's state for errors.
-    pub fn go(mut self, payload: &str, what: &Path) -> Result<String> {
+    /// `ok`, after which the helper lives on. `what` names the container's state for errors.
+    pub fn go(&mut self, payload: &str, what: &Path) -> Result<String> {
         let pid = self.pid;
-        self.go
-            .write_all(format!("{GO} {}\n", payload.replace('\n', " ")).as_bytes())
+        let mut go = self
+            .go
+            .take()
+            .ok_or_else(|| OciError::Guard(format!("the guard (pid {pid}) was already let go")))?;
+        go.write_all(format!("{GO} {}\n", payload.replace('\n', " ")).as_bytes())
             .map_err(OciError::io("telling the guard to go", what))?;
         // Our copy of the ready pipe's write end went at the fork: the read ends when the
         // helper answers or exits.
         let mut answer = String::new();
-        BufReader::new(self.ready)
+        BufReader::new(&self.ready)
             .read_line(&mut answer)
             .map_err(OciError::io("reading the guard's answer", what))?;
         let answer = answer.trim();
         if let Some(rest) = answer.strip_prefix(READY) {
             if rest.is_empty() || rest.starts_with(' ') {
+                self.released = true;
                 return Ok(rest.trim().to_string());
             }
         }
-        // The helper has removed what it made; it exits on its own.
+        // The helper has removed what it made; it exits on its own (waited for on drop).
         Err(OciError::Guard(match answer.strip_prefix(FAILED) {
             Some(reason) => reason.trim().to_string(),
             None => format!("the guard (pid {pid}) exited without an answer"),
         }))
+    }
+
+    /// Ends a helper that was let go but must not live on (a later step of the call failed):
+    /// SIGKILL, then the wait of [`Drop`].
+    pub fn kill(mut self) {
+        if let Some(p) = &self.process {
+            let _ = p.signal(libc::SIGKILL);
+        }
+        self.released = false;
+    }
+}
+
+impl Drop for Forked {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        // An empty go pipe ends a helper still waiting for it.
+        self.go = None;
+        let Some(p) = &self.process else { return };
+        if !p.wait_exited(HELPER_EXIT) {
+            log::warn!(
+                "the guard (pid {}) has not exited {HELPER_EXIT:?} after its call failed",
+                self.pid
+            );
+        }
     }
 }
 
