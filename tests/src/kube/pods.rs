@@ -150,7 +150,24 @@ impl PodWatch for KubeNode {
                 .output()
                 .map(|o| o.stdout)
                 .unwrap_or_default();
-            eprintln!("pod {ns}/{pod} not Ready:\n{describe}");
+            // A pod left unscheduled is most often the node's doing: a taint such as
+            // disk-pressure (the host's disk is the node's) says why at once.
+            let node = self
+                .kubectl()
+                .args([
+                    "get",
+                    "node",
+                    super::NODE_NAME,
+                    "-o",
+                    r#"jsonpath=taints: {.spec.taints}{"\n"}conditions: {range .status.conditions[*]}{.type}={.status} {end}"#,
+                ])
+                .output()
+                .map(|o| o.stdout)
+                .unwrap_or_default();
+            eprintln!(
+                "pod {ns}/{pod} not Ready:\n{describe}\nnode {}: {node}",
+                super::NODE_NAME
+            );
         }
         result
     }
