@@ -7,7 +7,8 @@ Runs COMMAND (normally the bench driver, e.g. `target/release/examples/bench --o
 --runs 10 ...`) while recording every exec and exit on the machine through a private ftrace
 instance (tracefs mounted on a temporary directory, unmounted afterwards). Each new process's
 argv is read from /proc right after its exec event (every step of interest lives for
-milliseconds). Afterwards every `ctr ... run --rm ...` is one run: the processes of that run are
+milliseconds). Afterwards every `ctr ... run --rm ...` is one run (and every tool call of the
+bench's exec section, `ctr ... task exec ... true`, one "<runtime> exec" run): the processes of that run are
 the ones whose argv names its containerd namespace or directory (shims, runsc and its sandbox
 and gofer, runc), so other users' containers on the machine are left out.
 
@@ -180,18 +181,31 @@ def runs(execs, exits, parent, syncs):
     out = []
     for p in procs:
         a = p["argv"]
-        if not a or os.path.basename(a[0]) != "ctr" or "run" not in a or "--rm" not in a:
+        if not a or os.path.basename(a[0]) != "ctr":
+            continue
+        is_run = "run" in a and "--rm" in a
+        # A tool call of the bench's exec section: `ctr task exec --exec-id X ID true` into a
+        # sandbox whose id says which runtime runs it (bx<ours|go|runc>-...).
+        is_exec = "task" in a and "exec" in a and "true" in a
+        if not (is_run or is_exec):
             continue
         ns = a[a.index("--namespace") + 1]
         addr = a[a.index("--address") + 1]
         cdir = os.path.dirname(addr)
-        rt = a[a.index("--runtime") + 1]
-        if "gvisor-hardened" in rt:
-            # The driver's --experiment-runsc contender has its own policy file.
-            runtime = "hardened_experiment" if any("experiment-policy" in x for x in a) else "hardened"
-        else:
-            runtime = "go_shim_runsc" if any("runsc-baseline" in x for x in a) else "runc"
         cid = a[a.index("true") - 1] if "true" in a else a[-1]
+        if is_exec:
+            kinds = {"bxours-": "hardened", "bxgo-": "go_shim_runsc", "bxrunc-": "runc", "bxexp-": "hardened_experiment"}
+            kind = next((v for k, v in kinds.items() if cid.startswith(k)), None)
+            if kind is None:
+                continue
+            runtime = kind + " exec"
+        else:
+            rt = a[a.index("--runtime") + 1]
+            if "gvisor-hardened" in rt:
+                # The driver's --experiment-runsc contender has its own policy file.
+                runtime = "hardened_experiment" if any("experiment-policy" in x for x in a) else "hardened"
+            else:
+                runtime = "go_shim_runsc" if any("runsc-baseline" in x for x in a) else "runc"
         if p["end"] is None:
             continue
         window = [q for q in procs if q is not p and p["start"] <= q["start"] <= p["end"]]
