@@ -27,6 +27,9 @@ impl Container {
     /// records the cause and audits the moment.
     pub(super) fn arm_lifetime(self: &Arc<Self>) {
         let me = self.clone();
+        // Taken here, not in the task: the limit counts from Start even if the task first runs
+        // later.
+        let armed_at = tokio::time::Instant::now();
         let task = tokio::spawn(async move {
             let target = Target {
                 runtime: me.runtime.clone(),
@@ -43,6 +46,7 @@ impl Container {
             };
             let limits = lifetime::enforce(
                 &target,
+                armed_at,
                 lifetime.max_runtime,
                 lifetime.grace_period,
                 me.idle_watch(),

@@ -33,9 +33,12 @@ pub struct Target {
 }
 
 /// Runs the limits until one fires and the container was told to stop; returns the cause.
-/// `idle` resolves when the idle detector fires (never without an idle timeout).
+/// The wall-clock limit counts from `armed_at` (the caller's Start), not from whenever this
+/// future is first polled, which on a busy runtime can be later. `idle` resolves when the idle
+/// detector fires (never without an idle timeout).
 pub async fn enforce(
     target: &Target,
+    armed_at: tokio::time::Instant,
     max_runtime: Duration,
     grace_period: Duration,
     idle: impl Future<Output = Idle>,
@@ -43,7 +46,7 @@ pub async fn enforce(
 ) -> ExitCause {
     let id = &target.id;
     let cause = tokio::select! {
-        _ = tokio::time::sleep(max_runtime) => {
+        _ = tokio::time::sleep_until(armed_at + max_runtime) => {
             log::warn!("container {id}: maximum runtime {max_runtime:?} reached, sending SIGTERM");
             ExitCause::Timeout
         }
@@ -114,6 +117,7 @@ mod tests {
         let fired = Mutex::new(None);
         let cause = enforce(
             &target(&fake, None),
+            tokio::time::Instant::now(),
             Duration::from_secs(60),
             Duration::from_secs(5),
             std::future::pending(),
@@ -123,6 +127,32 @@ mod tests {
         assert_eq!(cause, ExitCause::Timeout);
         assert_eq!(*fired.lock().unwrap(), Some(ExitCause::Timeout));
         assert_eq!(fake.calls_of("kill"), ["kill c1 15 all", "kill c1 9 all"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wall_clock_limit_counts_from_when_it_was_armed_not_from_the_first_poll() {
+        let fake = Fake::default();
+        let target = target(&fake, None);
+        let armed_at = tokio::time::Instant::now();
+        let limits = enforce(
+            &target,
+            armed_at,
+            Duration::from_secs(60),
+            Duration::from_secs(5),
+            std::future::pending(),
+            |_| {},
+        );
+        // A busy runtime polls the limit's task 10 s late.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let sigterm_at = std::cell::Cell::new(None);
+        let watch_sigterm = async {
+            while fake.calls_of("kill").is_empty() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            sigterm_at.set(Some(armed_at.elapsed()));
+        };
+        tokio::join!(limits, watch_sigterm);
+        assert_eq!(sigterm_at.get(), Some(Duration::from_secs(60)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -137,6 +167,7 @@ mod tests {
         };
         let cause = enforce(
             &target(&fake, None),
+            tokio::time::Instant::now(),
             Duration::from_secs(60),
             Duration::from_secs(5),
             idle,
@@ -161,6 +192,7 @@ mod tests {
         let t = target(&fake, Some(sandbox));
         enforce(
             &t,
+            tokio::time::Instant::now(),
             Duration::from_secs(1),
             Duration::from_secs(1),
             std::future::pending(),

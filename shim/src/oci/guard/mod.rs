@@ -353,6 +353,7 @@ impl Guard {
             self.record.lifetime.max_runtime,
             self.record.lifetime.grace_period,
         );
+        let armed_at = tokio::time::Instant::now();
         async move {
             let fired = |cause| {
                 let _ = stopped_for.set(cause);
@@ -363,6 +364,7 @@ impl Guard {
             };
             lifetime::enforce(
                 &target,
+                armed_at,
                 max_runtime,
                 grace_period,
                 std::future::pending(),
