@@ -23,6 +23,7 @@ mod redaction_tests;
 #[cfg(test)]
 pub(crate) mod test_support;
 mod trail;
+mod writer;
 
 pub use policy_injector::audit_chain::Digest;
 pub use trail::{Signer, Trail};
@@ -58,6 +59,9 @@ pub enum AuditError {
     Unstable { path: PathBuf, attempts: u32 },
     #[error("audit signing key {path}: {reason}")]
     SigningKey { path: PathBuf, reason: String },
+    /// The audit writer thread died (a panic in an append) before writing this record.
+    #[error("audit log {path}: the audit writer thread stopped before writing the record")]
+    WriterStopped { path: PathBuf },
 }
 
 /// Lifecycle events that produce an audit line.
@@ -315,11 +319,54 @@ impl AuditLog {
         file::append(self, &line, false, None)
     }
 
+    /// [`append`](Self::append) on the audit writer thread (`writer.rs`): queued now, in order,
+    /// and awaited without holding the caller's thread while another writer holds the lock.
+    pub fn append_queued(
+        &self,
+        record: &AuditRecord<'_>,
+    ) -> impl std::future::Future<Output = Result<Digest, AuditError>> + Send + 'static {
+        let line = Line::of(record);
+        let log = self.clone();
+        let path = self.path.clone();
+        let pending = writer::submit(&path, move || log.write_line(&line, None));
+        async move {
+            pending
+                .outcome()
+                .await
+                .unwrap_or(Err(AuditError::WriterStopped { path }))
+        }
+    }
+
     pub(crate) fn append_sealed(
         &self,
         record: &AuditRecord<'_>,
         seal: Option<&policy_injector::audit_chain::SealInput<'_>>,
     ) -> Result<Digest, AuditError> {
+        self.write_line(&Line::of(record), seal)
+    }
+
+    /// Writes a line made by [`Line::of`] (the part of an append that waits on the lock and
+    /// the disk).
+    pub(crate) fn write_line(
+        &self,
+        line: &Line,
+        seal: Option<&policy_injector::audit_chain::SealInput<'_>>,
+    ) -> Result<Digest, AuditError> {
+        file::append(self, &line.bytes, line.durable, seal)
+    }
+}
+
+/// A lifecycle record serialised and redacted, ready to be chained and written: what crosses to
+/// the audit writer thread.
+#[derive(Debug)]
+pub(crate) struct Line {
+    bytes: Vec<u8>,
+    durable: bool,
+    event: AuditEvent,
+}
+
+impl Line {
+    pub(crate) fn of(record: &AuditRecord<'_>) -> Line {
         // Redacted here, at the one place every front end's lifecycle records pass, so no
         // caller can forget it; the line hashed and signed is the redacted one.
         let redacted = record
@@ -336,7 +383,7 @@ impl AuditLog {
             }
             None => record,
         };
-        let line = serde_json::to_vec(record).expect("audit records always serialise");
+        let bytes = serde_json::to_vec(record).expect("audit records always serialise");
         let durable = matches!(
             record.event,
             AuditEvent::Create
@@ -344,7 +391,15 @@ impl AuditLog {
                 | AuditEvent::CreateFailed
                 | AuditEvent::Exit
         );
-        file::append(self, &line, durable, seal)
+        Line {
+            bytes,
+            durable,
+            event: record.event,
+        }
+    }
+
+    pub(crate) fn event(&self) -> AuditEvent {
+        self.event
     }
 }
 

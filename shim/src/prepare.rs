@@ -78,7 +78,7 @@ pub struct Inputs {
     pub subject: Subject,
     /// This container's records; its final record is signed over all of them when the policy
     /// has `[audit] signing_key`.
-    pub audit: Trail,
+    pub audit: Arc<Trail>,
     /// The container engine behind the spec and its own files, as a front end that knows the
     /// engine checked them (runsc-hardened); `None` for containerd's clients.
     pub engine: Option<EngineContext>,
@@ -91,7 +91,7 @@ pub struct Prepared {
     pub policy: LoadedPolicy,
     pub annotations: BTreeMap<String, String>,
     pub subject: Subject,
-    pub audit: Trail,
+    pub audit: Arc<Trail>,
     pub runtime: Arc<dyn SandboxRuntime>,
     pub lifetime: Lifetime,
     pub runsc: RunscFlags,
@@ -267,7 +267,7 @@ impl Inputs {
         // The signing key is read now: a key the policy names but that cannot be used fails the
         // Create before anything happened.
         let audit = match Trail::for_policy(&policy.policy.audit, &policy.sha256, &subject) {
-            Ok(trail) => trail,
+            Ok(trail) => Arc::new(trail),
             Err(e) => {
                 let e = PrepareError::from(e);
                 audit_early_failure(req, &policy, Some(&policy), &e);
@@ -306,7 +306,7 @@ impl Inputs {
                 let e = PrepareError::HostTree(e.to_string());
                 let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
                 rec.error = Some(e.to_string());
-                self.audit.append(&rec)?;
+                self.audit.append_queued(&rec).await?;
                 return Err(e);
             }
         };
@@ -332,7 +332,7 @@ impl Inputs {
                 let e = PrepareError::from(e);
                 let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
                 rec.error = Some(e.to_string());
-                self.audit.append(&rec)?;
+                self.audit.append_queued(&rec).await?;
                 return Err(e);
             }
         }
@@ -346,7 +346,7 @@ impl Inputs {
                 let e = PrepareError::from(e);
                 let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
                 rec.error = Some(e.to_string());
-                self.audit.append(&rec)?;
+                self.audit.append_queued(&rec).await?;
                 return Err(e);
             }
         };
@@ -356,7 +356,7 @@ impl Inputs {
                 let mut rec = AuditRecord::new(AuditEvent::CreateRejected, &self.subject);
                 rec.error = Some(e.to_string());
                 // No sandbox: a record of its own, outside any trail.
-                self.audit.log().append(&rec)?;
+                self.audit.log().append_queued(&rec).await?;
                 log::warn!("container {}: {e}", self.id);
                 return Err(e.into());
             }
@@ -367,7 +367,7 @@ impl Inputs {
                 let e = PrepareError::from(e);
                 let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
                 rec.error = Some(e.to_string());
-                self.audit.append(&rec)?;
+                self.audit.append_queued(&rec).await?;
                 return Err(e);
             }
         }
@@ -393,7 +393,7 @@ impl Inputs {
             let e = PrepareError::from(e);
             let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
             rec.error = Some(e.to_string());
-            self.audit.append(&rec)?;
+            self.audit.append_queued(&rec).await?;
             return Err(e);
         }
         let written = async {
@@ -416,7 +416,7 @@ impl Inputs {
             rec.decisions = Some(&hardened.decisions);
             rec.config_sha256 = Some(&config_sha256);
             rec.runsc_args = Some(&global_args);
-            self.audit.append(&rec)?;
+            self.audit.append_queued(&rec).await?;
             let state = BundleState {
                 runsc_binary: self.policy.policy.runsc.path.clone(),
                 runsc_root: crate::runtime::runsc::root_for(&self.policy.policy, &self.namespace),
@@ -435,7 +435,7 @@ impl Inputs {
                 workspace::finish(&self.bundle, workspace::Ending::Failed);
                 let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
                 rec.error = Some(e.to_string());
-                if let Err(audit_err) = self.audit.seal(&rec) {
+                if let Err(audit_err) = self.audit.seal_queued(&rec).await {
                     log::error!("container {}: {audit_err}", self.id);
                 }
                 return Err(e);

@@ -14,7 +14,7 @@ use policy_injector::audit_chain::sign::{self, SigningKey};
 use policy_injector::audit_chain::{Digest, SealInput};
 use policy_injector::policy::AuditPolicy;
 
-use super::{AuditError, AuditLog, AuditRecord, Subject};
+use super::{writer, AuditError, AuditLog, AuditRecord, Line, Subject};
 
 /// A PEM private key is a few hundred bytes; anything much larger is not one.
 const MAX_KEY_BYTES: u64 = 16 << 10;
@@ -170,16 +170,59 @@ impl Trail {
     /// Appends one of the sandbox's records and remembers its hash.
     pub fn append(&self, record: &AuditRecord<'_>) -> Result<Digest, AuditError> {
         self.check_subject(record);
+        self.append_line(&Line::of(record))
+    }
+
+    /// [`append`](Self::append) on the audit writer thread: queued now, behind every record
+    /// queued before it, so the caller's async thread never waits on the log's lock or the
+    /// disk. The record is written even if the returned future is dropped.
+    pub fn append_queued(
+        self: &Arc<Self>,
+        record: &AuditRecord<'_>,
+    ) -> impl std::future::Future<Output = Result<Digest, AuditError>> + Send + 'static {
+        self.check_subject(record);
+        let line = Line::of(record);
+        let me = self.clone();
+        self.queued(writer::submit(self.log.path(), move || {
+            me.append_line(&line)
+        }))
+    }
+
+    /// [`seal`](Self::seal) on the audit writer thread, after every record queued before it.
+    pub fn seal_queued(
+        self: &Arc<Self>,
+        record: &AuditRecord<'_>,
+    ) -> impl std::future::Future<Output = Result<Digest, AuditError>> + Send + 'static {
+        self.check_subject(record);
+        let line = Line::of(record);
+        let me = self.clone();
+        self.queued(writer::submit(self.log.path(), move || me.seal_line(&line)))
+    }
+
+    fn queued(
+        &self,
+        pending: writer::Pending<Result<Digest, AuditError>>,
+    ) -> impl std::future::Future<Output = Result<Digest, AuditError>> + Send + 'static {
+        let path = self.log.path().to_path_buf();
+        async move {
+            pending
+                .outcome()
+                .await
+                .unwrap_or(Err(AuditError::WriterStopped { path }))
+        }
+    }
+
+    fn append_line(&self, line: &Line) -> Result<Digest, AuditError> {
         // Held across the append, so the hashes are kept in the order the lines were written.
         let mut hashes = self.lock();
-        let hash = self.log.append(record)?;
+        let hash = self.log.write_line(line, None)?;
         match hashes.as_mut() {
             Some(h) => h.push(hash),
             None => log::warn!(
                 "container {}: audit record {:?} written after the sandbox's final record; \
                  no signature covers it",
                 self.container_id,
-                record.event
+                line.event()
             ),
         }
         Ok(hash)
@@ -211,17 +254,21 @@ impl Trail {
     /// trail has a signer. Later records are still written, but no signature covers them.
     pub fn seal(&self, record: &AuditRecord<'_>) -> Result<Digest, AuditError> {
         self.check_subject(record);
+        self.seal_line(&Line::of(record))
+    }
+
+    fn seal_line(&self, line: &Line) -> Result<Digest, AuditError> {
         let mut hashes = self.lock();
         let Some(earlier) = hashes.as_ref() else {
             drop(hashes);
-            return self.append(record);
+            return self.append_line(line);
         };
         let hash = match &self.signer {
             Some(signer) => {
                 let input = signer.seal_input(&self.namespace, &self.container_id, earlier);
-                self.log.append_sealed(record, Some(&input))?
+                self.log.write_line(line, Some(&input))?
             }
-            None => self.log.append(record)?,
+            None => self.log.write_line(line, None)?,
         };
         *hashes = None;
         Ok(hash)

@@ -104,7 +104,7 @@ impl Container {
             lifetime: prepared.lifetime,
             annotations: prepared.annotations,
             subject: prepared.subject,
-            audit: Arc::new(prepared.audit),
+            audit: prepared.audit,
             policy: prepared.policy,
             pod: match sandbox {
                 Some(sb) => PodRole::Member(sb),
@@ -289,7 +289,7 @@ impl Container {
         bundle::remove_shim_files(&self.bundle);
         let mut rec = self.record(AuditEvent::CreateFailed);
         rec.error = Some(err.to_string());
-        self.seal_best_effort(&rec);
+        self.seal_best_effort(&rec).await;
         log::error!("container {}: create failed: {err}", self.id);
     }
 }

@@ -52,7 +52,7 @@ impl Container {
         if let Err(e) = &cleanup {
             rec.error = Some(e.to_string());
         }
-        self.seal_best_effort(&rec);
+        self.seal_best_effort(&rec).await;
         cleanup?;
         let mut resp = DeleteResponse::new();
         resp.pid = pid;
@@ -145,6 +145,6 @@ impl Container {
         let mut rec = self.record(AuditEvent::Delete);
         rec.workspace = workspace.as_ref();
         rec.error = Some("shim terminated".to_string());
-        self.seal_best_effort(&rec);
+        self.seal_best_effort(&rec).await;
     }
 }

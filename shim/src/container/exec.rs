@@ -60,7 +60,7 @@ impl Container {
                 let mut rec = self.record(AuditEvent::ExecRejected);
                 rec.exec_id = Some(&req.exec_id);
                 rec.error = Some(e.to_string());
-                self.audit.append(&rec)?;
+                self.audit.append_queued(&rec).await?;
                 return Err(e.into());
             }
         };
@@ -76,7 +76,7 @@ impl Container {
         let mut rec = self.record(AuditEvent::Exec);
         rec.exec_id = Some(&req.exec_id);
         rec.decisions = Some(&hardened.decisions);
-        self.audit.append(&rec)?;
+        self.audit.append_queued(&rec).await?;
         let stdio = StdioPaths {
             stdin: req.stdin.clone(),
             stdout: req.stdout.clone(),
@@ -170,7 +170,7 @@ impl Container {
         rec.exec_id = Some(&p.exec_id);
         rec.pid = Some(started.pid);
         rec.decisions = Some(&hardened.decisions);
-        self.audit_best_effort(&rec);
+        self.audit_best_effort(&rec).await;
         Ok(started.pid)
     }
 

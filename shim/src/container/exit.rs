@@ -55,7 +55,7 @@ impl Container {
         rec.pid = Some(pid);
         rec.set_exit(&exit);
         evidence.annotate(&mut rec);
-        self.audit_best_effort(&rec);
+        self.audit_best_effort(&rec).await;
         crate::sandbox::exit::log_exit(&self.name_of(process), cause, status);
         if process.is_init() {
             self.stop_lifetime();
@@ -116,6 +116,6 @@ impl Container {
             self.id
         );
         self.events().oom(&self.id).await;
-        self.audit_best_effort(&self.record(AuditEvent::Oom));
+        self.audit_best_effort(&self.record(AuditEvent::Oom)).await;
     }
 }

@@ -39,10 +39,18 @@ impl Container {
             let lifetime = me.lifetime;
             let fired = |cause| {
                 let _ = me.stopped_for.set(cause);
-                me.audit_best_effort(&me.record(match cause {
+                // Queued now, so it lands before the exit record the stop brings; not waited
+                // for here, since the stop must not wait on the log.
+                let written = me.audit.append_queued(&me.record(match cause {
                     ExitCause::IdleTimeout => AuditEvent::IdleTimeout,
                     _ => AuditEvent::Timeout,
                 }));
+                let id = me.id.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = written.await {
+                        log::error!("container {id}: {e}");
+                    }
+                });
             };
             let limits = lifetime::enforce(
                 &target,

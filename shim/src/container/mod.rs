@@ -151,19 +151,20 @@ impl Container {
         ShimError::state(self.name_of(p), e)
     }
 
-    /// Appends an audit line for a later lifecycle event. Only Create (and an exec's addition)
-    /// fails on an audit error; an exit or a delete has already happened, so a failure is
-    /// logged loudly instead.
-    fn audit_best_effort(&self, record: &AuditRecord<'_>) {
-        if let Err(e) = self.audit.append(record) {
+    /// Appends an audit line for a later lifecycle event, on the audit writer thread (the log's
+    /// lock is shared with every shim on the node; this thread serves the whole pod). Only
+    /// Create (and an exec's addition) fails on an audit error; an exit or a delete has already
+    /// happened, so a failure is logged loudly instead.
+    async fn audit_best_effort(&self, record: &AuditRecord<'_>) {
+        if let Err(e) = self.audit.append_queued(record).await {
             log::error!("container {}: {e}", self.id);
         }
     }
 
     /// The sandbox's final audit line (delete, teardown, a failed launch), signed over all its
     /// lines when the policy has a key. Best effort like the others.
-    fn seal_best_effort(&self, record: &AuditRecord<'_>) {
-        if let Err(e) = self.audit.seal(record) {
+    async fn seal_best_effort(&self, record: &AuditRecord<'_>) {
+        if let Err(e) = self.audit.seal_queued(record).await {
             log::error!("container {}: {e}", self.id);
         }
     }

@@ -91,7 +91,7 @@ impl Container {
         .await?;
         let mut rec = self.record(AuditEvent::Update);
         rec.decisions = Some(&clamped.decisions);
-        self.audit_best_effort(&rec);
+        self.audit_best_effort(&rec).await;
         Ok(())
     }
 

@@ -48,7 +48,7 @@ impl Container {
         let mut rec = self.record(AuditEvent::Start);
         rec.pid = Some(pid);
         rec.artifacts = manifest.as_ref().map(ArtifactsAudit::Start);
-        self.audit_best_effort(&rec);
+        self.audit_best_effort(&rec).await;
         log::info!("container {} started", self.id);
         Ok(pid)
     }

@@ -181,3 +181,55 @@ async fn with_a_signing_key_every_sandbox_ends_with_a_record_signed_over_its_who
     assert_eq!(bed.audit_record("c2", "delete")["sig"]["records"], 3);
     bed.assert_clean();
 }
+
+/// The audit log's lock is shared with every shim on the node. While another writer holds it,
+/// a lifecycle record waits for it off the shim's one async thread: the pod's other requests
+/// are answered meanwhile, and the record is written once the lock is let go.
+#[tokio::test]
+async fn a_start_waiting_on_the_audit_lock_leaves_the_shim_answering() {
+    let bed = Bed::new();
+    bed.create("c1").await;
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (answered_tx, answered_rx) = std::sync::mpsc::channel::<()>();
+    let path = bed.audit_path();
+    // Another writer holds the lock until the shim has answered, or, if the shim is stuck
+    // behind it, until a bound only a stalled shim reaches.
+    let holder = std::thread::spawn(move || {
+        let lock = crate::audit::open_locked(&path).unwrap();
+        locked_tx.send(()).unwrap();
+        let answered = answered_rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .is_ok();
+        drop(lock);
+        answered
+    });
+    locked_rx.recv().unwrap();
+    let start = bed.shim.start("c1", "");
+    tokio::pin!(start);
+    tokio::select! {
+        biased;
+        r = &mut start => panic!("start finished while another writer held the audit lock: {r:?}"),
+        state = bed.shim.state("c1", "") => {
+            let state = state.unwrap();
+            assert_eq!(
+                state.status,
+                containerd_shim_protos::types::task::Status::RUNNING.into()
+            );
+            answered_tx.send(()).unwrap();
+        }
+    }
+    assert!(
+        holder.join().unwrap(),
+        "the shim answered nothing while the audit lock was held"
+    );
+    start.await.unwrap();
+    assert_eq!(bed.audit_events("c1"), ["create", "start"]);
+    bed.fake.exit("c1", exited(0));
+    assert_eq!(bed.exit_status("c1").await, 0);
+    bed.shim.delete("c1", "").await.unwrap();
+    assert_eq!(
+        bed.audit_events("c1"),
+        ["create", "start", "exit", "delete"]
+    );
+    bed.assert_clean();
+}
