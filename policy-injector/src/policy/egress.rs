@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
-use super::validate::{check_abs_path, contradiction, invalid, Issue};
+use super::issue::{check_abs_path, contradiction, invalid, Issue};
 use super::{NetworkMode, Policy};
 use crate::egress::defaults::{DEFAULT_FORWARDER, DEFAULT_FORWARDER_ID};
 use crate::egress::entry::{check_host_name, normalize_host, AllowEntry, Cidr, HostPattern};
@@ -197,11 +197,11 @@ pub(super) fn validate(p: &Policy) -> Result<(), Issue> {
                 format!("{name} is not listed by name in allow: a credential goes only to a host the allowlist names"),
             ));
         }
-        crate::egress::check_credential_header(&c.header)
+        crate::egress::credentials::check_credential_header(&c.header)
             .map_err(|why| invalid(format!("{k}.header"), why))?;
         check_abs_path(&format!("{k}.file"), &c.file)?;
         for (i, r) in c.rules.iter().enumerate() {
-            r.parse::<crate::egress::CredentialRule>()
+            r.parse::<crate::egress::credentials::CredentialRule>()
                 .map_err(|why| invalid(format!("{k}.rules[{i}]"), why))?;
         }
     }

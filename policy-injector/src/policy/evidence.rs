@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::validate::{invalid, Issue};
+use super::issue::{invalid, Issue};
 use super::Policy;
 
 use crate::quantity::{ByteSize, HumanDuration};

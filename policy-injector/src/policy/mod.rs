@@ -2,6 +2,7 @@
 
 mod egress;
 mod evidence;
+mod issue;
 mod locate;
 pub mod runsc_flags;
 mod sections;

@@ -9,7 +9,7 @@
 //! every [`FlagDecision::Weakens`] flag. `dev.gvisor.*` annotations never reach runsc (the
 //! annotations rule strips them), so no flag can be set per container either.
 
-use super::validate::{invalid, Issue};
+use super::issue::{invalid, Issue};
 use super::Policy;
 
 /// What the runtime does with one runsc flag.

@@ -1,8 +1,8 @@
 //! Semantic checks of a parsed policy: values of the right type that still cannot be used.
 
-use super::{locate, Policy};
-use crate::error::PolicyError;
-use crate::glob::{join, normalize, PathGlob};
+use super::issue::{check_abs_path, contradiction, invalid, Issue};
+use super::Policy;
+use crate::glob::PathGlob;
 
 const KNOWN_CAPS: &[&str] = &[
     "CAP_CHOWN",
@@ -55,65 +55,11 @@ pub(crate) const NAMESPACE_TYPES: &[&str] = &[
 /// The prefix of this runtime's own tightening annotations.
 pub(crate) const OWN_ANNOTATION_PREFIX: &str = "gvisor-hardened.dev/";
 
-/// A failed check, before its line is looked up.
-pub(crate) struct Issue {
-    keys: Vec<String>,
-    reason: String,
-    contradiction: bool,
-}
-
-impl Issue {
-    pub(crate) fn into_error(self, src: Option<&str>) -> PolicyError {
-        let line = src.and_then(|s| self.keys.iter().find_map(|k| locate::line_of(s, k)));
-        if self.contradiction {
-            PolicyError::Contradiction {
-                keys: self.keys,
-                line,
-                reason: self.reason,
-            }
-        } else {
-            PolicyError::Invalid {
-                key: self.keys.into_iter().next().unwrap_or_default(),
-                line,
-                reason: self.reason,
-            }
-        }
-    }
-}
-
-pub(super) fn invalid(key: impl Into<String>, reason: impl Into<String>) -> Issue {
-    Issue {
-        keys: vec![key.into()],
-        reason: reason.into(),
-        contradiction: false,
-    }
-}
-
-pub(super) fn contradiction(keys: &[&str], reason: impl Into<String>) -> Issue {
-    Issue {
-        keys: keys.iter().map(|k| k.to_string()).collect(),
-        reason: reason.into(),
-        contradiction: true,
-    }
-}
-
 fn check_globs(key: &str, patterns: &[String]) -> Result<(), Issue> {
     for (i, p) in patterns.iter().enumerate() {
         PathGlob::new(p).map_err(|e| invalid(format!("{key}[{i}]"), e))?;
     }
     Ok(())
-}
-
-/// An absolute path already in normal form (no `.`, `..`, `//` or trailing `/`).
-pub(super) fn check_abs_path(key: &str, path: &str) -> Result<(), Issue> {
-    match normalize(path) {
-        Some(segs) if join(&segs) == path => Ok(()),
-        Some(segs) => Err(invalid(
-            key,
-            format!("{path:?} is not in normal form (write {:?})", join(&segs)),
-        )),
-        None => Err(invalid(key, format!("{path:?} is not an absolute path"))),
-    }
 }
 
 fn check_unique(key: &str, items: &[String]) -> Result<(), Issue> {

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::validate::{invalid, Issue};
+use super::issue::{invalid, Issue};
 use super::Policy;
 
 use crate::quantity::ByteSize;
