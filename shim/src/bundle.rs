@@ -5,8 +5,7 @@
 //! `config.json` (the original kept as `config.original.json`), runsc's pid file and log, and
 //! [`BundleState`], which lets the `delete` action clean up after a shim that died.
 
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -108,28 +107,16 @@ pub fn annotations(spec: &Value) -> std::collections::BTreeMap<String, String> {
 
 /// Writes `name` in the bundle atomically.
 pub fn write(bundle: &Path, name: &'static str, bytes: &[u8]) -> Result<(), BundleError> {
-    write_file_atomic(&bundle.join(name), bytes).map_err(|source| BundleError::Write {
+    crate::atomic_file::write(
+        &bundle.join(name),
+        bytes,
+        crate::atomic_file::Options::PRIVATE,
+    )
+    .map_err(|source| BundleError::Write {
         bundle: bundle.to_path_buf(),
         file: name,
         source,
     })
-}
-
-/// Writes `bytes` to a temporary file and renames it into place: readers see the old file or the
-/// new one, never half of one. Not flushed to disk: bundles live in containerd's state directory
-/// (tmpfs on nodes) and are recreated with the task.
-pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-    }
-    std::fs::rename(&tmp, path)
 }
 
 /// What the cleanup action needs if this shim dies: written before the first side effect on

@@ -6,6 +6,7 @@
 
 pub mod actions;
 pub mod artifacts;
+pub mod atomic_file;
 pub mod audit;
 pub mod bundle;
 pub mod cgroup;

@@ -2,9 +2,8 @@
 //! written whole (temporary file, fsync, rename) so a reader never sees half a manifest, and
 //! read back at exit with a check against the digest recorded at start.
 
-use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::DirBuilder;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -108,23 +107,11 @@ pub fn write_manifest(
     let stamp = doc.time.replace([':', '-'], "");
     let name = format!("{container_id}-{}-{stamp}.json", phase.as_str());
     let path = dir.join(&name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_data()?;
-        std::fs::rename(&tmp, &path)?;
-        File::open(&dir)?.sync_all()
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(&path)(e));
-    }
+    let options = crate::atomic_file::Options {
+        mode: 0o600,
+        durable: true,
+    };
+    crate::atomic_file::write(&path, &bytes, options).map_err(io(&path))?;
     Ok(WrittenManifest {
         path,
         sha256: hex(&Sha256::digest(&bytes)),

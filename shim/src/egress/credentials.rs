@@ -10,8 +10,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -313,17 +312,11 @@ pub fn write_bundle(path: &Path, node_store: &Path, ca_pem: &str) -> Result<(), 
         text.push('\n');
     }
     text.push_str(ca_pem);
-    let tmp = dir.join(".ca-bundle.pem.tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(&tmp)
-        .map_err(fail)?;
-    f.write_all(text.as_bytes()).map_err(fail)?;
-    f.sync_all().map_err(fail)?;
-    std::fs::rename(&tmp, path).map_err(fail)
+    let options = crate::atomic_file::Options {
+        mode: 0o644,
+        durable: true,
+    };
+    crate::atomic_file::write(path, text.as_bytes(), options).map_err(fail)
 }
 
 #[cfg(test)]

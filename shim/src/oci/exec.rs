@@ -25,8 +25,9 @@ use super::fork::{report, FAILED, READY};
 use super::guard::{container_stdio, detach_stdio, show_as, Forwarded};
 use super::state::write_pid_file;
 use super::{not_running, Opened};
+use crate::atomic_file;
 use crate::audit::{AuditEvent, AuditRecord};
-use crate::bundle::{write_file_atomic, MAX_PROCESS_BYTES};
+use crate::bundle::MAX_PROCESS_BYTES;
 use crate::exit::{Exit, ExitCause};
 use crate::reaper::{ExitStatus, Reaper};
 use crate::runsc::client::{read_pid_file, ExecOpts};
@@ -101,7 +102,8 @@ pub async fn run(c: &Opened, a: ExecArgs<'_>, guard: Option<Forked>) -> Result<u
     let unique = format!("exec-{}-{}", std::process::id(), exec_id);
     let process_file = c.state.path().join(format!("{unique}.json"));
     let bytes = serde_json::to_vec(&hardened.process).expect("a JSON value serialises");
-    write_file_atomic(&process_file, &bytes).map_err(OciError::io("writing", &process_file))?;
+    atomic_file::write(&process_file, &bytes, atomic_file::Options::PRIVATE)
+        .map_err(OciError::io("writing", &process_file))?;
     if a.detach {
         let mut guard = guard.ok_or_else(|| OciError::Guard("no exec guard was forked".into()))?;
         let guard_pid = guard.pid();

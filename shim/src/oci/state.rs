@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 use super::error::{OciError, Result};
 use super::log::EngineLog;
 use crate::artifacts::{StartRecord, WritableMount, WrittenManifest};
+use crate::atomic_file::{self, Options};
 use crate::audit::{open_locked, Subject};
-use crate::bundle::write_file_atomic;
 use crate::exit::{Exit, ExitCause};
 use crate::sandbox::host_process::HostProcess;
 
@@ -178,7 +178,7 @@ impl StateDir {
             Err(e) => return Err(OciError::io("creating the state directory", &self.dir)(e)),
         }
         let bytes = serde_json::to_vec(record).expect("the record serialises");
-        write_file_atomic(&self.dir.join(RECORD), &bytes)
+        atomic_file::write(&self.dir.join(RECORD), &bytes, Options::PRIVATE)
             .map_err(OciError::io("writing", self.dir.join(RECORD)))?;
         nix::unistd::mkfifo(
             &self.dir.join(NOTIFY),
@@ -285,7 +285,7 @@ impl StateDir {
             Some(t) => format!("{pid} {t}\n"),
             None => format!("{pid}\n"),
         };
-        write_file_atomic(&self.dir.join(name), text.as_bytes())
+        atomic_file::write(&self.dir.join(name), text.as_bytes(), Options::PRIVATE)
             .map_err(OciError::io("writing", self.dir.join(name)))
     }
 
@@ -300,7 +300,7 @@ impl StateDir {
     /// Keeps `start`'s manifest record for the guard, which diffs against it at the exit.
     pub fn set_artifacts_start(&self, start: &StartRecord) -> Result<()> {
         let bytes = serde_json::to_vec(start).expect("serialises");
-        write_file_atomic(&self.dir.join(ARTIFACTS_START), &bytes)
+        atomic_file::write(&self.dir.join(ARTIFACTS_START), &bytes, Options::PRIVATE)
             .map_err(OciError::io("writing", self.dir.join(ARTIFACTS_START)))
     }
 
@@ -327,7 +327,7 @@ impl StateDir {
 
     pub fn set_exit(&self, exit: &ExitRecord) -> Result<()> {
         let bytes = serde_json::to_vec(exit).expect("serialises");
-        write_file_atomic(&self.dir.join(EXIT), &bytes)
+        atomic_file::write(&self.dir.join(EXIT), &bytes, Options::PRIVATE)
             .map_err(OciError::io("writing", self.dir.join(EXIT)))
     }
 
@@ -395,7 +395,7 @@ impl ProcStat {
 
 /// Writes a pid file as runc does: whole or not at all.
 pub fn write_pid_file(path: &Path, pid: i32) -> Result<()> {
-    write_file_atomic(path, pid.to_string().as_bytes())
+    atomic_file::write(path, pid.to_string().as_bytes(), Options::PRIVATE)
         .map_err(OciError::io("writing the pid file", path))
 }
 

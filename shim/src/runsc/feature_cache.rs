@@ -94,13 +94,11 @@ impl FeatureCache {
                 .recursive(true)
                 .mode(0o700)
                 .create(&self.dir)?;
-            let file = self.file(id);
-            let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-            std::fs::write(
-                &tmp,
-                serde_json::to_vec(&entry).expect("an entry serialises"),
-            )?;
-            std::fs::rename(&tmp, &file)
+            crate::atomic_file::write(
+                &self.file(id),
+                &serde_json::to_vec(&entry).expect("an entry serialises"),
+                crate::atomic_file::Options::PRIVATE,
+            )
         };
         if let Err(e) = write() {
             log::debug!("runsc feature cache {}: {e}", self.dir.display());

@@ -290,7 +290,12 @@ impl SandboxRuntime for RunscRuntime {
         let file = |suffix| call.bundle.join(bundle::exec_file(call.exec_id, suffix));
         let (process_file, pid_file, guest_pid_file) = (file("json"), file("pid"), file("gpid"));
         let process = serde_json::to_vec(call.process).expect("a JSON value serialises");
-        bundle::write_file_atomic(&process_file, &process).map_err(|source| RunscError::Io {
+        crate::atomic_file::write(
+            &process_file,
+            &process,
+            crate::atomic_file::Options::PRIVATE,
+        )
+        .map_err(|source| RunscError::Io {
             subcommand: "exec",
             context: "writing the process file",
             source,

@@ -354,7 +354,8 @@ fn seed_config(bundle: &Path, n: usize, staging: &Path) -> Result<Option<PathBuf
         .create(&dir)
         .map_err(WorkspaceError::io(&dir))?;
     let path = dir.join(format!("{n}.config"));
-    crate::bundle::write_file_atomic(&path, &bytes).map_err(WorkspaceError::io(&path))?;
+    crate::atomic_file::write(&path, &bytes, crate::atomic_file::Options::PRIVATE)
+        .map_err(WorkspaceError::io(&path))?;
     Ok(Some(path))
 }
 

@@ -94,7 +94,8 @@ impl WorkspaceState {
     pub fn write(&self, bundle: &Path) -> Result<(), WorkspaceError> {
         let path = Self::path_in(bundle);
         let bytes = serde_json::to_vec(self).expect("workspace state serialises");
-        crate::bundle::write_file_atomic(&path, &bytes).map_err(WorkspaceError::io(path))
+        crate::atomic_file::write(&path, &bytes, crate::atomic_file::Options::PRIVATE)
+            .map_err(WorkspaceError::io(path))
     }
 
     /// The state of a bundle, `None` when the container staged nothing and protects nothing.
