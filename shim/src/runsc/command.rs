@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use super::args::Args;
 use super::flags::GlobalFlags;
 
 /// Which process `runsc wait` waits for.
@@ -222,25 +223,6 @@ pub fn argv(global: &GlobalFlags, sub: &Subcommand) -> Vec<OsString> {
     let mut args = global.to_args();
     args.extend(sub.to_args());
     args
-}
-
-#[derive(Default)]
-pub(super) struct Args(pub(super) Vec<OsString>);
-
-impl Args {
-    pub(super) fn word(&mut self, w: impl Into<OsString>) {
-        self.0.push(w.into());
-    }
-
-    pub(super) fn switch(&mut self, name: &str) {
-        self.0.push(format!("--{name}").into());
-    }
-
-    pub(super) fn value(&mut self, name: &str, value: impl AsRef<std::ffi::OsStr>) {
-        let mut arg = OsString::from(format!("--{name}="));
-        arg.push(value.as_ref());
-        self.0.push(arg);
-    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use super::command::Args;
+use super::args::Args;
 
 /// A flag value with one fixed spelling per variant: `as_str` gives runsc's spelling, `parse` reads
 /// it back (for policies), and `ALL` lists the accepted values for error messages.

@@ -1,5 +1,6 @@
 //! The typed runsc client: flags, command lines, feature detection, invocation, errors.
 
+mod args;
 pub mod client;
 pub mod command;
 pub mod error;
