@@ -17,8 +17,8 @@ use policy_injector::{Policy, RunscFlags};
 use serde_json::Value;
 
 use crate::reaper::{ExitStatus, ReaperError};
+use crate::runsc::client::ProcessIo as RunscStdio;
 use crate::runsc::error::RunscError;
-use crate::stdio::RunscStdio;
 
 pub use runsc::RunscConfigError;
 
