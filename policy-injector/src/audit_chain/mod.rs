@@ -23,6 +23,7 @@
 //! segment in place with a genesis whose `prev` is the hash of that last line, and
 //! verification still reports the damage where it is.
 
+mod report;
 pub mod sign;
 pub mod verify;
 mod verify_trails;

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
+use super::report::{sandbox_name, Break, BreakKind, Location, SignatureSummary};
 use super::sign::{self, Signature, VerifyingKey};
-use super::verify::{sandbox_name, Break, BreakKind, Location, SignatureSummary};
 use super::{hash_line, Digest};
 
 /// Records a container may leave without ever having a sandbox (and so without a trail): the
