@@ -10,19 +10,6 @@ use anyhow::{anyhow, Context as _};
 use policy_injector::audit_chain::sign::{self, verifying_key_from_pem};
 use policy_injector::audit_chain::{Summary, Verifier};
 
-/// The files of the log whose live file is `live`: `live.N` ... `live.1`, then `live`.
-pub fn files_of_log(live: &Path) -> Vec<PathBuf> {
-    let numbered = |n: u32| {
-        let mut name = live.as_os_str().to_owned();
-        name.push(format!(".{n}"));
-        PathBuf::from(name)
-    };
-    let mut files: Vec<PathBuf> = (1..).map(numbered).take_while(|p| p.exists()).collect();
-    files.reverse();
-    files.push(live.to_path_buf());
-    files
-}
-
 /// `Ok(Ok(report))` when intact, `Ok(Err(report))` when broken, `Err` when a file or the key
 /// cannot be read.
 pub fn verify(

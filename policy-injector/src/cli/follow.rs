@@ -18,8 +18,6 @@ use anyhow::Context as _;
 use policy_injector::audit_chain::Verifier;
 use policy_injector::metrics::Metrics;
 
-use crate::cli::audit::files_of_log;
-
 /// What a follower feeds: each file as it is begun, then its lines in order, without their
 /// newlines; `terminated` is false only for bytes a rotated-away file ended with (the live
 /// file's unfinished last line is held back until its newline comes).
@@ -46,6 +44,19 @@ impl LineSink for Verifier {
     fn line(&mut self, bytes: &[u8], terminated: bool) {
         Verifier::line(self, bytes, terminated)
     }
+}
+
+/// The files of the log whose live file is `live`: `live.N` ... `live.1`, then `live`.
+pub fn files_of_log(live: &Path) -> Vec<PathBuf> {
+    let numbered = |n: u32| {
+        let mut name = live.as_os_str().to_owned();
+        name.push(format!(".{n}"));
+        PathBuf::from(name)
+    };
+    let mut files: Vec<PathBuf> = (1..).map(numbered).take_while(|p| p.exists()).collect();
+    files.reverse();
+    files.push(live.to_path_buf());
+    files
 }
 
 /// Feeds `files`, in order and once each, to `sink`, as a follower would but without waiting

@@ -78,7 +78,7 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 files,
             } => {
                 let files = match log {
-                    Some(live) => audit::files_of_log(&live),
+                    Some(live) => follow::files_of_log(&live),
                     None => files,
                 };
                 let verdict = audit::verify(&files, public_key.as_deref(), allow_open)?;
@@ -99,7 +99,7 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 files,
             } => {
                 let files = match &log {
-                    Some(live) => audit::files_of_log(live),
+                    Some(live) => follow::files_of_log(live),
                     None => files,
                 };
                 let node = node.unwrap_or_else(export::host_name);
@@ -129,7 +129,7 @@ fn run(cmd: Command) -> Result<(), Failure> {
                 manifest,
                 out,
             } => {
-                let files = audit::files_of_log(&log);
+                let files = follow::files_of_log(&log);
                 let req = attest::AttestRequest {
                     files: &files,
                     container_id: &container,
