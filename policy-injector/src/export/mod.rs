@@ -8,6 +8,7 @@
 //! shim/audit-record.schema.json), and an export must take records of older writers.
 
 pub mod ocsf;
+mod ocsf_base;
 mod ocsf_egress;
 #[cfg(test)]
 mod ocsf_tests;

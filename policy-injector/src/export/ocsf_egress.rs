@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use super::ocsf::{
+use super::ocsf_base::{
     base, container, endpoints, sandbox_endpoint, APPLICATION_LIFECYCLE, DETECTION_FINDING,
     DNS_ACTIVITY, HTTP_ACTIVITY,
 };
