@@ -4,20 +4,10 @@
 
 use std::collections::HashMap;
 
-use super::edit;
+use super::edit::{self, Change};
 use super::keys::{allowed_key, allowed_value, KeyClass, Refusal};
 use super::parse::{parse, ConfigFile, ParseError};
 use super::{KeyRef, Value};
-
-/// One key whose values differ between the seed and the sandbox's copy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Change {
-    pub key: KeyRef,
-    /// The key's values in the seed, in file order (empty: the sandbox added the key).
-    pub before: Vec<Value>,
-    /// Its values in the sandbox's copy (empty: the sandbox removed the key).
-    pub after: Vec<Value>,
-}
 
 /// The host's config with the allowed changes applied, and what happened to each change.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,15 +4,24 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
-use super::carry::Change;
 use super::parse::{is_space, ConfigFile};
 use super::write::{write_entry, write_header};
-use super::KeyRef;
+use super::{KeyRef, Value};
 
 /// One splice: remove `range` (empty for a pure insertion), then write `text` there.
 struct Splice {
     range: Range<usize>,
     text: Vec<u8>,
+}
+
+/// One key whose values differ between the seed and the sandbox's copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub key: KeyRef,
+    /// The key's values in the seed, in file order (empty: the sandbox added the key).
+    pub before: Vec<Value>,
+    /// Its values in the sandbox's copy (empty: the sandbox removed the key).
+    pub after: Vec<Value>,
 }
 
 /// `src` (parsed as `config`) with every key of `changes` replaced by its `after` values.

@@ -35,7 +35,8 @@ mod sanitize_tests;
 use std::fmt;
 use std::sync::Arc;
 
-pub use carry::{carry, Carried, CarryError, Change};
+pub use carry::{carry, Carried, CarryError};
+pub use edit::Change;
 pub use keys::{allowed, allowed_key, allowed_value, KeyClass, Refusal, RefusalReason};
 pub use parse::{
     parse, ConfigFile, Entry, Header, ParseError, Problem, MAX_CONFIG_BYTES, MAX_ENTRIES,
