@@ -216,7 +216,7 @@ mod tests {
         let h = crate::harden::harden_process(
             &process,
             &policy_with_defaults(),
-            &crate::harden::Context::default(),
+            &crate::harden::types::Context::default(),
         )
         .unwrap();
         let env = h.process["env"].as_array().unwrap();

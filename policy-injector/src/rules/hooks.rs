@@ -21,7 +21,7 @@ use serde_json::Value;
 use super::Pass;
 use crate::decision::{Action, Rule};
 use crate::error::HardenError;
-use crate::harden::Engine;
+use crate::harden::types::Engine;
 use crate::json::{self, Object};
 
 /// `{"path": "/proc/<pid>/exe", "args": ["libnetwork-setkey", ...]}`: dockerd re-executing
@@ -212,10 +212,10 @@ mod tests {
         harden_ok_with(&spec, &policy);
     }
 
-    fn docker() -> crate::harden::Context {
-        crate::harden::Context {
-            engine: Some(crate::harden::EngineContext {
-                engine: crate::harden::Engine::Docker,
+    fn docker() -> crate::harden::types::Context {
+        crate::harden::types::Context {
+            engine: Some(crate::harden::types::EngineContext {
+                engine: crate::harden::types::Engine::Docker,
                 rootfs: None,
                 files: Default::default(),
             }),

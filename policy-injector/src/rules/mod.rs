@@ -33,7 +33,7 @@ use serde_json::Value;
 use crate::decision::{Action, Decision, Rule};
 use crate::egress::{AllowEntry, EgressPlan};
 use crate::error::{HardenError, Rejection};
-use crate::harden::{Context, Lifetime};
+use crate::harden::types::{Context, Lifetime};
 use crate::json::{self, Object};
 use crate::policy::{NetworkMode, Policy};
 
@@ -62,7 +62,7 @@ pub(crate) struct Pass<'a> {
     pub lifetime: Lifetime,
     pub egress: Option<EgressPlan>,
     /// Git directories the mounts rule staged (`[mounts.workspace] git`).
-    pub staged_git: Vec<crate::harden::StagedGitDir>,
+    pub staged_git: Vec<crate::harden::types::StagedGitDir>,
 }
 
 impl<'a> Pass<'a> {

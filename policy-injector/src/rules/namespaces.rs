@@ -77,7 +77,7 @@ fn path_allowed(path: &str, pass: &Pass<'_>) -> bool {
 mod tests {
     use super::super::testutil::*;
     use crate::decision::Rule;
-    use crate::harden::Context;
+    use crate::harden::types::Context;
     use crate::policy::Policy;
     use serde_json::json;
 

@@ -114,7 +114,7 @@ fn check_path(path: &str, pass: &mut Pass<'_>) {
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
-    use crate::harden::{Context, Engine, EngineContext};
+    use crate::harden::types::{Context, Engine, EngineContext};
     use crate::policy::Policy;
     use serde_json::json;
 

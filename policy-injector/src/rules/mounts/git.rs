@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::protect::{is_clean_relative, mount, Bind};
 use crate::decision::{Action, Rule};
-use crate::harden::{GitEntry, GitEntryKind, StagedGitDir};
+use crate::harden::types::{GitEntry, GitEntryKind, StagedGitDir};
 use crate::rules::Pass;
 use crate::workspace::LIVE_DIRS;
 
@@ -137,7 +137,7 @@ pub(super) fn add(mounts: &mut Vec<Value>, binds: &[Bind], pass: &mut Pass<'_>) 
 mod tests {
     use super::super::super::testutil::*;
     use crate::decision::{Action, Rule};
-    use crate::harden::{Context, GitEntry, GitEntryKind, GitTree};
+    use crate::harden::types::{Context, GitEntry, GitEntryKind, GitTree};
     use crate::policy::Policy;
     use serde_json::json;
 

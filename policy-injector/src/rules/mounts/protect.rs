@@ -15,7 +15,7 @@
 use serde_json::Value;
 
 use crate::decision::{Action, Rule};
-use crate::harden::{EntryKind, TreeEntry, TreeList};
+use crate::harden::types::{EntryKind, TreeEntry, TreeList};
 use crate::json::{strings_value, Object};
 use crate::rules::Pass;
 
@@ -162,7 +162,7 @@ pub(super) fn add(mounts: &mut Vec<Value>, binds: &[Bind], seen: &[String], pass
 mod tests {
     use super::super::super::testutil::*;
     use crate::decision::{Action, Rule};
-    use crate::harden::{Context, EntryKind, HostTree, TreeEntry, TreeList};
+    use crate::harden::types::{Context, EntryKind, HostTree, TreeEntry, TreeList};
     use crate::policy::Policy;
     use serde_json::json;
 

@@ -1,6 +1,6 @@
 use super::super::testutil::*;
 use crate::decision::{Action, Rule};
-use crate::harden::Context;
+use crate::harden::types::Context;
 use crate::policy::Policy;
 use serde_json::json;
 
@@ -302,8 +302,8 @@ fn the_engines_own_files_pass_the_deny_list_read_only() {
     let spec = with_mount(bind(src, "/etc/hosts", json!(["rbind", "rprivate"])));
     assert!(rejections(&spec)[0].reason.contains("denied host path"));
     let ctx = Context {
-        engine: Some(crate::harden::EngineContext {
-            engine: crate::harden::Engine::Docker,
+        engine: Some(crate::harden::types::EngineContext {
+            engine: crate::harden::types::Engine::Docker,
             rootfs: None,
             files: [src.to_string()].into_iter().collect(),
         }),

@@ -3,7 +3,7 @@
 
 use super::super::testutil::*;
 use crate::decision::{Action, Rule};
-use crate::harden::Context;
+use crate::harden::types::Context;
 use crate::policy::{Mode, Policy, TokenVolumeAction};
 use serde_json::json;
 

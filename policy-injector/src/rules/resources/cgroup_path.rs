@@ -55,7 +55,8 @@ pub(crate) fn check(linux: &Object, pass: &mut Pass<'_>) -> Result<(), HardenErr
     };
     let id = pass.ctx.container_id.as_str();
     // Podman names the cgroup `libpod-<id>` (under `libpod_parent` or `machine.slice`).
-    let podman = pass.ctx.engine.as_ref().map(|e| e.engine) == Some(crate::harden::Engine::Podman);
+    let podman =
+        pass.ctx.engine.as_ref().map(|e| e.engine) == Some(crate::harden::types::Engine::Podman);
     let own = leaf == id || (podman && leaf.strip_prefix("libpod-") == Some(id));
     // The CLI hardens files without knowing the container id: only the shape is checked there.
     if !id.is_empty() && !own {
@@ -73,7 +74,7 @@ pub(crate) fn check(linux: &Object, pass: &mut Pass<'_>) -> Result<(), HardenErr
 #[cfg(test)]
 mod tests {
     use super::super::super::testutil::*;
-    use crate::harden::Context;
+    use crate::harden::types::Context;
     use crate::policy::Policy;
     use serde_json::json;
 
@@ -94,8 +95,8 @@ mod tests {
         );
         let podman = Context {
             container_id: "c1".into(),
-            engine: Some(crate::harden::EngineContext {
-                engine: crate::harden::Engine::Podman,
+            engine: Some(crate::harden::types::EngineContext {
+                engine: crate::harden::types::Engine::Podman,
                 rootfs: None,
                 files: Default::default(),
             }),

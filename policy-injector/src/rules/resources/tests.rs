@@ -173,9 +173,9 @@ fn clamp_resources_rejects_a_looser_annotation() {
 fn the_pids_budget_uses_systraps_factor_when_runsc_runs_on_systrap() {
     let mut spec = base_spec();
     spec["annotations"] = json!({"gvisor-hardened.dev/pids": "16"});
-    let ctx = crate::harden::Context {
+    let ctx = crate::harden::types::Context {
         runsc_platform: Some("systrap".into()),
-        ..crate::harden::Context::default()
+        ..crate::harden::types::Context::default()
     };
     let h = harden_with(&spec, &Policy::default(), &ctx).unwrap();
     assert_eq!(
@@ -185,7 +185,7 @@ fn the_pids_budget_uses_systraps_factor_when_runsc_runs_on_systrap() {
     let ptrace = harden_with(
         &spec,
         &Policy::default(),
-        &crate::harden::Context::default(),
+        &crate::harden::types::Context::default(),
     )
     .unwrap();
     assert_eq!(
