@@ -327,14 +327,7 @@ impl AuditLog {
     ) -> impl std::future::Future<Output = Result<Digest, AuditError>> + Send + 'static {
         let line = Line::of(record);
         let log = self.clone();
-        let path = self.path.clone();
-        let pending = writer::submit(&path, move || log.write_line(&line, None));
-        async move {
-            pending
-                .outcome()
-                .await
-                .unwrap_or(Err(AuditError::WriterStopped { path }))
-        }
+        writer::queue(&self.path, move || log.write_line(&line, None))
     }
 
     pub(crate) fn append_sealed(

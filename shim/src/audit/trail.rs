@@ -180,12 +180,7 @@ impl Trail {
         self: &Arc<Self>,
         record: &AuditRecord<'_>,
     ) -> impl std::future::Future<Output = Result<Digest, AuditError>> + Send + 'static {
-        self.check_subject(record);
-        let line = Line::of(record);
-        let me = self.clone();
-        self.queued(writer::submit(self.log.path(), move || {
-            me.append_line(&line)
-        }))
+        self.queue(record, Trail::append_line)
     }
 
     /// [`seal`](Self::seal) on the audit writer thread, after every record queued before it.
@@ -193,23 +188,18 @@ impl Trail {
         self: &Arc<Self>,
         record: &AuditRecord<'_>,
     ) -> impl std::future::Future<Output = Result<Digest, AuditError>> + Send + 'static {
+        self.queue(record, Trail::seal_line)
+    }
+
+    fn queue(
+        self: &Arc<Self>,
+        record: &AuditRecord<'_>,
+        write: fn(&Trail, &Line) -> Result<Digest, AuditError>,
+    ) -> impl std::future::Future<Output = Result<Digest, AuditError>> + Send + 'static {
         self.check_subject(record);
         let line = Line::of(record);
         let me = self.clone();
-        self.queued(writer::submit(self.log.path(), move || me.seal_line(&line)))
-    }
-
-    fn queued(
-        &self,
-        pending: writer::Pending<Result<Digest, AuditError>>,
-    ) -> impl std::future::Future<Output = Result<Digest, AuditError>> + Send + 'static {
-        let path = self.log.path().to_path_buf();
-        async move {
-            pending
-                .outcome()
-                .await
-                .unwrap_or(Err(AuditError::WriterStopped { path }))
-        }
+        writer::queue(self.log.path(), move || write(&me, &line))
     }
 
     fn append_line(&self, line: &Line) -> Result<Digest, AuditError> {

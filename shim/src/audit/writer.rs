@@ -21,6 +21,8 @@ use std::sync::Mutex;
 
 use tokio::sync::oneshot;
 
+use super::AuditError;
+
 type Job = Box<dyn FnOnce() + Send>;
 
 #[derive(Default)]
@@ -47,18 +49,34 @@ fn with_queue<R>(path: &Path, f: impl FnOnce(&mut Queue) -> R) -> R {
 }
 
 /// The outcome of a queued write; `None` if the write panicked.
-pub(super) struct Pending<T>(oneshot::Receiver<T>);
+struct Pending<T>(oneshot::Receiver<T>);
 
 impl<T> Pending<T> {
-    pub(super) async fn outcome(self) -> Option<T> {
+    async fn outcome(self) -> Option<T> {
         self.0.await.ok()
+    }
+}
+
+/// Queues an append to the log at `path` (see [`submit`]) and resolves to its result; a write
+/// that panicked is [`AuditError::WriterStopped`].
+pub(super) fn queue<T: Send + 'static>(
+    path: &Path,
+    write: impl FnOnce() -> Result<T, AuditError> + Send + 'static,
+) -> impl std::future::Future<Output = Result<T, AuditError>> + Send + 'static {
+    let pending = submit(path, write);
+    let path = path.to_path_buf();
+    async move {
+        pending
+            .outcome()
+            .await
+            .unwrap_or(Err(AuditError::WriterStopped { path }))
     }
 }
 
 /// Queues `write` behind every write to `path` queued before it. It runs even if the caller
 /// never awaits the outcome. Outside a tokio runtime (no async thread to keep free) the calling
 /// thread drains the queue itself when no blocking task is already doing so.
-pub(super) fn submit<T: Send + 'static>(
+fn submit<T: Send + 'static>(
     path: &Path,
     write: impl FnOnce() -> T + Send + 'static,
 ) -> Pending<T> {
