@@ -1,7 +1,7 @@
 //! Egress under runsc-hardened: the guard does for its container what the shim's Start and
 //! exit do for a sandbox (`crate::container::egress`), with the same pieces: the plan the
-//! hardening made (kept in the state at `create`), `egress::start_for_sandbox`, the `runsc
-//! exec` forwarder spawner, and the audit log the guard writes its `exit` record to.
+//! hardening made (kept in the state at `create`), `egress::start_for_sandbox`, the runtime's
+//! forwarder spawner (`runsc exec`), and the audit log the guard writes its `exit` record to.
 //!
 //! - When: on the STARTED notification (runsc refuses an exec before `runsc start`). `start`
 //!   does not wait for the forwarder: a Docker or Podman container is its own sandbox, so the
@@ -26,9 +26,7 @@ use crate::egress::audit::AuditLine;
 use crate::egress::{
     self, EgressAudit, EgressAuditSink, EgressEvent, EgressSupervisor, SandboxEgress, SandboxRef,
 };
-use crate::reaper::Reaper;
-use crate::runsc::client::Runsc;
-use crate::runtime::runsc::forwarder_spawner;
+use crate::runtime::SandboxRuntime;
 
 /// Egress records go to the log the guard's lifecycle records go to, chained with them (from
 /// a writer thread: `egress::audit::QueuedSink`).
@@ -58,8 +56,7 @@ impl EgressAuditSink for LogSink {
 pub(super) fn start(
     record: &Record,
     state: &StateDir,
-    runsc: &Runsc,
-    reaper: &Reaper,
+    runtime: &dyn SandboxRuntime,
     audit: &StateTrail,
     sandbox_process: Option<Arc<crate::sandbox::host_process::HostProcess>>,
 ) -> Option<EgressSupervisor> {
@@ -103,7 +100,7 @@ pub(super) fn start(
             return None;
         }
     };
-    let spawner = forwarder_spawner(runsc, reaper, &record.id, &dir, plan.forwarder_process());
+    let spawner = runtime.forwarder(&record.id, &dir, plan.forwarder_process());
     Some(egress::start_for_sandbox(
         SandboxEgress {
             plan,

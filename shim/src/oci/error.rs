@@ -63,6 +63,9 @@ pub enum OciError {
     Audit(#[from] AuditError),
     #[error(transparent)]
     Reaper(#[from] ReaperError),
+    /// The sandbox's egress CA or credential bundle could not be made (never carries a key).
+    #[error(transparent)]
+    Credential(#[from] crate::egress::credentials::CredentialError),
     #[error("{what} {}: {source}", path.display())]
     Io {
         what: &'static str,

@@ -18,16 +18,15 @@ use crate::runsc::client::Runsc;
 use crate::runsc::features::Features;
 use crate::runsc::flags::GlobalFlags;
 
-/// Container `c1`, created: its state directory and record under `dir`, the fake as runtime.
-fn opened(fake: &Fake, dir: &Path) -> Opened {
+/// Container `c1` as `create` records it, its bundle and audit log under `dir`, hardened by
+/// the default policy.
+pub(super) fn record(dir: &Path) -> (Record, policy_injector::Policy) {
     let policy = policy_injector::Policy::default();
     let spec = json!({"ociVersion": "1.0.2", "process": {"args": ["true"], "cwd": "/"},
                       "root": {"path": "rootfs"},
                       "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"},
                                                {"type": "mount"}, {"type": "uts"}]}});
     let hardened = policy_injector::harden(&spec, &policy, &Default::default()).unwrap();
-    let state = StateDir::new(Some(&dir.join("state")), "c1").unwrap();
-    std::fs::create_dir_all(state.path()).unwrap();
     let record = Record {
         id: "c1".into(),
         bundle: dir.join("bundle"),
@@ -50,6 +49,24 @@ fn opened(fake: &Fake, dir: &Path) -> Opened {
         writable_binds: Vec::new(),
         runsc_binary: None,
     };
+    (record, policy)
+}
+
+/// Container `c1`, created: its state directory and record under `dir`, the fake as runtime.
+fn opened(fake: &Fake, dir: &Path) -> Opened {
+    let (record, policy) = record(dir);
+    let state = StateDir::new(Some(&dir.join("state")), "c1").unwrap();
+    std::fs::create_dir_all(state.path()).unwrap();
+    opened_as(fake, state, record, policy)
+}
+
+/// An existing container's calls on the fake: `state` and `record` as `create` left them.
+pub(super) fn opened_as(
+    fake: &Fake,
+    state: StateDir,
+    record: Record,
+    policy: policy_injector::Policy,
+) -> Opened {
     // Never run: every call here goes through the fake runtime.
     let features = Features::parse(
         include_str!("../runsc/fixtures/20221219/flags.txt"),

@@ -221,23 +221,33 @@ impl RuntimeFactory for RunscFactory {
         bundle: &Path,
     ) -> Result<Arc<dyn SandboxRuntime>, RunscConfigError> {
         let client = self.client(policy, flags, namespace, bundle).await?;
-        Ok(Arc::new(RunscRuntime {
-            client,
-            reaper: self.reaper.clone(),
-        }))
+        Ok(Arc::new(RunscRuntime::new(client, self.reaper.clone())))
     }
 }
 
 pub struct RunscRuntime {
     client: Runsc,
     reaper: Reaper,
+    /// Where `create` has runsc write the sandbox's pid; the bundle's `init.pid` by default.
+    pid_file: Option<PathBuf>,
 }
 
 impl RunscRuntime {
     /// The runtime over a configured client (runsc-hardened's calls, which configure theirs
     /// from the container's record).
     pub fn new(client: Runsc, reaper: Reaper) -> RunscRuntime {
-        RunscRuntime { client, reaper }
+        RunscRuntime {
+            client,
+            reaper,
+            pid_file: None,
+        }
+    }
+
+    /// `create` writes the sandbox's pid to `path` rather than into the bundle, which under
+    /// Docker and Podman belongs to the engine.
+    pub fn with_pid_file(mut self, path: PathBuf) -> RunscRuntime {
+        self.pid_file = Some(path);
+        self
     }
 }
 
@@ -253,7 +263,10 @@ impl SandboxRuntime for RunscRuntime {
     }
 
     async fn create(&self, call: CreateCall<'_>) -> Result<u32, RunscError> {
-        let pid_file = call.bundle.join(INIT_PID_FILE);
+        let pid_file = self
+            .pid_file
+            .clone()
+            .unwrap_or_else(|| call.bundle.join(INIT_PID_FILE));
         self.client
             .create(
                 call.id,

@@ -8,7 +8,6 @@ use super::Guard;
 use crate::artifacts::{self, ExitRecord as ManifestExit};
 use crate::audit::{ArtifactsAudit, AuditEvent, AuditRecord};
 use crate::exit::{Exit, ExitCause};
-use crate::host::SandboxCgroups;
 use crate::oci::state::ExitRecord;
 use crate::reaper::ExitStatus;
 
@@ -40,7 +39,7 @@ impl Guard {
             &self.record.id,
             status,
             self.stopped_for.get().copied(),
-            self.probe.as_ref().map(|p| p as &dyn SandboxCgroups),
+            self.probe.as_deref(),
         );
         let exit = Exit::new(status, cause, SystemTime::now());
         // A `start` still writing its record goes first (the workload may end at once).

@@ -46,21 +46,18 @@ use tokio::io::AsyncBufReadExt;
 
 use super::error::{OciError, Result};
 use super::fork::{report, FAILED, READY};
-use super::runtime::{runsc_for, undo};
+use super::runtime::runsc_for;
 use super::state::{proc_start_time, Record, StateDir};
 use super::trail::StateTrail;
 use crate::audit::{AuditEvent, AuditRecord};
-use crate::cgroup::exit_cause::ExitProbe;
-use crate::cgroup::SandboxCgroup;
 use crate::exit::ExitCause;
 use crate::host::linux::LinuxHost;
-use crate::host::Host;
+use crate::host::{Host, SandboxCgroups};
 use crate::reaper::{ExitStatus, Reaper};
-use crate::runsc::client::{read_pid_file, Runsc};
 use crate::runtime::runsc::RunscRuntime;
-use crate::sandbox::host_process::HostProcess;
+use crate::runtime::{CreateCall, ExitWatch, KillTarget, SandboxRuntime};
 use crate::sandbox::lifetime::{self, Target};
-use cgroups::{join, leave};
+use hands::{Hands, HostHands};
 pub(crate) use signals::Forwarded;
 pub(crate) use stdio::{container_stdio, detach_stdio};
 pub(crate) use title::show_as;
@@ -68,9 +65,12 @@ use title::show_as_guard;
 
 mod cgroups;
 mod exit;
+mod hands;
 mod runsc_delete;
 mod signals;
 mod stdio;
+#[cfg(test)]
+mod tests;
 mod title;
 
 /// The line `start` writes to the notify fifo.
@@ -97,28 +97,87 @@ pub fn main(state_dir: &Path, ready: File) -> u8 {
         }
     };
     rt.block_on(async move {
-        match Guard::start(state_dir, ready).await {
-            Ok(guard) => guard.watch().await,
-            Err(()) => 1,
+        // On failure whatever runsc made is removed and the reason goes down the ready pipe;
+        // the guard has nothing more to say.
+        let launched = async {
+            let world = World::host(state_dir)?;
+            Guard::launch(world).await
+        }
+        .await;
+        match launched {
+            Ok(guard) => {
+                report(ready, &format!("{READY} {}", guard.sandbox_pid));
+                guard.watch(Forwarded::new()).await
+            }
+            Err(e) => {
+                report(ready, &format!("{FAILED} {e}"));
+                1
+            }
         }
     })
+}
+
+/// A container as the guard finds it, with the seams it works through: the sandbox runtime
+/// and the host's cgroups (the sandbox core's), and its own hands.
+struct World {
+    state: StateDir,
+    record: Record,
+    policy: Policy,
+    runtime: Arc<dyn SandboxRuntime>,
+    host: Arc<dyn Host>,
+    hands: Box<dyn Hands>,
+}
+
+impl World {
+    /// The real one: the container's runsc as `create` configured it, this process the
+    /// subreaper of what runsc starts (so the guard alone sees the sandbox's exit status).
+    fn host(state_dir: &Path) -> Result<World> {
+        let reaper = Reaper::install()?;
+        let state = StateDir::at(state_dir)?;
+        let record = state.record()?;
+        let policy = record.policy()?;
+        let runsc = runsc_for(&record, &policy, &reaper)?;
+        let runtime =
+            RunscRuntime::new(runsc.clone(), reaper).with_pid_file(state.sandbox_pid_file());
+        Ok(World {
+            state,
+            record,
+            policy,
+            runtime: Arc::new(runtime),
+            host: Arc::new(LinuxHost),
+            hands: Box::new(HostHands { runsc }),
+        })
+    }
+}
+
+/// Whatever delivers the signals sent to the guard (the container's pid, to the engines).
+pub(crate) trait Signals {
+    fn next(&mut self) -> impl std::future::Future<Output = i32>;
+}
+
+impl Signals for Forwarded {
+    fn next(&mut self) -> impl std::future::Future<Output = i32> {
+        Forwarded::next(self)
+    }
 }
 
 struct Guard {
     state: StateDir,
     record: Record,
     audit: StateTrail,
-    runsc: Runsc,
+    runtime: Arc<dyn SandboxRuntime>,
+    hands: Box<dyn Hands>,
     sandbox_pid: i32,
-    exit: crate::reaper::ExitFuture,
-    probe: Option<ExitProbe>,
+    exit: ExitWatch,
+    /// Tells an OOM kill and a process-limit crash from a plain exit; `None` when the
+    /// sandbox's cgroups could not be found.
+    probe: Option<Arc<dyn SandboxCgroups>>,
     /// The policy's `[audit.artifacts]`, for the exit manifest.
     artifacts: ArtifactsPolicy,
     /// Our own cgroup directories, to go back to at start.
     home: Vec<PathBuf>,
     /// The fifo `start` writes to.
     notify: Option<tokio::io::BufReader<tokio::net::unix::pipe::Receiver>>,
-    reaper: Reaper,
     /// The egress proxy and forwarder, from `start` to the exit.
     egress: Option<crate::egress::EgressSupervisor>,
     /// What the time limits stop: runsc's container, the sandbox process as the last resort.
@@ -128,87 +187,62 @@ struct Guard {
 }
 
 impl Guard {
-    /// Creates the sandbox and reports to `create`. On failure, whatever runsc made is removed
-    /// and the reason goes down the ready pipe.
-    async fn start(state_dir: &Path, ready: File) -> std::result::Result<Guard, ()> {
-        let fail = |ready: File, e: &dyn std::fmt::Display| {
-            report(ready, &format!("{FAILED} {e}"));
-        };
-        // The guard has nothing more to say once the reason went down the pipe.
-        let reaper = match Reaper::install() {
-            Ok(r) => r,
-            Err(e) => {
-                fail(ready, &e);
-                return Err(());
-            }
-        };
-        let (state, record, policy, runsc) = match load(state_dir, &reaper).await {
-            Ok(x) => x,
-            Err(e) => {
-                fail(ready, &e);
-                return Err(());
-            }
-        };
+    /// Creates the sandbox and watches its process. On failure, whatever runsc made is
+    /// removed.
+    async fn launch(world: World) -> Result<Guard> {
+        let World {
+            state,
+            record,
+            policy,
+            runtime,
+            host,
+            hands,
+        } = world;
         // runsc joins a cgroup that exists as it is, without the policy's limits.
-        if let Err(e) = LinuxHost.ensure_no_cgroups(&record.cgroups_path, &record.id) {
-            fail(ready, &e);
-            return Err(());
-        }
-        let io = match container_stdio() {
-            Ok(io) => io,
-            Err(e) => {
-                fail(ready, &e);
-                return Err(());
-            }
-        };
+        host.ensure_no_cgroups(&record.cgroups_path, &record.id)?;
+        let stdio = hands.stdio()?;
         // Egress credentials: the sandbox's CA lives in this process, which runs its proxy from
         // `start`; the bundle its spec binds is written before runsc needs it.
-        if let Err(e) = crate::egress::credentials::prepare_sandbox(
+        crate::egress::credentials::prepare_sandbox(
             record.egress.as_ref(),
             &record.namespace,
             &record.id,
-        ) {
-            fail(ready, &e);
-            return Err(());
-        }
-        let created = runsc
-            .create(
-                &record.id,
-                &record.bundle,
-                &state.sandbox_pid_file(),
-                record.console_socket.as_deref(),
-                io,
-            )
+        )?;
+        let created = runtime
+            .create(CreateCall {
+                id: &record.id,
+                bundle: &record.bundle,
+                console_socket: record.console_socket.as_deref(),
+                stdio,
+            })
             .await;
-        // The container's streams belong to the sandbox now: holding them open would keep the
-        // engine's readers from seeing the end of the output.
-        detach_stdio();
+        // The container's streams belong to the sandbox now.
+        hands.let_go_of_stdio();
         let started = async {
-            created?;
-            let pid = read_pid_file(&state.sandbox_pid_file())?;
+            let pid = created?;
             // Before the watch: until the reaper has seen its exit, the pid is our child's.
-            let process = HostProcess::open_child(pid).ok().map(Arc::new);
+            let process = runtime.host_process(pid);
             // With its start time, for `kill`'s last resort from another process.
-            if let Err(e) = state.set_sandbox_process(pid, proc_start_time(pid)) {
+            if let Err(e) = state.set_sandbox_process(pid as i32, proc_start_time(pid as i32)) {
                 log::warn!("container {}: {e}", record.id);
             }
-            let exit = reaper.watch(pid)?;
-            Ok::<_, OciError>((pid, process, exit))
+            let exit = runtime.watch(pid)?;
+            Ok::<_, OciError>((pid as i32, process, exit))
         }
         .await;
         let (sandbox_pid, process, exit) = match started {
             Ok(x) => x,
             Err(e) => {
-                undo(&runsc, &record).await;
+                let _ = runtime.delete(&record.id).await;
+                let _ = host.remove_cgroups(&record.cgroups_path, &record.id);
                 crate::egress::credentials::forget_sandbox(&record.namespace, &record.id);
-                fail(ready, &e);
-                return Err(());
+                return Err(e);
             }
         };
-        let (probe, home) = match SandboxCgroup::of_pid(sandbox_pid) {
+        let (probe, home) = match host.sandbox_cgroups(sandbox_pid as u32) {
             Ok(cg) => {
-                let home = join(&cg);
-                (ExitProbe::arm(cg).ok(), home)
+                let home = hands.join(cg.as_ref());
+                (Some(cg), home)
             }
             Err(e) => {
                 log::warn!(
@@ -220,9 +254,8 @@ impl Guard {
         };
         // Open before answering: `start` may come the moment `create` returns.
         let notify = open_notify(&state.notify_fifo());
-        report(ready, &format!("{READY} {sandbox_pid}"));
         let limits = Arc::new(Target {
-            runtime: Arc::new(RunscRuntime::new(runsc.clone(), reaper.clone())),
+            runtime: runtime.clone(),
             id: record.id.clone(),
             sandbox: process,
         });
@@ -230,14 +263,14 @@ impl Guard {
             audit: StateTrail::open(&record, &state),
             state,
             record,
-            runsc,
+            runtime,
+            hands,
             sandbox_pid,
             exit,
             probe,
             artifacts: policy.audit.artifacts,
             home,
             notify,
-            reaper,
             egress: None,
             limits,
             stopped_for: Default::default(),
@@ -245,7 +278,7 @@ impl Guard {
     }
 
     /// Runs until the sandbox exits; returns the container's exit code.
-    async fn watch(mut self) -> u8 {
+    async fn watch(mut self, mut signals: impl Signals) -> u8 {
         enum Event {
             Exit(ExitStatus),
             Notified(bool),
@@ -259,7 +292,6 @@ impl Guard {
         let mut limits: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ExitCause>>>> =
             None;
         let mut armed = false;
-        let mut signals = Forwarded::new();
         let status = loop {
             let event = tokio::select! {
                 status = &mut self.exit => Event::Exit(status),
@@ -287,15 +319,14 @@ impl Guard {
                     if started && !armed {
                         armed = true;
                         if self.record.engine != Some(Engine::Podman) {
-                            leave(&self.home);
+                            self.hands.leave(&self.home);
                             self.home.clear();
                         }
                         limits = Some(Box::pin(self.time_limits()));
                         self.egress = super::egress::start(
                             &self.record,
                             &self.state,
-                            &self.runsc,
-                            &self.reaper,
+                            self.runtime.as_ref(),
                             &self.audit,
                             self.limits.sandbox.clone(),
                         );
@@ -326,17 +357,14 @@ impl Guard {
         })
         .await
         .unwrap_or_default();
-        let (code, cause) = self.conclude(
-            status.unfold_runsc(),
-            artifacts.as_ref(),
-            workspace.as_ref(),
-        );
+        let (code, cause) = self.conclude(status, artifacts.as_ref(), workspace.as_ref());
         // Not after an OOM kill, nor when the cgroup could not tell: runsc's delete removes the
         // sandbox's cgroups, and the engines' OOM watchers drop an OOM event whose cgroup is
         // already gone (measured: Docker's OOMKilled false for a memory bomb). The engine's
         // own `delete` comes late enough.
         if cause != ExitCause::Oom && self.probe.is_some() {
-            self.start_runsc_delete();
+            self.hands
+                .start_runsc_delete(&self.record.id, &self.state, &self.home);
         }
         code
     }
@@ -375,7 +403,11 @@ impl Guard {
     }
 
     async fn forward(&self, signal: i32) {
-        if let Err(e) = self.runsc.kill(&self.record.id, signal, false, None).await {
+        let sent = self
+            .runtime
+            .kill(&self.record.id, signal as u32, KillTarget::Init)
+            .await;
+        if let Err(e) = sent {
             if !e.is_gone() {
                 log::warn!(
                     "container {}: forwarding signal {signal}: {e}",
@@ -384,14 +416,6 @@ impl Guard {
             }
         }
     }
-}
-
-async fn load(state_dir: &Path, reaper: &Reaper) -> Result<(StateDir, Record, Policy, Runsc)> {
-    let state = StateDir::at(state_dir)?;
-    let record = state.record()?;
-    let policy = record.policy()?;
-    let runsc = runsc_for(&record, &policy, reaper)?;
-    Ok((state, record, policy, runsc))
 }
 
 fn open_notify(path: &Path) -> Option<tokio::io::BufReader<tokio::net::unix::pipe::Receiver>> {

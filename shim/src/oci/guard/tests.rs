@@ -1,0 +1,333 @@
+//! The guard's lifecycle on the fake world (`crate::fake` as runsc and as the host's cgroups,
+//! a recorder as its hands): create and its failures, the wall-clock limit from `start`,
+//! signals passed on, and the exit's classification, record and audit, with paused time, as
+//! any user, without runsc.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::hands::Hands;
+use super::{Guard, Signals, World};
+use crate::exit::ExitCause;
+use crate::fake::{Fake, Step};
+use crate::host::SandboxCgroups;
+use crate::oci::error::OciError;
+use crate::oci::state::{ExitRecord, Record, StateDir};
+use crate::oci::tests::{opened_as, record};
+use crate::reaper::ExitStatus;
+use crate::runsc::client::ProcessIo;
+
+/// What the guard asked of its own process and the host.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<String>>>);
+
+impl Recorder {
+    fn did(&self, what: String) {
+        self.0.lock().unwrap().push(what);
+    }
+
+    fn done(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Until the guard, which runs beside the caller on this task, has done `what`.
+    async fn wait_for(&self, what: &str) {
+        while !self.done().iter().any(|d| d.starts_with(what)) {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+impl Hands for Recorder {
+    fn stdio(&self) -> crate::oci::error::Result<ProcessIo> {
+        self.did("stdio".into());
+        Ok(ProcessIo::default())
+    }
+
+    fn let_go_of_stdio(&self) {
+        self.did("let go of stdio".into());
+    }
+
+    fn join(&self, _cgroups: &dyn SandboxCgroups) -> Vec<std::path::PathBuf> {
+        self.did("join".into());
+        vec!["/home-cgroup".into()]
+    }
+
+    fn leave(&self, home: &[std::path::PathBuf]) {
+        self.did(format!("leave {home:?}"));
+    }
+
+    fn start_runsc_delete(&self, id: &str, _state: &StateDir, home: &[std::path::PathBuf]) {
+        self.did(format!("runsc delete {id} from {home:?}"));
+    }
+}
+
+/// Signals the test sends to "the container's pid".
+impl Signals for mpsc::UnboundedReceiver<i32> {
+    async fn next(&mut self) -> i32 {
+        match self.recv().await {
+            Some(signal) => signal,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Container `c1` as `create` left it (state directory, record, notify fifo), limited to
+/// `max_runtime` with a 10 s grace period.
+struct Container {
+    dir: tempfile::TempDir,
+    state: StateDir,
+    record: Record,
+    policy: policy_injector::Policy,
+}
+
+fn container(max_runtime: Duration) -> Container {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut record, policy) = record(dir.path());
+    record.lifetime.max_runtime = max_runtime;
+    record.lifetime.grace_period = Duration::from_secs(10);
+    let state = StateDir::new(Some(&dir.path().join("state")), "c1").unwrap();
+    state.create(&record).unwrap();
+    Container {
+        dir,
+        state,
+        record,
+        policy,
+    }
+}
+
+impl Container {
+    fn world(&self, fake: &Fake, hands: &Recorder) -> World {
+        World {
+            state: self.state.clone(),
+            record: self.record.clone(),
+            policy: self.policy.clone(),
+            runtime: Arc::new(fake.clone()),
+            host: Arc::new(fake.clone()),
+            hands: Box::new(hands.clone()),
+        }
+    }
+
+    /// `runsc-hardened start c1`, as the engine calls it.
+    async fn start(&self, fake: &Fake) {
+        let opened = opened_as(
+            fake,
+            self.state.clone(),
+            self.record.clone(),
+            self.policy.clone(),
+        );
+        crate::oci::start::run(&opened).await.unwrap();
+    }
+
+    /// The `event` of every container record in the audit log, in order (not the chain's own
+    /// `genesis`).
+    fn audited(&self) -> Vec<String> {
+        audit_events(&self.dir.path().join("audit.jsonl"))
+    }
+}
+
+fn audit_events(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.get("event")?.as_str().map(str::to_string))
+        .filter(|e| e != "genesis")
+        .collect()
+}
+
+fn signaled(signal: i32) -> ExitStatus {
+    ExitStatus::Signaled {
+        signal,
+        core_dumped: false,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_workloads_own_exit_is_classified_recorded_and_audited_and_runsc_delete_started() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    let c = container(Duration::from_secs(60));
+    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
+    let (_tx, rx) = mpsc::unbounded_channel();
+    let (code, ()) = tokio::join!(guard.watch(rx), async {
+        c.start(&fake).await;
+        // Once the guard took the start (it leaves the sandbox's cgroups then): an exit that
+        // is there first wins, and the start is never acted on.
+        hands.wait_for("leave").await;
+        fake.exit("c1", ExitStatus::Exited(3));
+    });
+    assert_eq!(code, 3);
+    assert_eq!(
+        c.state.exit(),
+        Some(ExitRecord {
+            status: 3,
+            cause: ExitCause::Exited
+        })
+    );
+    assert_eq!(c.audited(), ["start", "exit"]);
+    // The engine's `delete` finds runsc's part started, from where the guard came from.
+    assert_eq!(
+        hands.done(),
+        [
+            "stdio",
+            "let go of stdio",
+            "join",
+            "leave [\"/home-cgroup\"]",
+            "runsc delete c1 from []",
+        ]
+    );
+    assert_eq!(fake.calls_of("kill"), Vec::<String>::new());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wall_clock_limit_counts_from_start_and_its_exit_is_a_timeout() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    let c = container(Duration::from_secs(60));
+    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
+    // Created long before it is started: the limit must not count this.
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let (_tx, rx) = mpsc::unbounded_channel();
+    let mut started_at = None;
+    let (code, ()) = tokio::join!(guard.watch(rx), async {
+        c.start(&fake).await;
+        started_at = Some(Instant::now());
+    });
+    // The fake workload ends at the SIGTERM, at once.
+    assert_eq!(
+        Instant::now() - started_at.unwrap(),
+        Duration::from_secs(60)
+    );
+    assert_eq!(code, 128 + 15);
+    assert_eq!(c.state.exit().unwrap().cause, ExitCause::Timeout);
+    assert_eq!(c.audited(), ["start", "timeout", "exit"]);
+    // SIGTERM to every process; no SIGKILL, as nothing was left at the end of the grace.
+    assert_eq!(fake.calls_of("kill"), ["kill c1 15 all"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_workload_ignoring_sigterm_is_killed_at_the_end_of_the_grace_period() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    fake.ignore_sigterm();
+    let c = container(Duration::from_secs(60));
+    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
+    let (_tx, rx) = mpsc::unbounded_channel();
+    let mut started_at = None;
+    let (code, ()) = tokio::join!(guard.watch(rx), async {
+        c.start(&fake).await;
+        started_at = Some(Instant::now());
+    });
+    assert_eq!(
+        Instant::now() - started_at.unwrap(),
+        Duration::from_secs(70)
+    );
+    assert_eq!(code, 128 + 9);
+    assert_eq!(
+        c.state.exit(),
+        Some(ExitRecord {
+            status: 137,
+            cause: ExitCause::Timeout
+        })
+    );
+    assert_eq!(c.audited(), ["start", "timeout", "exit"]);
+    assert_eq!(fake.calls_of("kill"), ["kill c1 15 all", "kill c1 9 all"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_time_limit_runs_before_start() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    let c = container(Duration::from_secs(60));
+    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
+    let (_tx, rx) = mpsc::unbounded_channel();
+    let (code, ()) = tokio::join!(guard.watch(rx), async {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(fake.calls_of("kill"), Vec::<String>::new());
+        fake.exit("c1", ExitStatus::Exited(0));
+    });
+    assert_eq!(code, 0);
+    assert_eq!(c.audited(), ["exit"]);
+    // Never started, so it never left the sandbox's cgroups.
+    assert!(!hands.done().iter().any(|d| d.starts_with("leave")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_oom_kill_is_told_apart_and_its_cgroups_are_left_for_the_engine_to_see() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    let c = container(Duration::from_secs(60));
+    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
+    let (_tx, rx) = mpsc::unbounded_channel();
+    let (code, ()) = tokio::join!(guard.watch(rx), async {
+        c.start(&fake).await;
+        fake.set_cause("c1", ExitCause::Oom);
+        fake.exit("c1", signaled(libc::SIGKILL));
+    });
+    assert_eq!(code, 137);
+    assert_eq!(c.state.exit().unwrap().cause, ExitCause::Oom);
+    assert_eq!(c.audited(), ["start", "exit"]);
+    // runsc's delete would remove the cgroup whose OOM event the engine has yet to read.
+    assert!(!hands.done().iter().any(|d| d.starts_with("runsc delete")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn signals_sent_to_the_guard_go_to_the_containers_init() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    let c = container(Duration::from_secs(60));
+    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (code, ()) = tokio::join!(guard.watch(rx), async {
+        c.start(&fake).await;
+        tx.send(libc::SIGTERM).unwrap();
+    });
+    assert_eq!(fake.calls_of("kill"), ["kill c1 15 init"]);
+    assert_eq!(code, 143);
+    assert_eq!(
+        c.state.exit().unwrap().cause,
+        ExitCause::Signaled,
+        "the engine's stop is no time limit"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_runsc_create_is_the_error_and_leaves_no_sandbox_or_cgroup() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    fake.fail_next(Step::Create);
+    let c = container(Duration::from_secs(60));
+    let Err(e) = Guard::launch(c.world(&fake, &hands)).await else {
+        panic!("the create succeeded");
+    };
+    assert!(matches!(e, OciError::Runsc(_)), "{e}");
+    assert!(e.to_string().contains("create"), "{e}");
+    assert_eq!(fake.leftovers(), Vec::<String>::new());
+    assert!(fake.calls().contains(&"remove-cgroups c1".to_string()));
+    // runsc had the streams; the guard let go of them, as on success.
+    assert_eq!(hands.done(), ["stdio", "let go of stdio"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_that_cannot_be_watched_is_deleted_again() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    fake.fail_next(Step::Watch);
+    let c = container(Duration::from_secs(60));
+    let Err(e) = Guard::launch(c.world(&fake, &hands)).await else {
+        panic!("the create succeeded");
+    };
+    assert!(matches!(e, OciError::Reaper(_)), "{e}");
+    assert_eq!(fake.calls_of("delete"), ["delete c1"]);
+    assert_eq!(fake.leftovers(), Vec::<String>::new());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cgroup_already_there_refuses_the_create_before_runsc_runs() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    fake.add_foreign_cgroup("c1");
+    let c = container(Duration::from_secs(60));
+    let Err(e) = Guard::launch(c.world(&fake, &hands)).await else {
+        panic!("the create succeeded");
+    };
+    assert!(matches!(e, OciError::Cgroup(_)), "{e}");
+    assert_eq!(fake.calls_of("create"), Vec::<String>::new());
+    assert_eq!(hands.done(), Vec::<String>::new());
+}
