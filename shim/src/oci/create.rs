@@ -22,10 +22,11 @@ use super::trail::StateTrail;
 use super::{guard, runtime};
 use crate::audit::{AuditEvent, AuditRecord};
 use crate::bundle;
+use crate::host::linux::LinuxHost;
 use crate::policy_source::NODE_POLICY_PATH;
 use crate::prepare::{Inputs, Request};
 use crate::reaper::Reaper;
-use crate::runtime::runsc::RunscFactory;
+use crate::runtime::runsc::{RunscFactory, RunscRuntime};
 
 pub struct CreateArgs<'a> {
     pub id: &'a str,
@@ -135,7 +136,8 @@ pub async fn run(
             // create fail must find no guard left.
             guard.kill();
             if let Ok(runsc) = runtime::runsc_for(&record, &prepared.policy.policy, &reaper) {
-                runtime::undo(&runsc, &record).await;
+                let runsc = RunscRuntime::new(runsc, reaper.clone());
+                runtime::undo(&runsc, &LinuxHost, &record).await;
             }
         }
         let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &prepared.subject);

@@ -4,17 +4,26 @@
 //! started at the exit did, waits for the guard to finish its account of the exit, removes
 //! cgroups runsc left, audits, and removes the state.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::cli::Global;
 use super::error::{OciError, Result};
 use super::runtime::{remove_cgroups, runsc_for, POLL};
-use super::state::StateDir;
+use super::state::{Record, StateDir};
 use super::trail::StateTrail;
 use crate::audit::{AuditEvent, AuditRecord, Signer};
 use crate::bundle::BUNDLE_STATE;
+use crate::host::linux::LinuxHost;
+use crate::host::Host;
 use crate::host_tree::EMPTY_FILE;
 use crate::reaper::Reaper;
+use crate::runtime::runsc::RunscRuntime;
+use crate::runtime::SandboxRuntime;
+
+/// The container's runtime as `create` configured it, or why it cannot be had (then runsc's
+/// part of the delete is reported, the rest still done).
+type Runtime = std::result::Result<Arc<dyn SandboxRuntime>, String>;
 
 /// How long `delete` waits for a guard to finish its account of the exit before killing it.
 pub const GUARD_EXIT_WAIT: Duration = Duration::from_secs(10);
@@ -32,16 +41,32 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
     if !force && guard.is_some() {
         return Err(OciError::NotStopped(id.to_string()));
     }
-    let mut problems: Vec<String> = Vec::new();
     let reaper = Reaper::install()?;
     let policy = record.policy()?;
-    let runsc = runsc_for(&record, &policy, &reaper).map_err(|e| e.to_string());
+    let runtime = runsc_for(&record, &policy, &reaper)
+        .map(|runsc| Arc::new(RunscRuntime::new(runsc, reaper)) as Arc<dyn SandboxRuntime>)
+        .map_err(|e| e.to_string());
+    remove(state, record, &policy, guard, runtime, &LinuxHost).await
+}
+
+/// Everything after the checks: runsc's container, a guard still there (forced), cgroups,
+/// the final audit record, the state. `guard`: the live guard's pid.
+pub(super) async fn remove(
+    state: StateDir,
+    record: Record,
+    policy: &policy_injector::Policy,
+    guard: Option<i32>,
+    runtime: Runtime,
+    host: &dyn Host,
+) -> Result<()> {
+    let id = &record.id;
+    let mut problems: Vec<String> = Vec::new();
     let mut runsc_done = false;
     if let Some(pid) = guard {
         // Still running (forced): runsc's delete kills the sandbox, the guard accounts for it.
         // Waited on and killed through a pidfd, taken while the pid and start time match.
         let process = state.guard_process();
-        runsc_done = runsc_delete(&runsc, id, &mut problems).await;
+        runsc_done = runsc_delete(&runtime, id, &mut problems).await;
         if let Some(process) = process {
             let deadline = Instant::now() + GUARD_EXIT_WAIT;
             while process.is_running() && Instant::now() < deadline {
@@ -55,7 +80,7 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
             }
         }
     }
-    // The guard started runsc's delete at the exit (`Guard::start_runsc_delete`): let it end,
+    // The guard started runsc's delete at the exit (`guard::runsc_delete`): let it end,
     // and run runsc here only when it did not succeed (or never ran: a killed guard).
     let deadline = Instant::now() + GUARD_EXIT_WAIT;
     if let Some(process) = state.runsc_delete_process() {
@@ -64,9 +89,9 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
         }
     }
     if !runsc_done && !state.runsc_deleted() {
-        runsc_delete(&runsc, id, &mut problems).await;
+        runsc_delete(&runtime, id, &mut problems).await;
     }
-    if let Err(e) = remove_cgroups(&record).await {
+    if let Err(e) = remove_cgroups(host, &record).await {
         problems.push(e.to_string());
     }
     // The guard concludes the workspace at the exit; a guard that was killed first did not.
@@ -102,13 +127,9 @@ pub async fn run(g: &Global, id: &str, force: bool) -> Result<()> {
 }
 
 /// `runsc delete --force`; whether runsc's container is gone (deleted now or already).
-async fn runsc_delete(
-    runsc: &std::result::Result<crate::runsc::client::Runsc, String>,
-    id: &str,
-    problems: &mut Vec<String>,
-) -> bool {
-    match runsc {
-        Ok(runsc) => match runsc.delete(id, true).await {
+async fn runsc_delete(runtime: &Runtime, id: &str, problems: &mut Vec<String>) -> bool {
+    match runtime {
+        Ok(runtime) => match runtime.delete(id).await {
             Ok(()) => true,
             Err(e) if e.is_gone() => true,
             Err(e) => {

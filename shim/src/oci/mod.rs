@@ -175,6 +175,8 @@ pub(crate) struct Opened {
     pub runsc: Runsc,
     /// The sandbox core's seam over the same client.
     pub runtime: std::sync::Arc<dyn crate::runtime::SandboxRuntime>,
+    /// The sandbox core's seam over the host's cgroups.
+    pub host: std::sync::Arc<dyn crate::host::Host>,
 }
 
 impl Opened {
@@ -203,6 +205,7 @@ impl Opened {
             policy,
             runsc,
             runtime,
+            host: std::sync::Arc::new(crate::host::linux::LinuxHost),
         })
     }
 

@@ -1,16 +1,17 @@
 //! The runtime of an existing container, as `create` configured it: its runsc client (and the
 //! sandbox core's `SandboxRuntime` over it), and the cleanup a failed create and `delete` share.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use policy_injector::Policy;
 
 use super::error::Result;
 use super::state::Record;
-use crate::cgroup::SandboxCgroup;
+use crate::host::Host;
 use crate::reaper::Reaper;
 use crate::runsc::client::Runsc;
 use crate::runtime::runsc::client_with;
+use crate::runtime::SandboxRuntime;
 
 /// `delete`'s waits and [`remove_cgroups`]' retries usually end within a few milliseconds
 /// (the engine calls `delete` once the guard's pid has exited): a coarse poll would add most
@@ -43,21 +44,21 @@ pub fn runsc_for(record: &Record, policy: &Policy, reaper: &Reaper) -> Result<Ru
 }
 
 /// A create that failed after runsc started: remove what runsc made.
-pub(super) async fn undo(runsc: &Runsc, record: &Record) {
-    let _ = runsc.delete(&record.id, true).await;
-    let _ = remove_cgroups(record).await;
+pub(super) async fn undo(runtime: &dyn SandboxRuntime, host: &dyn Host, record: &Record) {
+    let _ = runtime.delete(&record.id).await;
+    let _ = remove_cgroups(host, record).await;
 }
 
 /// Removes the sandbox's cgroups runsc left, retrying while the kernel still refuses (threads
 /// of a killed sandbox exiting), at most [`CGROUP_RMDIR_WAIT`].
-pub(super) async fn remove_cgroups(record: &Record) -> Result<(), crate::cgroup::CgroupError> {
-    let Ok(cg) = SandboxCgroup::for_spec(&record.cgroups_path, &record.id) else {
-        return Ok(());
-    };
-    let deadline = Instant::now() + CGROUP_RMDIR_WAIT;
+pub(super) async fn remove_cgroups(
+    host: &dyn Host,
+    record: &Record,
+) -> Result<(), crate::cgroup::CgroupError> {
+    let deadline = tokio::time::Instant::now() + CGROUP_RMDIR_WAIT;
     loop {
-        match cg.remove_empty() {
-            Err(_) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
+        match host.remove_cgroups(&record.cgroups_path, &record.id) {
+            Err(_) if tokio::time::Instant::now() < deadline => tokio::time::sleep(POLL).await,
             done => return done,
         }
     }

@@ -10,13 +10,16 @@ use serde_json::json;
 use super::cli::LogFormat;
 use super::error::OciError;
 use super::log::EngineLog;
-use super::state::{Record, StateDir};
+use super::state::{write_pid_file, ExitRecord, Record, StateDir};
 use super::Opened;
 use crate::audit::test_support::subject;
+use crate::exit::ExitCause;
 use crate::fake::{Fake, Step};
+use crate::reaper::ExitStatus;
 use crate::runsc::client::Runsc;
 use crate::runsc::features::Features;
 use crate::runsc::flags::GlobalFlags;
+use crate::runtime::{CreateCall, SandboxRuntime};
 
 /// Container `c1` as `create` records it, its bundle and audit log under `dir`, hardened by
 /// the default policy.
@@ -60,6 +63,35 @@ fn opened(fake: &Fake, dir: &Path) -> Opened {
     opened_as(fake, state, record, policy)
 }
 
+/// The records of the audit log at `path`, in order (not the chain's own `genesis`).
+pub(super) fn audit_records(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] != "genesis")
+        .collect()
+}
+
+/// Container `c1` after `create`, on the fake and in a state directory under `dir` (as the
+/// guard leaves it once runsc created it: its sandbox pid recorded).
+async fn created(fake: &Fake, dir: &Path) -> Opened {
+    let (record, policy) = record(dir);
+    let state = StateDir::new(Some(&dir.join("state")), "c1").unwrap();
+    state.create(&record).unwrap();
+    let pid = fake
+        .create(CreateCall {
+            id: "c1",
+            bundle: &record.bundle,
+            console_socket: None,
+            stdio: Default::default(),
+        })
+        .await
+        .unwrap();
+    write_pid_file(&state.sandbox_pid_file(), pid as i32).unwrap();
+    opened_as(fake, state, record, policy)
+}
+
 /// An existing container's calls on the fake: `state` and `record` as `create` left them.
 pub(super) fn opened_as(
     fake: &Fake,
@@ -86,6 +118,7 @@ pub(super) fn opened_as(
         policy,
         runsc,
         runtime: Arc::new(fake.clone()),
+        host: Arc::new(fake.clone()),
     }
 }
 
@@ -169,4 +202,107 @@ async fn pause_and_resume_go_through_the_runtime_and_failures_are_runscs() {
     assert!(matches!(e, OciError::Runsc(_)), "{e}");
     assert_eq!(fake.calls_of("pause"), ["pause c1", "pause c1"]);
     assert_eq!(fake.calls_of("resume"), ["resume c1"]);
+}
+
+/// `delete` of container `c` with the fake as runsc (or `runtime`'s reason why there is none)
+/// and as the host.
+async fn delete(fake: &Fake, c: Opened, runtime: Result<(), String>) {
+    let runtime = runtime.map(|()| Arc::new(fake.clone()) as Arc<dyn SandboxRuntime>);
+    super::delete::remove(c.state, c.record, &c.policy, None, runtime, fake)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn delete_removes_runscs_container_the_cgroups_and_the_state_and_seals_the_trail() {
+    let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+    let c = created(&fake, dir.path()).await;
+    fake.exit("c1", ExitStatus::Exited(0));
+    let exit = ExitRecord {
+        status: 0,
+        cause: ExitCause::Exited,
+    };
+    c.state.set_exit(&exit).unwrap();
+    let state = c.state.clone();
+    delete(&fake, c, Ok(())).await;
+    assert_eq!(fake.leftovers(), Vec::<String>::new());
+    assert_eq!(fake.calls_of("delete"), ["delete c1"]);
+    assert!(!state.path().exists(), "the state directory is gone");
+    let records = audit_records(&dir.path().join("audit.jsonl"));
+    let last = records.last().unwrap();
+    assert_eq!(last["event"], "delete");
+    assert_eq!(last["exit_status"], 0);
+    assert!(last.get("error").is_none(), "{last}");
+}
+
+#[tokio::test]
+async fn delete_after_the_guards_runsc_delete_does_not_run_runsc_again() {
+    let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+    let c = created(&fake, dir.path()).await;
+    // The guard's `runsc delete` at the exit succeeded and said so.
+    fake.delete("c1").await.unwrap();
+    std::fs::write(c.state.runsc_deleted_marker(), "").unwrap();
+    fake.exit("c1", ExitStatus::Exited(0));
+    delete(&fake, c, Ok(())).await;
+    assert_eq!(fake.calls_of("delete"), ["delete c1"], "the guard's only");
+    assert_eq!(fake.leftovers(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn delete_without_a_runtime_still_removes_the_state_and_audits_why_runsc_was_not_run() {
+    let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+    let c = created(&fake, dir.path()).await;
+    let state = c.state.clone();
+    let sandbox = state.sandbox_pid().unwrap();
+    delete(&fake, c, Err("runsc /opt/runsc: not found".into())).await;
+    assert!(!state.path().exists());
+    let records = audit_records(&dir.path().join("audit.jsonl"));
+    let error = records.last().unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("runsc /opt/runsc: not found"), "{error}");
+    assert!(error.contains("no exit was recorded"), "{error}");
+    // Honest about what is left: runsc's container, which nobody could delete.
+    assert_eq!(
+        fake.leftovers(),
+        [format!("process {sandbox}"), "runsc state of c1".into()]
+    );
+}
+
+#[tokio::test]
+async fn an_update_is_clamped_by_the_policy_written_to_the_sandboxs_cgroups_and_audited() {
+    let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+    let c = created(&fake, dir.path()).await;
+    let resources = dir.path().join("resources.json");
+    std::fs::write(
+        &resources,
+        json!({"memory": {"limit": 1u64 << 40}}).to_string(),
+    )
+    .unwrap();
+    super::update::run(&c, &super::cli::Source::File(resources))
+        .await
+        .unwrap();
+    let updates = fake.updates();
+    assert_eq!(updates.len(), 1, "{updates:?}");
+    assert!(updates[0].starts_with("c1 "), "{updates:?}");
+    assert!(
+        !updates[0].contains(&(1u64 << 40).to_string()),
+        "not above the policy's ceiling: {updates:?}"
+    );
+    let records = audit_records(&dir.path().join("audit.jsonl"));
+    assert_eq!(records.last().unwrap()["event"], "update");
+}
+
+#[tokio::test]
+async fn an_update_that_is_not_json_is_refused_and_changes_nothing() {
+    let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+    let c = created(&fake, dir.path()).await;
+    let resources = dir.path().join("resources.json");
+    std::fs::write(&resources, "{memory").unwrap();
+    let e = super::update::run(&c, &super::cli::Source::File(resources))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("not valid JSON"), "{e}");
+    assert_eq!(fake.updates(), Vec::<String>::new());
 }

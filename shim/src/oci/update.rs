@@ -12,8 +12,6 @@ use super::error::{OciError, Result};
 use super::{not_running, Opened};
 use crate::audit::{AuditEvent, AuditRecord};
 use crate::bundle::MAX_PROCESS_BYTES;
-use crate::cgroup::exit_cause::ExitProbe;
-use crate::cgroup::SandboxCgroup;
 use crate::sandbox::update::UpdateError;
 
 fn read(source: &Source) -> Result<Vec<u8>> {
@@ -40,13 +38,13 @@ pub async fn run(c: &Opened, source: &Source) -> Result<()> {
         .state
         .sandbox_pid()
         .ok_or_else(|| OciError::NotRunning(id.clone()))?;
-    let cgroups = ExitProbe::arm(SandboxCgroup::of_pid(pid)?)?;
+    let cgroups = c.host.sandbox_cgroups(pid as u32)?;
     let applied = crate::sandbox::update::apply(
         id,
         &resources,
         &c.policy,
         &c.record.annotations,
-        &cgroups,
+        cgroups.as_ref(),
         c.runtime.as_ref(),
     )
     .await;

@@ -46,7 +46,7 @@ use tokio::io::AsyncBufReadExt;
 
 use super::error::{OciError, Result};
 use super::fork::{report, FAILED, READY};
-use super::runtime::runsc_for;
+use super::runtime::{runsc_for, undo};
 use super::state::{proc_start_time, Record, StateDir};
 use super::trail::StateTrail;
 use crate::audit::{AuditEvent, AuditRecord};
@@ -233,8 +233,7 @@ impl Guard {
         let (sandbox_pid, process, exit) = match started {
             Ok(x) => x,
             Err(e) => {
-                let _ = runtime.delete(&record.id).await;
-                let _ = host.remove_cgroups(&record.cgroups_path, &record.id);
+                undo(runtime.as_ref(), host.as_ref(), &record).await;
                 crate::egress::credentials::forget_sandbox(&record.namespace, &record.id);
                 return Err(e);
             }

@@ -3,7 +3,6 @@
 //! signals passed on, and the exit's classification, record and audit, with paused time, as
 //! any user, without runsc.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use crate::fake::{Fake, Step};
 use crate::host::SandboxCgroups;
 use crate::oci::error::OciError;
 use crate::oci::state::{ExitRecord, Record, StateDir};
-use crate::oci::tests::{opened_as, record};
+use crate::oci::tests::{audit_records, opened_as, record};
 use crate::reaper::ExitStatus;
 use crate::runsc::client::ProcessIo;
 
@@ -123,21 +122,13 @@ impl Container {
         crate::oci::start::run(&opened).await.unwrap();
     }
 
-    /// The `event` of every container record in the audit log, in order (not the chain's own
-    /// `genesis`).
+    /// The `event` of every container record in the audit log, in order.
     fn audited(&self) -> Vec<String> {
-        audit_events(&self.dir.path().join("audit.jsonl"))
+        audit_records(&self.dir.path().join("audit.jsonl"))
+            .iter()
+            .filter_map(|v| v["event"].as_str().map(str::to_string))
+            .collect()
     }
-}
-
-fn audit_events(log: &Path) -> Vec<String> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v.get("event")?.as_str().map(str::to_string))
-        .filter(|e| e != "genesis")
-        .collect()
 }
 
 fn signaled(signal: i32) -> ExitStatus {
