@@ -42,7 +42,7 @@ pub fn kubelet_message_file(spec: &Value) -> Option<PathBuf> {
     spec.get("mounts")?
         .as_array()?
         .iter()
-        .filter(|m| m.get("type").and_then(Value::as_str) == Some("bind"))
+        .filter(|m| policy_injector::mount::is_bind_mount(m))
         .filter_map(|m| m.get("source")?.as_str())
         .map(Path::new)
         .find(|source| in_kubelet_layout(source, uid, name))
@@ -174,6 +174,14 @@ mod tests {
         let mut not_bind = pod_spec(SOURCE);
         not_bind["mounts"][1]["type"] = json!("tmpfs");
         assert_eq!(kubelet_message_file(&not_bind), None);
+    }
+
+    #[test]
+    fn a_bind_is_a_bind_by_its_options_too_as_everywhere_else() {
+        let mut untyped = pod_spec(SOURCE);
+        untyped["mounts"][1] =
+            json!({"destination": "/dev/termination-log", "source": SOURCE, "options": ["rbind"]});
+        assert_eq!(kubelet_message_file(&untyped), Some(PathBuf::from(SOURCE)));
     }
 
     #[test]
