@@ -5,12 +5,9 @@
 //! `terminal` says the same.
 //!
 //! With `--detach` (both engines) the pid the engine waits on is an exec guard's, forked at the
-//! start of the call (`fork.rs`): it runs `runsc exec --detach` as a subreaper, so runsc's
-//! process that lives as long as the exec becomes its child; it forwards the signals the engine
-//! sends, writes the `exec-exit` audit record when that process ends, and exits with its
-//! status. Without `--detach` this call lasts as long as the process and audits its exit.
+//! start of the call (`fork.rs`, `exec_guard.rs`). Without `--detach` this call lasts as long
+//! as the process and audits its exit.
 
-use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 use std::time::SystemTime;
@@ -18,18 +15,16 @@ use std::time::SystemTime;
 use policy_injector::{harden_process, Context};
 use serde_json::Value;
 
-use super::cli::{Command, Global, Invocation};
 use super::error::{OciError, Result};
 use super::fork::Forked;
-use super::fork::{report, FAILED, READY};
-use super::guard::{container_stdio, detach_stdio, show_as, Forwarded};
+use super::guard::container_stdio;
 use super::state::write_pid_file;
 use super::{not_running, Opened};
 use crate::atomic_file;
 use crate::audit::{AuditEvent, AuditRecord};
 use crate::bundle::MAX_PROCESS_BYTES;
 use crate::exit::{Exit, ExitCause};
-use crate::reaper::{ExitStatus, Reaper};
+use crate::reaper::ExitStatus;
 use crate::runsc::client::{read_pid_file, ExecOpts};
 use crate::runsc::error::RunscError;
 
@@ -41,7 +36,7 @@ pub struct ExecArgs<'a> {
     pub preserve_fds: u32,
 }
 
-fn read_process(path: &Path) -> Result<Value> {
+pub(super) fn read_process(path: &Path) -> Result<Value> {
     let mut bytes = Vec::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_PROCESS_BYTES + 1).read_to_end(&mut bytes))
@@ -63,7 +58,7 @@ fn read_process(path: &Path) -> Result<Value> {
 }
 
 /// The engine names the exec only through its pid file (`<exec id>.pid` for Docker).
-fn exec_id_of(pid_file: Option<&Path>) -> String {
+pub(super) fn exec_id_of(pid_file: Option<&Path>) -> String {
     pid_file
         .and_then(Path::file_stem)
         .map(|s| s.to_string_lossy().into_owned())
@@ -149,118 +144,11 @@ pub async fn run(c: &Opened, a: ExecArgs<'_>, guard: Option<Forked>) -> Result<u
     Ok(status.containerd_code().min(255) as u8)
 }
 
-fn audit_exit(c: &Opened, exec_id: &str, pid: Option<i32>, status: ExitStatus) {
+pub(super) fn audit_exit(c: &Opened, exec_id: &str, pid: Option<i32>, status: ExitStatus) {
     let exit = Exit::new(status, ExitCause::of_status(status), SystemTime::now());
     let mut rec = AuditRecord::new(AuditEvent::ExecExit, &c.record.subject);
     rec.exec_id = Some(exec_id);
     rec.pid = pid.map(|p| p as u32);
     rec.set_exit(&exit);
     c.audit_best_effort(&rec);
-}
-
-/// The exec guard's side of a detached exec's fork (`fork.rs`), once told to go with the
-/// hardened process file: runs `runsc exec --detach` as a subreaper, answers with the pid of
-/// runsc's process for the exec, then waits for it. Returns the exit code the engine sees
-/// (the process's, 128 + the signal for a kill, as runsc relays it).
-pub fn guard_child(inv: &Invocation, process_file: &str, ready: File) -> u8 {
-    let Command::Exec {
-        id,
-        pid_file,
-        console_socket,
-        ..
-    } = &inv.command
-    else {
-        return 1;
-    };
-    let exec_id = exec_id_of(pid_file.as_deref());
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            report(
-                ready,
-                &format!("{FAILED} cannot start the exec guard's runtime: {e}"),
-            );
-            return 1;
-        }
-    };
-    rt.block_on(watch(
-        &inv.global,
-        id,
-        &exec_id,
-        Path::new(process_file),
-        console_socket.as_deref(),
-        ready,
-    ))
-}
-
-async fn watch(
-    g: &Global,
-    id: &str,
-    exec_id: &str,
-    process_file: &Path,
-    console_socket: Option<&Path>,
-    ready: File,
-) -> u8 {
-    let started = async {
-        // A subreaper: runsc's process for the exec outlives `runsc exec --detach` and becomes
-        // ours.
-        let reaper = Reaper::install()?;
-        let c = Opened::open_with(g, id, reaper.clone()).await?;
-        show_as(&[
-            b"exec-guard",
-            c.state.path().as_os_str().as_encoded_bytes(),
-            exec_id.as_bytes(),
-        ]);
-        let waiter_file = c
-            .state
-            .path()
-            .join(format!("exec-{}-{exec_id}.waiter.pid", std::process::id()));
-        let opts = ExecOpts {
-            process_json: process_file.to_path_buf(),
-            pid_file: waiter_file.clone(),
-            internal_pid_file: None,
-            detach: true,
-            console_socket: console_socket.map(Path::to_path_buf),
-        };
-        let ran = c.runsc.exec(id, &opts, container_stdio()?).await;
-        // The exec's streams belong to its process now: our copies would keep the engine's
-        // readers from seeing their end.
-        detach_stdio();
-        let waiter = ran
-            .map_err(|e| not_running(e, id))
-            .and_then(|()| Ok(read_pid_file(&waiter_file)?));
-        let _ = std::fs::remove_file(&waiter_file);
-        let waiter = waiter?;
-        let exit = reaper.watch(waiter)?;
-        Ok::<_, OciError>((c, waiter, exit))
-    }
-    .await;
-    let (c, waiter, mut exit) = match started {
-        Ok(x) => x,
-        Err(e) => {
-            report(ready, &format!("{FAILED} {e}"));
-            return 1;
-        }
-    };
-    let mut rec = AuditRecord::new(AuditEvent::ExecStart, &c.record.subject);
-    rec.exec_id = Some(exec_id);
-    rec.pid = Some(waiter as u32);
-    c.audit_best_effort(&rec);
-    report(ready, &format!("{READY} {waiter}"));
-    let mut signals = Forwarded::new();
-    let status = loop {
-        tokio::select! {
-            status = &mut exit => break status,
-            sig = signals.next() => {
-                // SAFETY: plain kill(2) of our child (we are its subreaper), not yet reaped.
-                unsafe { libc::kill(waiter, sig) };
-            }
-        }
-    };
-    let status = status.unfold_runsc();
-    audit_exit(&c, exec_id, Some(waiter), status);
-    status.containerd_code().min(255) as u8
 }

@@ -6,7 +6,7 @@
 //! (`crate::prepare`), the same runsc flags, the same audit log, and the same sandbox
 //! operations (`crate::sandbox`: exit classification, the time limits, host processes by
 //! pidfd). What the shim does from its long-lived process, a per-container guard does here
-//! (`guard/`, one file per concern; a detached exec has its own, `exec.rs`; both forked as
+//! (`guard/`, one file per concern; a detached exec has its own, `exec_guard.rs`; both forked as
 //! `fork.rs` describes). One file per subcommand; the command line is data (`cli.rs`);
 //! per-container state in `state.rs`; the container's runsc client and the cleanup `create`
 //! and `delete` share in `runtime.rs`.
@@ -18,6 +18,7 @@ mod egress;
 mod engine;
 pub mod error;
 mod exec;
+mod exec_guard;
 mod fork;
 pub mod guard;
 mod kill;
@@ -81,7 +82,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
             create::guard_child(&inv.global, id, ready)
         })),
         Command::Exec { detach: true, .. } => Some(fork::fork_helper(|payload, ready| {
-            exec::guard_child(&inv, payload, ready)
+            exec_guard::guard_child(&inv, payload, ready)
         })),
         _ => None,
     };

@@ -75,7 +75,7 @@ pub(super) fn audit_records(path: &Path) -> Vec<serde_json::Value> {
 
 /// Container `c1` after `create`, on the fake and in a state directory under `dir` (as the
 /// guard leaves it once runsc created it: its sandbox pid recorded).
-async fn created(fake: &Fake, dir: &Path) -> Opened {
+pub(super) async fn created(fake: &Fake, dir: &Path) -> Opened {
     let (record, policy) = record(dir);
     let state = StateDir::new(Some(&dir.join("state")), "c1").unwrap();
     state.create(&record).unwrap();

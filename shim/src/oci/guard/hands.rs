@@ -1,5 +1,5 @@
-//! What the guard does to its own process and the host besides driving the sandbox runtime:
-//! it hands the container's stdio to runsc and lets go of it, moves itself into the sandbox's
+//! What a guard does to its own process and the host besides driving the sandbox runtime:
+//! it hands the engine's stdio to runsc and lets go of it (an exec guard too), moves itself into the sandbox's
 //! cgroups and out again, and leaves a `runsc delete` behind. [`HostHands`] does it for real;
 //! the fake-world tests put a recorder in its place, so the guard's lifecycle runs without
 //! root, runsc or cgroups.
@@ -12,11 +12,27 @@ use crate::oci::error::Result;
 use crate::oci::state::StateDir;
 use crate::runsc::client::{ProcessIo, Runsc};
 
-pub(crate) trait Hands {
-    /// The container's streams, as the engine gave them, for runsc's create.
+/// The streams the engine gave this process (the container's, or an exec's), for runsc.
+pub(crate) trait EngineStdio {
     fn stdio(&self) -> Result<ProcessIo>;
     /// Once runsc holds the streams: ours would keep the engine's readers from the end.
     fn let_go_of_stdio(&self);
+}
+
+/// This process's own standard streams, as the engine gave them.
+pub(crate) struct HostStdio;
+
+impl EngineStdio for HostStdio {
+    fn stdio(&self) -> Result<ProcessIo> {
+        stdio::container_stdio()
+    }
+
+    fn let_go_of_stdio(&self) {
+        stdio::detach_stdio()
+    }
+}
+
+pub(crate) trait Hands: EngineStdio {
     /// Moves the guard into the sandbox's cgroups; the directories it came from.
     fn join(&self, cgroups: &dyn SandboxCgroups) -> Vec<PathBuf>;
     fn leave(&self, home: &[PathBuf]);
@@ -29,15 +45,17 @@ pub(crate) struct HostHands {
     pub runsc: Runsc,
 }
 
-impl Hands for HostHands {
+impl EngineStdio for HostHands {
     fn stdio(&self) -> Result<ProcessIo> {
-        stdio::container_stdio()
+        HostStdio.stdio()
     }
 
     fn let_go_of_stdio(&self) {
-        stdio::detach_stdio()
+        HostStdio.let_go_of_stdio()
     }
+}
 
+impl Hands for HostHands {
     fn join(&self, cgroups: &dyn SandboxCgroups) -> Vec<PathBuf> {
         cgroups.location().map(cgroups::join).unwrap_or_default()
     }

@@ -57,9 +57,10 @@ use crate::reaper::{ExitStatus, Reaper};
 use crate::runtime::runsc::RunscRuntime;
 use crate::runtime::{CreateCall, ExitWatch, KillTarget, SandboxRuntime};
 use crate::sandbox::lifetime::{self, Target};
+pub(crate) use hands::{EngineStdio, HostStdio};
 use hands::{Hands, HostHands};
 pub(crate) use signals::Forwarded;
-pub(crate) use stdio::{container_stdio, detach_stdio};
+pub(crate) use stdio::container_stdio;
 pub(crate) use title::show_as;
 use title::show_as_guard;
 
@@ -158,6 +159,17 @@ pub(crate) trait Signals {
 impl Signals for Forwarded {
     fn next(&mut self) -> impl std::future::Future<Output = i32> {
         Forwarded::next(self)
+    }
+}
+
+/// The signals a test sends to "the container's pid" (or an exec's).
+#[cfg(test)]
+impl Signals for tokio::sync::mpsc::UnboundedReceiver<i32> {
+    async fn next(&mut self) -> i32 {
+        match self.recv().await {
+            Some(signal) => signal,
+            None => std::future::pending().await,
+        }
     }
 }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::hands::Hands;
-use super::{Guard, Signals, World};
+use super::hands::{EngineStdio, Hands};
+use super::{Guard, World};
 use crate::exit::ExitCause;
 use crate::fake::{Fake, Step};
 use crate::host::SandboxCgroups;
@@ -41,7 +41,7 @@ impl Recorder {
     }
 }
 
-impl Hands for Recorder {
+impl EngineStdio for Recorder {
     fn stdio(&self) -> crate::oci::error::Result<ProcessIo> {
         self.did("stdio".into());
         Ok(ProcessIo::default())
@@ -50,7 +50,9 @@ impl Hands for Recorder {
     fn let_go_of_stdio(&self) {
         self.did("let go of stdio".into());
     }
+}
 
+impl Hands for Recorder {
     fn join(&self, _cgroups: &dyn SandboxCgroups) -> Vec<std::path::PathBuf> {
         self.did("join".into());
         vec!["/home-cgroup".into()]
@@ -62,16 +64,6 @@ impl Hands for Recorder {
 
     fn start_runsc_delete(&self, id: &str, _state: &StateDir, home: &[std::path::PathBuf]) {
         self.did(format!("runsc delete {id} from {home:?}"));
-    }
-}
-
-/// Signals the test sends to "the container's pid".
-impl Signals for mpsc::UnboundedReceiver<i32> {
-    async fn next(&mut self) -> i32 {
-        match self.recv().await {
-            Some(signal) => signal,
-            None => std::future::pending().await,
-        }
     }
 }
 

@@ -1,0 +1,240 @@
+//! A detached exec's guard: the process the engine waits on for `exec --detach`, forked at the
+//! start of the call (`fork.rs`) and told to go with the hardened process file. It starts the
+//! exec through the sandbox core's runtime (`SandboxRuntime::exec`, as the shim's exec does),
+//! as a subreaper, so runsc's process that lives as long as the exec becomes its child and its
+//! exit is seen here; it passes on the signals the engine sends to the exec's process inside
+//! the sandbox, writes `exec-start` and `exec-exit`, and exits with the exec's status (the
+//! process's, 128 + the signal for a kill).
+
+use std::fs::File;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::cli::{Command, Invocation};
+use super::error::Result;
+use super::exec::{audit_exit, exec_id_of, read_process};
+use super::fork::{report, FAILED, READY};
+use super::guard::{show_as, EngineStdio, Forwarded, HostStdio, Signals};
+use super::{not_running, Opened};
+use crate::audit::{AuditEvent, AuditRecord};
+use crate::reaper::Reaper;
+use crate::runtime::{ExecCall, ExecStarted, ExitWatch, KillTarget};
+
+/// The guard's side of a detached exec's fork, once told to go with the hardened process
+/// file. Returns the exit code the engine sees.
+pub fn guard_child(inv: &Invocation, process_file: &str, ready: File) -> u8 {
+    let Command::Exec {
+        id,
+        pid_file,
+        console_socket,
+        ..
+    } = &inv.command
+    else {
+        return 1;
+    };
+    let exec_id = exec_id_of(pid_file.as_deref());
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            report(
+                ready,
+                &format!("{FAILED} cannot start the exec guard's runtime: {e}"),
+            );
+            return 1;
+        }
+    };
+    rt.block_on(async {
+        let launched = async {
+            // A subreaper: runsc's process for the exec outlives `runsc exec --detach` and
+            // becomes ours.
+            let reaper = Reaper::install()?;
+            let c = Opened::open_with(&inv.global, id, reaper).await?;
+            show_as(&[
+                b"exec-guard",
+                c.state.path().as_os_str().as_encoded_bytes(),
+                exec_id.as_bytes(),
+            ]);
+            let process = read_process(Path::new(process_file))?;
+            let console = console_socket.as_deref();
+            ExecGuard::launch(c, &exec_id, &process, console, &HostStdio).await
+        }
+        .await;
+        match launched {
+            Ok(guard) => {
+                report(ready, &format!("{READY} {}", guard.started.pid));
+                guard.watch(Forwarded::new()).await
+            }
+            Err(e) => {
+                report(ready, &format!("{FAILED} {e}"));
+                1
+            }
+        }
+    })
+}
+
+struct ExecGuard {
+    c: Opened,
+    exec_id: String,
+    started: ExecStarted,
+    exit: ExitWatch,
+}
+
+impl ExecGuard {
+    /// Starts the exec (its streams are the engine's, which this process holds) and audits
+    /// `exec-start`.
+    async fn launch(
+        c: Opened,
+        exec_id: &str,
+        process: &Value,
+        console_socket: Option<&Path>,
+        stdio: &dyn EngineStdio,
+    ) -> Result<ExecGuard> {
+        let id = c.record.id.clone();
+        // runsc's files for this exec (process, pids) go in the private state directory, named
+        // apart from any other exec of the same id running at the same time.
+        let files = format!("{exec_id}-{}", std::process::id());
+        let ran = c
+            .runtime
+            .exec(ExecCall {
+                id: &id,
+                exec_id: &files,
+                bundle: c.state.path(),
+                process,
+                console_socket,
+                stdio: stdio.stdio()?,
+            })
+            .await;
+        // The exec's streams belong to its process now.
+        stdio.let_go_of_stdio();
+        let started = ran.map_err(|e| not_running(e, &id))?;
+        let exit = c.runtime.watch(started.pid)?;
+        let mut rec = AuditRecord::new(AuditEvent::ExecStart, &c.record.subject);
+        rec.exec_id = Some(exec_id);
+        rec.pid = Some(started.pid);
+        c.audit_best_effort(&rec);
+        Ok(ExecGuard {
+            c,
+            exec_id: exec_id.to_string(),
+            started,
+            exit,
+        })
+    }
+
+    /// Until the exec's process ends: the signals sent to the guard go to it; then its
+    /// `exec-exit`. Returns the code the engine sees.
+    async fn watch(mut self, mut signals: impl Signals) -> u8 {
+        let id = self.c.record.id.clone();
+        let status = loop {
+            tokio::select! {
+                status = &mut self.exit => break status,
+                sig = signals.next() => {
+                    let target = KillTarget::Guest(self.started.guest_pid);
+                    if let Err(e) = self.c.runtime.kill(&id, sig as u32, target).await {
+                        if !e.is_gone() {
+                            log::warn!("container {id}: forwarding signal {sig} to exec {}: {e}", self.exec_id);
+                        }
+                    }
+                }
+            }
+        };
+        audit_exit(
+            &self.c,
+            &self.exec_id,
+            Some(self.started.pid as i32),
+            status,
+        );
+        status.containerd_code().min(255) as u8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::fake::{Fake, Step};
+    use crate::oci::error::OciError;
+    use crate::oci::tests::{audit_records, created};
+    use crate::reaper::ExitStatus;
+    use crate::runsc::client::ProcessIo;
+
+    struct NoStdio;
+
+    impl EngineStdio for NoStdio {
+        fn stdio(&self) -> Result<ProcessIo> {
+            Ok(ProcessIo::default())
+        }
+
+        fn let_go_of_stdio(&self) {}
+    }
+
+    fn process() -> Value {
+        json!({"args": ["sh", "-c", "exit 4"], "cwd": "/", "user": {"uid": 65534, "gid": 65534}})
+    }
+
+    /// The exec's name on the fake (its runsc files' name).
+    fn on_the_fake(exec_id: &str) -> String {
+        format!("{exec_id}-{}", std::process::id())
+    }
+
+    fn events(dir: &Path) -> Vec<String> {
+        audit_records(&dir.join("audit.jsonl"))
+            .iter()
+            .filter_map(|r| r["event"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_detached_exec_is_started_through_the_runtime_audited_and_its_status_is_the_guards() {
+        let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+        let c = created(&fake, dir.path()).await;
+        let guard = ExecGuard::launch(c, "e1", &process(), None, &NoStdio)
+            .await
+            .unwrap();
+        assert_eq!(
+            fake.calls_of("exec"),
+            [format!("exec c1 {}", on_the_fake("e1"))]
+        );
+        fake.exit_exec("c1", &on_the_fake("e1"), ExitStatus::Exited(4));
+        let (_tx, rx) = mpsc::unbounded_channel();
+        assert_eq!(guard.watch(rx).await, 4);
+        assert_eq!(events(dir.path()), ["exec-start", "exec-exit"]);
+        let exit = audit_records(&dir.path().join("audit.jsonl"))
+            .pop()
+            .unwrap();
+        assert_eq!(exit["exec_id"], "e1");
+        assert_eq!(exit["exit_status"], 4);
+    }
+
+    #[tokio::test]
+    async fn signals_sent_to_the_exec_guard_go_to_the_execs_process_in_the_sandbox() {
+        let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+        let c = created(&fake, dir.path()).await;
+        let guard = ExecGuard::launch(c, "e1", &process(), None, &NoStdio)
+            .await
+            .unwrap();
+        let guest = guard.started.guest_pid;
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(libc::SIGTERM).unwrap();
+        assert_eq!(guard.watch(rx).await, 128 + 15);
+        assert_eq!(fake.calls_of("kill"), [format!("kill c1 15 pid {guest}")]);
+        assert_eq!(events(dir.path()), ["exec-start", "exec-exit"]);
+    }
+
+    #[tokio::test]
+    async fn an_exec_runsc_refuses_is_the_error_and_has_no_start_record() {
+        let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+        let c = created(&fake, dir.path()).await;
+        fake.fail_next(Step::Exec);
+        let Err(e) = ExecGuard::launch(c, "e1", &process(), None, &NoStdio).await else {
+            panic!("the exec started");
+        };
+        assert!(matches!(e, OciError::Runsc(_)), "{e}");
+        assert_eq!(events(dir.path()), Vec::<String>::new());
+    }
+}
