@@ -123,6 +123,24 @@ impl Container {
     }
 }
 
+/// Launches the guard of `c` and watches it while `meanwhile` runs beside it on this task:
+/// the guard's exit code and what `meanwhile` gave.
+async fn guarded<T>(
+    c: &Container,
+    fake: &Fake,
+    hands: &Recorder,
+    signals: mpsc::UnboundedReceiver<i32>,
+    meanwhile: impl std::future::Future<Output = T>,
+) -> (u8, T) {
+    let guard = Guard::launch(c.world(fake, hands)).await.unwrap();
+    tokio::join!(guard.watch(signals), meanwhile)
+}
+
+/// No signal ever comes.
+fn no_signals() -> mpsc::UnboundedReceiver<i32> {
+    mpsc::unbounded_channel().1
+}
+
 fn signaled(signal: i32) -> ExitStatus {
     ExitStatus::Signaled {
         signal,
@@ -134,15 +152,14 @@ fn signaled(signal: i32) -> ExitStatus {
 async fn a_workloads_own_exit_is_classified_recorded_and_audited_and_runsc_delete_started() {
     let (fake, hands) = (Fake::default(), Recorder::default());
     let c = container(Duration::from_secs(60));
-    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
-    let (_tx, rx) = mpsc::unbounded_channel();
-    let (code, ()) = tokio::join!(guard.watch(rx), async {
+    let (code, ()) = guarded(&c, &fake, &hands, no_signals(), async {
         c.start(&fake).await;
         // Once the guard took the start (it leaves the sandbox's cgroups then): an exit that
         // is there first wins, and the start is never acted on.
         hands.wait_for("leave").await;
         fake.exit("c1", ExitStatus::Exited(3));
-    });
+    })
+    .await;
     assert_eq!(code, 3);
     assert_eq!(
         c.state.exit(),
@@ -170,20 +187,15 @@ async fn a_workloads_own_exit_is_classified_recorded_and_audited_and_runsc_delet
 async fn the_wall_clock_limit_counts_from_start_and_its_exit_is_a_timeout() {
     let (fake, hands) = (Fake::default(), Recorder::default());
     let c = container(Duration::from_secs(60));
-    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
-    // Created long before it is started: the limit must not count this.
-    tokio::time::sleep(Duration::from_secs(300)).await;
-    let (_tx, rx) = mpsc::unbounded_channel();
-    let mut started_at = None;
-    let (code, ()) = tokio::join!(guard.watch(rx), async {
+    let (code, started_at) = guarded(&c, &fake, &hands, no_signals(), async {
+        // Created long before it is started: the limit must not count this.
+        tokio::time::sleep(Duration::from_secs(300)).await;
         c.start(&fake).await;
-        started_at = Some(Instant::now());
-    });
+        Instant::now()
+    })
+    .await;
     // The fake workload ends at the SIGTERM, at once.
-    assert_eq!(
-        Instant::now() - started_at.unwrap(),
-        Duration::from_secs(60)
-    );
+    assert_eq!(Instant::now() - started_at, Duration::from_secs(60));
     assert_eq!(code, 128 + 15);
     assert_eq!(c.state.exit().unwrap().cause, ExitCause::Timeout);
     assert_eq!(c.audited(), ["start", "timeout", "exit"]);
@@ -196,17 +208,12 @@ async fn a_workload_ignoring_sigterm_is_killed_at_the_end_of_the_grace_period() 
     let (fake, hands) = (Fake::default(), Recorder::default());
     fake.ignore_sigterm();
     let c = container(Duration::from_secs(60));
-    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
-    let (_tx, rx) = mpsc::unbounded_channel();
-    let mut started_at = None;
-    let (code, ()) = tokio::join!(guard.watch(rx), async {
+    let (code, started_at) = guarded(&c, &fake, &hands, no_signals(), async {
         c.start(&fake).await;
-        started_at = Some(Instant::now());
-    });
-    assert_eq!(
-        Instant::now() - started_at.unwrap(),
-        Duration::from_secs(70)
-    );
+        Instant::now()
+    })
+    .await;
+    assert_eq!(Instant::now() - started_at, Duration::from_secs(70));
     assert_eq!(code, 128 + 9);
     assert_eq!(
         c.state.exit(),
@@ -223,13 +230,12 @@ async fn a_workload_ignoring_sigterm_is_killed_at_the_end_of_the_grace_period() 
 async fn no_time_limit_runs_before_start() {
     let (fake, hands) = (Fake::default(), Recorder::default());
     let c = container(Duration::from_secs(60));
-    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
-    let (_tx, rx) = mpsc::unbounded_channel();
-    let (code, ()) = tokio::join!(guard.watch(rx), async {
+    let (code, ()) = guarded(&c, &fake, &hands, no_signals(), async {
         tokio::time::sleep(Duration::from_secs(3600)).await;
         assert_eq!(fake.calls_of("kill"), Vec::<String>::new());
         fake.exit("c1", ExitStatus::Exited(0));
-    });
+    })
+    .await;
     assert_eq!(code, 0);
     assert_eq!(c.audited(), ["exit"]);
     // Never started, so it never left the sandbox's cgroups.
@@ -240,13 +246,12 @@ async fn no_time_limit_runs_before_start() {
 async fn an_oom_kill_is_told_apart_and_its_cgroups_are_left_for_the_engine_to_see() {
     let (fake, hands) = (Fake::default(), Recorder::default());
     let c = container(Duration::from_secs(60));
-    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
-    let (_tx, rx) = mpsc::unbounded_channel();
-    let (code, ()) = tokio::join!(guard.watch(rx), async {
+    let (code, ()) = guarded(&c, &fake, &hands, no_signals(), async {
         c.start(&fake).await;
         fake.set_cause("c1", ExitCause::Oom);
         fake.exit("c1", signaled(libc::SIGKILL));
-    });
+    })
+    .await;
     assert_eq!(code, 137);
     assert_eq!(c.state.exit().unwrap().cause, ExitCause::Oom);
     assert_eq!(c.audited(), ["start", "exit"]);
@@ -258,12 +263,12 @@ async fn an_oom_kill_is_told_apart_and_its_cgroups_are_left_for_the_engine_to_se
 async fn signals_sent_to_the_guard_go_to_the_containers_init() {
     let (fake, hands) = (Fake::default(), Recorder::default());
     let c = container(Duration::from_secs(60));
-    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
-    let (tx, rx) = mpsc::unbounded_channel();
-    let (code, ()) = tokio::join!(guard.watch(rx), async {
+    let (tx, signals) = mpsc::unbounded_channel();
+    let (code, ()) = guarded(&c, &fake, &hands, signals, async {
         c.start(&fake).await;
         tx.send(libc::SIGTERM).unwrap();
-    });
+    })
+    .await;
     assert_eq!(fake.calls_of("kill"), ["kill c1 15 init"]);
     assert_eq!(code, 143);
     assert_eq!(
