@@ -50,9 +50,10 @@ impl ForwarderSpawner for HostForwarder {
             stdin: Box::new(stdin),
             stdout: Box::new(stdout),
             exited: Box::pin(async move { format!("{:?}", child.wait().await) }),
-            kill: Box::new(move || unsafe {
+            kill: Box::new(move || {
                 // SAFETY: plain kill(2) on our own child's pid.
-                libc::kill(pid, libc::SIGKILL);
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                Box::pin(async {})
             }),
         })
     }

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use super::supervisor::{ForwarderIo, ForwarderSpawner};
+use super::supervisor::{ForwarderIo, ForwarderSpawner, Kill};
 use crate::reaper::Reaper;
 
 /// How to reach runsc and which container to exec in.
@@ -57,7 +57,8 @@ impl RunscExec {
     }
 
     /// `runsc kill --pid PID ID KILL`, best effort: the forwarder and the sandbox may be gone.
-    fn kill_fn(&self, pid_file: PathBuf) -> Box<dyn FnOnce() + Send> {
+    /// Resolves when runsc's process has exited (see [`crate::egress::supervisor::Kill`]).
+    fn kill_fn(&self, pid_file: PathBuf) -> Kill {
         let (runsc, global, id, reaper) = (
             self.runsc.clone(),
             self.global_args.clone(),
@@ -65,23 +66,31 @@ impl RunscExec {
             self.reaper.clone(),
         );
         Box::new(move || {
-            let Some(pid) = std::fs::read_to_string(&pid_file)
-                .ok()
-                .and_then(|s| s.trim().parse::<i32>().ok())
-            else {
-                return;
-            };
-            let mut cmd = std::process::Command::new(&runsc);
-            cmd.args(&global)
-                .args(["kill", "--pid", &pid.to_string(), &id, "KILL"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            match reaper {
-                // The reaper collects its exit; nobody needs to wait for it.
-                Some(r) => drop(r.spawn(cmd)),
-                None => drop(cmd.status()),
-            }
+            Box::pin(async move {
+                let Some(pid) = std::fs::read_to_string(&pid_file)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<i32>().ok())
+                else {
+                    return;
+                };
+                let mut cmd = std::process::Command::new(&runsc);
+                cmd.args(&global)
+                    .args(["kill", "--pid", &pid.to_string(), &id, "KILL"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                match reaper {
+                    // The reaper is the only waiter of its children.
+                    Some(r) => {
+                        if let Ok(spawned) = r.spawn(cmd) {
+                            spawned.exit.await;
+                        }
+                    }
+                    None => {
+                        let _ = Command::from(cmd).status().await;
+                    }
+                }
+            })
         })
     }
 

@@ -33,8 +33,14 @@ pub struct ForwarderIo {
     pub stdin: BoxWrite,
     pub stdout: BoxRead,
     pub exited: Pin<Box<dyn Future<Output = String> + Send>>,
-    pub kill: Box<dyn FnOnce() + Send>,
+    /// Kills the forwarder; resolves once the killing is over (for `runsc kill`, its process
+    /// has exited), so no runsc command of ours is in flight when the supervisor stops: one
+    /// still running after the front end's `runsc delete` re-creates the container's lock
+    /// file in runsc's root (seen: a `..._sandbox:<id>.lock` left behind).
+    pub kill: Kill,
 }
+
+pub type Kill = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
 /// Starts a forwarder inside the sandbox.
 #[async_trait]
@@ -281,10 +287,10 @@ async fn run_one(
     let hello = tokio::select! {
         h = tokio::time::timeout(opts.hello_timeout, session.hello()) => match h {
             Ok(Ok(listen)) => Ok(listen),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no HELLO within {:?}", opts.hello_timeout)),
+            Ok(Err(e)) => Err((e.to_string(), false)),
+            Err(_) => Err((format!("no HELLO within {:?}", opts.hello_timeout), false)),
         },
-        why = &mut exited => Err(format!("exited before HELLO: {why}")),
+        why = &mut exited => Err((format!("exited before HELLO: {why}"), true)),
         _ = stopped(stop) => {
             drop(session);
             finish(exited, kill, opts.stop_grace).await;
@@ -293,9 +299,12 @@ async fn run_one(
     };
     let listen = match hello {
         Ok(l) => l,
-        Err(reason) => {
+        Err((reason, gone)) => {
             drop(session);
-            kill();
+            if !gone {
+                // No HELLO from a forwarder that runs: it will not give one now.
+                kill_and_wait(exited, kill, opts.stop_grace).await;
+            }
             return Outcome::Died(reason);
         }
     };
@@ -313,8 +322,8 @@ async fn run_one(
                 connections.spawn(serving.clone().serve(s));
             }
             Opened::Refused { peer } => serving.refused_by_forwarder(peer),
-        }) => Some(end),
-        why = &mut exited => Some(SessionEnd::Fatal(format!("its process exited: {why}"))),
+        }) => Some((end, false)),
+        why = &mut exited => Some((SessionEnd::Fatal(format!("its process exited: {why}")), true)),
         _ = stopped(stop) => None,
     };
     session.reset_all();
@@ -324,8 +333,13 @@ async fn run_one(
             finish(exited, kill, opts.stop_grace).await;
             Outcome::Stop
         }
-        Some(end) => {
-            kill();
+        Some((end, gone)) => {
+            // A session that ended (the sandbox or the forwarder going away, or a protocol
+            // error) leaves a process that usually exits by itself now that its streams are
+            // closed; killed only if it does not.
+            if !gone {
+                finish(exited, kill, opts.stop_grace).await;
+            }
             Outcome::Died(end.to_string())
         }
     }
@@ -337,12 +351,23 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 /// After stdin closed: give the forwarder a moment to exit on its own, then kill it.
-async fn finish(
+async fn finish(exited: Pin<Box<dyn Future<Output = String> + Send>>, kill: Kill, grace: Duration) {
+    let mut exited = exited;
+    if tokio::time::timeout(grace, &mut exited).await.is_err() {
+        kill_and_wait(exited, kill, grace).await;
+    }
+}
+
+/// Kills the forwarder and waits, each at most `grace`, for the kill and for its process.
+async fn kill_and_wait(
     exited: Pin<Box<dyn Future<Output = String> + Send>>,
-    kill: Box<dyn FnOnce() + Send>,
+    kill: Kill,
     grace: Duration,
 ) {
+    if tokio::time::timeout(grace, kill()).await.is_err() {
+        log::warn!("egress: killing the forwarder took over {grace:?}");
+    }
     if tokio::time::timeout(grace, exited).await.is_err() {
-        kill();
+        log::warn!("egress: the forwarder's process did not exit {grace:?} after its kill");
     }
 }

@@ -496,6 +496,8 @@ async fn a_forwarder_that_ends_with_its_sandbox_is_no_death_and_is_not_restarted
         })
         .await
         .unwrap();
+    // Its process had exited: nothing to kill, no runsc command left behind.
+    assert_eq!(w.kills_done(), 0);
     let events = w.stop_keep_events().await;
     assert!(
         !events
@@ -534,6 +536,10 @@ async fn a_forwarder_that_cannot_listen_is_a_death_with_its_reason() {
         unreachable!()
     };
     assert!(reason.contains("Address in use"), "{reason}");
+    // Its process still ran: it was killed, and the kill had ended before the supervisor
+    // went on (a `runsc kill` left running races the sandbox's `runsc delete`).
+    assert_eq!(w.kills_done(), 1);
+    drop(f);
     w.stop().await;
 }
 

@@ -343,7 +343,7 @@ impl crate::egress::ForwarderSpawner for FakeForwarder {
             stdin: Box::new(host_w),
             stdout: Box::new(host_r),
             exited: Box::pin(async move { exited.await.unwrap_or_else(|_| "gone".into()) }),
-            kill: Box::new(|| {}),
+            kill: Box::new(|| Box::pin(async {})),
         })
     }
 }

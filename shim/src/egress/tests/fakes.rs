@@ -119,6 +119,8 @@ struct FakeEnd {
 
 struct FakeSpawner {
     tx: mpsc::UnboundedSender<FakeEnd>,
+    /// Kills that ran to their end (each takes a moment, as `runsc kill` does).
+    kills_done: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 #[async_trait]
@@ -135,11 +137,28 @@ impl ForwarderSpawner for FakeSpawner {
                 exit,
             })
             .map_err(|_| io::Error::other("test gone"))?;
+        // A kill ends the process at once; the killing command itself takes a moment longer
+        // to exit, as `runsc kill` does.
+        let killed = Arc::new(tokio::sync::Notify::new());
+        let done = self.kills_done.clone();
+        let killing = killed.clone();
         Ok(ForwarderIo {
             stdin: Box::new(host_w),
             stdout: Box::new(host_r),
-            exited: Box::pin(async move { exited.await.unwrap_or_else(|_| "dropped".into()) }),
-            kill: Box::new(|| {}),
+            exited: Box::pin(async move {
+                tokio::select! {
+                    why = exited => why.unwrap_or_else(|_| "dropped".into()),
+                    _ = killed.notified() => "killed".into(),
+                }
+            }),
+            kill: Box::new(move || {
+                Box::pin(async move {
+                    killing.notify_one();
+                    // Within the supervisor's stop grace of 20 ms.
+                    tokio::time::sleep(Duration::from_millis(15)).await;
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                })
+            }),
         })
     }
 }
@@ -504,6 +523,7 @@ pub struct World {
     seen: usize,
     /// What the supervisor is told about the sandbox: `false` once the test ends it.
     running: Arc<std::sync::atomic::AtomicBool>,
+    kills_done: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl World {
@@ -576,21 +596,31 @@ impl World {
         };
         let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let alive = running.clone();
+        let kills_done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let sup = EgressSupervisor::start(
             Arc::new(proxy),
-            Arc::new(FakeSpawner { tx }),
+            Arc::new(FakeSpawner {
+                tx,
+                kills_done: kills_done.clone(),
+            }),
             opts,
             Arc::new(move || alive.load(std::sync::atomic::Ordering::SeqCst)),
         );
         World {
             sup: Some(sup),
             running,
+            kills_done,
             ends,
             sink,
             resolver,
             dialer,
             seen: 0,
         }
+    }
+
+    /// How many forwarder kills have run to their end.
+    pub fn kills_done(&self) -> usize {
+        self.kills_done.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn sup(&self) -> &EgressSupervisor {
