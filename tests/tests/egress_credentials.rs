@@ -94,9 +94,10 @@ impl ForwarderSpawner for HostForwarder {
             stdin: Box::new(stdin),
             stdout: Box::new(stdout),
             exited: Box::pin(async move { format!("{:?}", child.wait().await) }),
-            kill: Box::new(move || unsafe {
+            kill: Box::new(move || {
                 // SAFETY: plain kill(2) on our own child's pid.
-                libc::kill(pid, libc::SIGKILL);
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                Box::pin(async {})
             }),
         })
     }
@@ -725,12 +726,19 @@ fn a_podman_container_reaches_the_upstream_with_the_key_it_never_holds() {
     assert_clean_podman_shutdown(p);
 }
 
-/// The pid of the one process whose command line mentions `id` and passes `is`.
+/// The pid of the one process whose command line mentions `id` and passes `is`. A child of
+/// it with the same command line is one of its forks caught before its exec (the guard
+/// spawning the forwarder's `runsc exec` as the container starts), not a second one.
 #[track_caller]
 fn the_one_process(id: &str, is: impl Fn(&str) -> bool) -> i32 {
-    let found: Vec<_> = processes_mentioning(id)
+    let matching: Vec<_> = processes_mentioning(id)
         .into_iter()
         .filter(|p| is(&p.cmdline))
+        .collect();
+    let pids: Vec<i32> = matching.iter().map(|p| p.pid).collect();
+    let found: Vec<_> = matching
+        .into_iter()
+        .filter(|p| !parent_of(p.pid).is_some_and(|parent| pids.contains(&parent)))
         .collect();
     assert_eq!(
         found.len(),
@@ -739,6 +747,13 @@ fn the_one_process(id: &str, is: impl Fn(&str) -> bool) -> i32 {
         found.iter().map(|p| &p.cmdline).collect::<Vec<_>>()
     );
     found[0].pid
+}
+
+/// The parent pid of `pid`, from /proc/PID/stat (after the parenthesised name: state, ppid).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    rest.split(' ').nth(1)?.parse().ok()
 }
 
 /// `pid` runs with a core size limit of 0 (soft and hard), as `core_dumps::disable` leaves
