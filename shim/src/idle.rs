@@ -31,7 +31,7 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 pub const IDLE_CPU_NS_PER_SEC: u64 = 20_000_000;
 
 /// CPU nanoseconds per wall-clock second under which an interval is idle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct IdleThreshold {
     pub cpu_ns_per_sec: u64,
 }
@@ -54,6 +54,23 @@ impl IdleThreshold {
             cpu_ns_per_sec: IDLE_CPU_NS_PER_SEC.min(cap),
         }
     }
+
+    /// The threshold for a sandbox run from the hardened `spec`: by its CPU quota.
+    pub fn of_spec(spec: &serde_json::Value) -> IdleThreshold {
+        Self::for_cpu_limit(cpu_millis(spec))
+    }
+}
+
+/// The CPU quota of a spec in millicores (`linux.resources.cpu` quota over period).
+fn cpu_millis(spec: &serde_json::Value) -> Option<u64> {
+    let cpu = spec.pointer("/linux/resources/cpu")?;
+    let quota = cpu.get("quota")?.as_i64().filter(|q| *q > 0)? as u64;
+    let period = cpu
+        .get("period")
+        .and_then(serde_json::Value::as_u64)
+        .filter(|p| *p > 0)
+        .unwrap_or(100_000);
+    Some(quota.saturating_mul(1000) / period)
 }
 
 /// One observation. `at` is monotonic time since any fixed origin (the caller's start);
@@ -305,6 +322,22 @@ mod tests {
             IdleThreshold::for_cpu_limit(Some(100)).cpu_ns_per_sec,
             10 * MS
         );
+    }
+
+    #[test]
+    fn the_cpu_quota_is_read_in_millicores() {
+        use serde_json::{json, Value};
+        let spec = |cpu: Value| json!({"linux": {"resources": {"cpu": cpu}}});
+        assert_eq!(
+            cpu_millis(&spec(json!({"quota": 50000, "period": 100000}))),
+            Some(500)
+        );
+        assert_eq!(cpu_millis(&spec(json!({"quota": 200000}))), Some(2000));
+        assert_eq!(
+            cpu_millis(&spec(json!({"quota": -1, "period": 100000}))),
+            None
+        );
+        assert_eq!(cpu_millis(&json!({})), None);
     }
 
     #[test]

@@ -25,6 +25,7 @@ use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -35,6 +36,11 @@ const CHUNK: usize = 128 << 10;
 /// Pipe capacity asked for the pipes runsc writes to: fewer wake-ups per MiB than the 64 KiB
 /// default. Best effort (the kernel may cap it at /proc/sys/fs/pipe-max-size).
 const PIPE_SIZE: libc::c_int = 1 << 20;
+
+/// How long the exit path waits for a process's output copy to reach the end of its streams.
+/// The pipe holds at most a MiB once the process is gone; what keeps a stream open longer is a
+/// client that stopped reading or a process left in the sandbox holding it.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The container's output budget, shared by all its streams (and processes, if the caller
 /// passes the same budget to each).
@@ -55,6 +61,13 @@ struct Shared {
 impl OutputBudget {
     pub fn new(max_bytes: Option<u64>) -> OutputBudget {
         Self::with_seen(max_bytes, Arc::new(AtomicU64::new(0)))
+    }
+
+    /// The budget a container needs: one when the policy bounds its output (`max_bytes`) or
+    /// has an idle timeout (which counts the output as activity); `None`: nothing to
+    /// interpose, the streams go to runsc as they are.
+    pub fn when_needed(max_bytes: Option<u64>, idle_timeout: bool) -> Option<OutputBudget> {
+        (max_bytes.is_some() || idle_timeout).then(|| OutputBudget::new(max_bytes))
     }
 
     /// A budget of its own (`max_bytes`) whose activity counter is `other`'s: what either
@@ -262,6 +275,40 @@ pub fn interpose(
     })
 }
 
+/// Puts the copy between a process and where its output goes: for each of `stdout` and
+/// `stderr` given (the client's fifo, the engine's pipe), a pipe takes its place for runsc and a
+/// copy thread moves the pipe's bytes to it against `budget`. Returns runsc's write ends and the
+/// copy (`None` when neither stream is given). The caller drops the write ends once runsc has
+/// them. Both front ends interpose this way: the shim on containerd's fifos, runsc-hardened's
+/// guards on the streams the engine gave them.
+pub fn bound(
+    budget: &OutputBudget,
+    stdout: Option<File>,
+    stderr: Option<File>,
+) -> io::Result<(Option<File>, Option<File>, Option<Interposer>)> {
+    let pair = |to_client: Option<File>| -> io::Result<(Option<File>, Option<StreamPair>)> {
+        let Some(to_client) = to_client else {
+            return Ok((None, None));
+        };
+        let (from_sandbox, for_runsc) = sandbox_pipe()?;
+        Ok((
+            Some(for_runsc),
+            Some(StreamPair {
+                from_sandbox,
+                to_client,
+            }),
+        ))
+    };
+    let (out_w, out) = pair(stdout)?;
+    let (err_w, err) = pair(stderr)?;
+    let copy = if out.is_some() || err.is_some() {
+        Some(interpose(budget, out, err)?)
+    } else {
+        None
+    };
+    Ok((out_w, err_w, copy))
+}
+
 impl Interposer {
     pub fn budget(&self) -> &OutputBudget {
         &self.budget
@@ -438,6 +485,26 @@ fn splice(src: &File, dst: &File) -> io::Result<u64> {
         Err(io::Error::last_os_error())
     } else {
         Ok(n as u64)
+    }
+}
+
+/// Waits for `copy` to reach the end of its streams, at most `deadline`; past it the report
+/// says so and holds the counts so far (the copy goes on by itself until its writers close).
+pub async fn drain(copy: Interposer, deadline: Duration, who: &str) -> OutputReport {
+    let progress = copy.progress();
+    let waiting = tokio::task::spawn_blocking(move || copy.wait());
+    match tokio::time::timeout(deadline, waiting).await {
+        Ok(Ok(report)) => report,
+        Ok(Err(e)) => {
+            log::error!("{who}: the output copy failed: {e}");
+            progress.snapshot()
+        }
+        Err(_) => {
+            log::warn!(
+                "{who}: output still open {deadline:?} after the exit (a client that stopped reading, or a process still holding the stream); reporting the exit with what was copied so far"
+            );
+            progress.snapshot()
+        }
     }
 }
 

@@ -284,29 +284,17 @@ impl Streams {
             }
             Some(budget) => {
                 // runsc writes to pipes; the copy moves their bytes to the fifos.
-                let mut pair = |what: &'static str, path: &str| -> Result<_, StdioError> {
-                    let Some(to_client) = to_client(what, path)? else {
-                        return Ok((None, None));
-                    };
-                    let (from_sandbox, for_runsc) =
-                        output_limit::sandbox_pipe().map_err(StdioError::Pipe)?;
-                    Ok((
-                        Some(for_runsc.into()),
-                        Some(StreamPair {
-                            from_sandbox,
-                            to_client,
-                        }),
-                    ))
-                };
-                let (out_w, out) = pair("stdout", &paths.stdout)?;
-                let (err_w, err) = pair("stderr", &paths.stderr)?;
-                if out.is_some() || err.is_some() {
-                    let copy =
-                        output_limit::interpose(budget, out, err).map_err(StdioError::Interpose)?;
+                let (out_w, err_w, copy) = output_limit::bound(
+                    budget,
+                    to_client("stdout", &paths.stdout)?,
+                    to_client("stderr", &paths.stderr)?,
+                )
+                .map_err(StdioError::Interpose)?;
+                if let Some(copy) = copy {
                     *self.interposer.lock().unwrap() = Some(copy);
                 }
-                runsc.stdout = out_w;
-                runsc.stderr = err_w;
+                runsc.stdout = out_w.map(Into::into);
+                runsc.stderr = err_w.map(Into::into);
             }
         }
         if !paths.stdin.is_empty() {

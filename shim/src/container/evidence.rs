@@ -18,7 +18,6 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use policy_injector::{Lifetime, Policy};
 use serde_json::Value;
@@ -28,14 +27,9 @@ use crate::artifacts::{self, ExitRecord, StartRecord, WritableMount};
 use crate::audit::{ArtifactsAudit, AuditRecord};
 use crate::error::{Result, ShimError};
 use crate::idle::IdleThreshold;
-use crate::output_limit::{Interposer, OutputBudget, OutputReport};
+use crate::output_limit::{self, OutputBudget, OutputReport};
 use crate::process::Process;
 use crate::workspace::{self, WorkspaceReport};
-
-/// How long the exit path waits for a process's output copy to reach the end of its streams.
-/// The pipe holds at most a MiB once the process is gone; what keeps a stream open longer is a
-/// client that stopped reading or a process left in the sandbox holding it.
-pub(super) const OUTPUT_DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A container's evidence settings and the start manifest, from Create to the init's exit.
 pub(super) struct Evidence {
@@ -61,30 +55,15 @@ impl Evidence {
         let pod_activity = sandbox.and_then(|s| s.evidence.output.as_ref());
         let output = match pod_activity {
             Some(pod) => Some(OutputBudget::sharing_activity(max, pod)),
-            None if max.is_some() || lifetime.idle_timeout.is_some() => {
-                Some(OutputBudget::new(max))
-            }
-            None => None,
+            None => OutputBudget::when_needed(max, lifetime.idle_timeout.is_some()),
         };
         Evidence {
             output,
-            idle_threshold: IdleThreshold::for_cpu_limit(cpu_millis(spec)),
+            idle_threshold: IdleThreshold::of_spec(spec),
             binds: artifacts::writable_binds(spec),
             start: Mutex::new(None),
         }
     }
-}
-
-/// The CPU quota of a spec in millicores (`linux.resources.cpu` quota over period).
-fn cpu_millis(spec: &Value) -> Option<u64> {
-    let cpu = spec.pointer("/linux/resources/cpu")?;
-    let quota = cpu.get("quota")?.as_i64().filter(|q| *q > 0)? as u64;
-    let period = cpu
-        .get("period")
-        .and_then(Value::as_u64)
-        .filter(|p| *p > 0)
-        .unwrap_or(100_000);
-    Some(quota.saturating_mul(1000) / period)
 }
 
 /// What the exit path found, for the exit record.
@@ -102,26 +81,6 @@ impl ExitEvidence {
         }
         rec.artifacts = self.artifacts.as_ref().map(ArtifactsAudit::of_exit);
         rec.workspace = self.workspace.as_ref();
-    }
-}
-
-/// Waits for `copy` to reach the end of its streams, at most `deadline`; past it the report
-/// says so and holds the counts so far (the copy goes on by itself until its writers close).
-pub(super) async fn drain_output(copy: Interposer, deadline: Duration, who: &str) -> OutputReport {
-    let progress = copy.progress();
-    let waiting = tokio::task::spawn_blocking(move || copy.wait());
-    match tokio::time::timeout(deadline, waiting).await {
-        Ok(Ok(report)) => report,
-        Ok(Err(e)) => {
-            log::error!("{who}: the output copy failed: {e}");
-            progress.snapshot()
-        }
-        Err(_) => {
-            log::warn!(
-                "{who}: output still open {deadline:?} after the exit (a client that stopped reading, or a process still holding the stream); reporting the exit with what was copied so far"
-            );
-            progress.snapshot()
-        }
     }
 }
 
@@ -152,7 +111,7 @@ impl Container {
     }
 
     /// Waits for what must be in `process`'s exit record before it is published: its output
-    /// copy (bounded by [`OUTPUT_DRAIN_DEADLINE`]) and, for an init, the exit manifest of the
+    /// copy (bounded by [`output_limit::DRAIN_DEADLINE`]) and, for an init, the exit manifest of the
     /// container's volumes (bounded by `max_walk_time` + [`artifacts::WALK_GRACE`]), side by side.
     pub(super) async fn collect_exit_evidence(&self, process: &Arc<Process>) -> ExitEvidence {
         let who = self.name_of(process);
@@ -161,7 +120,9 @@ impl Container {
             let p = process.clone();
             let _ = tokio::task::spawn_blocking(move || p.io.wait_output()).await;
             match process.io.take_output() {
-                Some(copy) => Some(drain_output(copy, OUTPUT_DRAIN_DEADLINE, &who).await),
+                Some(copy) => {
+                    Some(output_limit::drain(copy, output_limit::DRAIN_DEADLINE, &who).await)
+                }
                 None => None,
             }
         };
@@ -217,59 +178,5 @@ impl Container {
             log::error!("container {}: {e}", self.id);
         }
         Some(result)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::output_limit::{interpose, sandbox_pipe, StreamPair};
-    use serde_json::json;
-    use std::io::Write;
-
-    #[test]
-    fn the_cpu_quota_is_read_in_millicores() {
-        let spec = |cpu: Value| json!({"linux": {"resources": {"cpu": cpu}}});
-        assert_eq!(
-            cpu_millis(&spec(json!({"quota": 50000, "period": 100000}))),
-            Some(500)
-        );
-        assert_eq!(cpu_millis(&spec(json!({"quota": 200000}))), Some(2000));
-        assert_eq!(
-            cpu_millis(&spec(json!({"quota": -1, "period": 100000}))),
-            None
-        );
-        assert_eq!(cpu_millis(&json!({})), None);
-    }
-
-    /// Real time: the deadline is what is tested (under paused time a blocking wait keeps the
-    /// clock from moving).
-    #[tokio::test]
-    async fn an_output_stream_held_open_reports_what_was_copied_by_the_deadline() {
-        let budget = OutputBudget::new(Some(1 << 20));
-        let (from_sandbox, mut writer) = sandbox_pipe().unwrap();
-        let (mut client, to_client) = sandbox_pipe().unwrap();
-        let copy = interpose(
-            &budget,
-            Some(StreamPair {
-                from_sandbox,
-                to_client,
-            }),
-            None,
-        )
-        .unwrap();
-        writer.write_all(b"partial\n").unwrap();
-        // Read it at the client: then the copy has counted it.
-        let mut got = [0u8; 8];
-        std::io::Read::read_exact(&mut client, &mut got).unwrap();
-        let started = std::time::Instant::now();
-        let report = drain_output(copy, Duration::from_millis(300), "test").await;
-        let waited = started.elapsed();
-        assert!(waited >= Duration::from_millis(300), "{waited:?}");
-        assert!(waited < Duration::from_secs(5), "{waited:?}");
-        assert!(!report.complete);
-        assert_eq!(report.output_bytes, 8);
-        assert_eq!(report.stdout.as_ref().unwrap().sha256, None);
-        drop(writer);
     }
 }

@@ -12,13 +12,10 @@
 
 use std::sync::Arc;
 
-use policy_injector::quantity::HumanDuration;
-
 use super::Container;
 use crate::audit::AuditEvent;
 use crate::error::{Result, ShimError};
 use crate::exit::ExitCause;
-use crate::idle::{IdleDetector, Sample, Verdict, SAMPLE_INTERVAL};
 use crate::sandbox::lifetime::{self, Idle, Target};
 
 impl Container {
@@ -68,66 +65,31 @@ impl Container {
         *self.lifetime_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
     }
 
-    /// Resolves once the container has been idle for its idle timeout, with how long it has
-    /// been; never without an idle timeout.
+    /// Resolves once the container has been idle for its idle timeout (the sandbox core's
+    /// detector over its sandbox's cgroups and its output copy); never without an idle timeout.
     async fn idle_watch(&self) -> Idle {
         let (Some(timeout), Some(cgroups)) = (self.lifetime.idle_timeout, self.cgroups.get())
         else {
             return std::future::pending().await;
         };
-        let threshold = self.evidence.idle_threshold;
-        let output = self.evidence.output.clone();
-        let mut detector = IdleDetector::new(timeout, threshold);
-        let origin = tokio::time::Instant::now();
-        let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut warned = false;
-        loop {
-            tick.tick().await;
-            let cpu_ns = match cgroups.cpu_usage_ns() {
-                Ok(ns) => ns,
-                Err(e) => {
-                    if !warned {
-                        log::warn!(
-                            "container {}: reading the sandbox's CPU time for the idle timeout: {e}; counted as activity",
-                            self.id
-                        );
-                        warned = true;
-                    }
-                    detector = IdleDetector::new(timeout, threshold);
-                    continue;
-                }
-            };
-            let sample = Sample {
-                at: origin.elapsed(),
-                cpu_ns,
-                output_bytes: output.as_ref().map_or(0, |b| b.bytes_seen()),
-            };
-            if let Verdict::TimedOut { since } = detector.observe(sample) {
-                return Idle {
-                    for_: sample.at - since,
-                    cpu_ms_per_sec: threshold.cpu_ns_per_sec / 1_000_000,
-                };
-            }
-        }
+        lifetime::idle(
+            &format!("container {}", self.id),
+            timeout,
+            self.evidence.idle_threshold,
+            cgroups.clone(),
+            self.evidence.output.clone(),
+        )
+        .await
     }
 
     /// With an idle timeout, the sandbox's CPU time must be readable from the start: Create
-    /// fails otherwise, rather than run a sandbox its idle timeout could never stop.
+    /// fails otherwise.
     pub(super) fn check_idle_sampling(&self) -> Result<()> {
-        let Some(timeout) = self.lifetime.idle_timeout else {
-            return Ok(());
-        };
-        let read = match self.cgroups.get() {
-            Some(cg) => cg.cpu_usage_ns().map(drop).map_err(|e| e.to_string()),
-            None => Err("the sandbox's cgroups were not found".to_string()),
-        };
-        read.map_err(|why| {
-            ShimError::Internal(format!(
-                "idle timeout {}: cannot read the sandbox's CPU time ({why}); refusing to run a sandbox its idle timeout could not stop",
-                HumanDuration(timeout)
-            ))
-        })
+        lifetime::check_idle_sampling(
+            self.lifetime.idle_timeout,
+            self.cgroups.get().map(|c| c.as_ref()),
+        )
+        .map_err(ShimError::Internal)
     }
 
     pub(super) fn stop_lifetime(&self) {

@@ -280,3 +280,25 @@ fn a_terminal_ends_its_stream_with_eio_and_that_is_no_read_error() {
     assert_eq!(out.delivered_bytes, 17);
     assert!(report.complete);
 }
+
+/// Real time: the deadline is what is tested (under paused time a blocking wait keeps the
+/// clock from moving).
+#[tokio::test]
+async fn an_output_stream_held_open_reports_what_was_copied_by_the_deadline() {
+    let budget = OutputBudget::new(Some(1 << 20));
+    let (mut writer, pair, mut client) = stream();
+    let copy = interpose(&budget, Some(pair), None).unwrap();
+    writer.write_all(b"partial\n").unwrap();
+    // Read it at the client: then the copy has counted it.
+    let mut got = [0u8; 8];
+    client.read_exact(&mut got).unwrap();
+    let started = std::time::Instant::now();
+    let report = drain(copy, Duration::from_millis(300), "test").await;
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(!report.complete);
+    assert_eq!(report.output_bytes, 8);
+    assert_eq!(report.stdout.as_ref().unwrap().sha256, None);
+    drop(writer);
+}

@@ -6,14 +6,19 @@
 //!
 //! The caller drops the future when the container exits first: nothing here waits for the
 //! exit. Callers: the shim's `container/lifetime.rs` (armed at Start) and runsc-hardened's
-//! guard (armed at `start`).
+//! guard (armed at `start`), each with [`idle`] as its idle detector.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use policy_injector::quantity::HumanDuration;
+
 use super::host_process::HostProcess;
 use crate::exit::ExitCause;
+use crate::host::SandboxCgroups;
+use crate::idle::{IdleDetector, IdleThreshold, Sample, Verdict, SAMPLE_INTERVAL};
+use crate::output_limit::OutputBudget;
 use crate::runtime::{KillTarget, SandboxRuntime};
 
 /// The idle detector's verdict: idle this long, CPU under this many ms per second.
@@ -65,6 +70,75 @@ pub async fn enforce(
     log::warn!("container {id}: grace period over, sending SIGKILL");
     signal_all(target, libc::SIGKILL).await;
     cause
+}
+
+/// Resolves once the container has been idle for `timeout`: its sandbox's CPU time (read from
+/// `cgroups` every [`SAMPLE_INTERVAL`]) under `threshold` and no byte through `output` (the
+/// copy's activity counter; `None`: nothing is interposed, only the CPU counts). Anything that
+/// cannot be read counts as activity: a wrong "busy" only delays a stop, a wrong "idle" would
+/// kill work. A paused container uses no CPU and counts as idle. `who` names the container in
+/// the one warning.
+pub async fn idle(
+    who: &str,
+    timeout: Duration,
+    threshold: IdleThreshold,
+    cgroups: Arc<dyn SandboxCgroups>,
+    output: Option<OutputBudget>,
+) -> Idle {
+    let mut detector = IdleDetector::new(timeout, threshold);
+    let origin = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut warned = false;
+    loop {
+        tick.tick().await;
+        let cpu_ns = match cgroups.cpu_usage_ns() {
+            Ok(ns) => ns,
+            Err(e) => {
+                if !warned {
+                    log::warn!(
+                        "{who}: reading the sandbox's CPU time for the idle timeout: {e}; counted as activity"
+                    );
+                    warned = true;
+                }
+                detector = IdleDetector::new(timeout, threshold);
+                continue;
+            }
+        };
+        let sample = Sample {
+            at: origin.elapsed(),
+            cpu_ns,
+            output_bytes: output.as_ref().map_or(0, |b| b.bytes_seen()),
+        };
+        if let Verdict::TimedOut { since } = detector.observe(sample) {
+            return Idle {
+                for_: sample.at - since,
+                cpu_ms_per_sec: threshold.cpu_ns_per_sec / 1_000_000,
+            };
+        }
+    }
+}
+
+/// With an idle timeout, the sandbox's CPU time must be readable before the workload runs:
+/// the front end refuses the container otherwise, rather than run a sandbox its idle timeout
+/// could never stop. The error says why, for the front end's own error.
+pub fn check_idle_sampling(
+    timeout: Option<Duration>,
+    cgroups: Option<&dyn SandboxCgroups>,
+) -> Result<(), String> {
+    let Some(timeout) = timeout else {
+        return Ok(());
+    };
+    let read = match cgroups {
+        Some(cg) => cg.cpu_usage_ns().map(drop).map_err(|e| e.to_string()),
+        None => Err("the sandbox's cgroups were not found".to_string()),
+    };
+    read.map_err(|why| {
+        format!(
+            "idle timeout {}: cannot read the sandbox's CPU time ({why}); refusing to run a sandbox its idle timeout could not stop",
+            HumanDuration(timeout)
+        )
+    })
 }
 
 /// `signal` to every process of the container through runsc; a SIGKILL runsc could not deliver
