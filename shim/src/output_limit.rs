@@ -22,6 +22,7 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -43,24 +44,29 @@ const PIPE_SIZE: libc::c_int = 1 << 20;
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The container's output budget, shared by all its streams (and processes, if the caller
-/// passes the same budget to each).
+/// passes the same budget to each, or maps the same budget file: [`OutputBudget::in_file`]).
 #[derive(Debug, Clone)]
 pub struct OutputBudget(Arc<Shared>);
 
 #[derive(Debug)]
 struct Shared {
     max: Option<u64>,
-    /// Bytes still allowed; unused when `max` is `None`.
-    remaining: AtomicU64,
-    /// Every byte read from the sandbox, delivered or not: the activity signal. Budgets of
-    /// containers in one sandbox may share it (see [`OutputBudget::sharing_activity`]).
-    seen: Arc<AtomicU64>,
-    truncated: AtomicBool,
+    /// Bytes still allowed (unused when `max` is `None`) and whether the bound cut anything.
+    own: Arc<Store>,
+    /// Whose `seen` counts every byte read from the sandbox, delivered or not: the activity
+    /// signal. Budgets of containers in one sandbox may share it (see
+    /// [`OutputBudget::sharing_activity`]); otherwise it is `own`.
+    activity: Arc<Store>,
 }
 
 impl OutputBudget {
     pub fn new(max_bytes: Option<u64>) -> OutputBudget {
-        Self::with_seen(max_bytes, Arc::new(AtomicU64::new(0)))
+        let own = Arc::new(Store::in_memory(max_bytes));
+        OutputBudget(Arc::new(Shared {
+            max: max_bytes,
+            activity: own.clone(),
+            own,
+        }))
     }
 
     /// The budget a container needs: one when the policy bounds its output (`max_bytes`) or
@@ -75,16 +81,30 @@ impl OutputBudget {
     /// and with it the CPU time the idle detector reads: the pod's output must count the same
     /// way, or the pod's first container would be judged idle while another one writes.
     pub fn sharing_activity(max_bytes: Option<u64>, other: &OutputBudget) -> OutputBudget {
-        Self::with_seen(max_bytes, other.0.seen.clone())
-    }
-
-    fn with_seen(max_bytes: Option<u64>, seen: Arc<AtomicU64>) -> OutputBudget {
         OutputBudget(Arc::new(Shared {
             max: max_bytes,
-            remaining: AtomicU64::new(max_bytes.unwrap_or(0)),
-            seen,
-            truncated: AtomicBool::new(false),
+            own: Arc::new(Store::in_memory(max_bytes)),
+            activity: other.0.activity.clone(),
         }))
+    }
+
+    /// The budget of a container whose processes are copied by different processes
+    /// (runsc-hardened's guard for its init, one exec guard per exec): its counters live in
+    /// the file at `path`, which each of them maps, so all draw from one budget and the
+    /// init's guard sees every byte as activity. `create` makes the file (it must not exist);
+    /// otherwise it must.
+    pub fn in_file(path: &Path, max_bytes: Option<u64>, create: bool) -> io::Result<OutputBudget> {
+        let own = Arc::new(Store::Mapped(shared::Mapped::open(path, create)?));
+        if create {
+            own.counters()
+                .remaining
+                .store(max_bytes.unwrap_or(0), Ordering::Release);
+        }
+        Ok(OutputBudget(Arc::new(Shared {
+            max: max_bytes,
+            activity: own.clone(),
+            own,
+        })))
     }
 
     /// The bound, if any.
@@ -95,18 +115,22 @@ impl OutputBudget {
     /// Bytes the container has written so far (delivered or discarded; with a shared activity
     /// counter, the whole sandbox's). The idle detector samples this.
     pub fn bytes_seen(&self) -> u64 {
-        self.0.seen.load(Ordering::Relaxed)
+        self.0.activity.counters().seen.load(Ordering::Relaxed)
     }
 
     /// Whether the bound has cut any output yet.
     pub fn truncated(&self) -> bool {
-        self.0.truncated.load(Ordering::Relaxed)
+        self.0.own.counters().truncated.load(Ordering::Relaxed) != 0
     }
 
     /// Counts `n` bytes read and thrown away without asking the budget (past the bound, or
     /// the client is gone).
     fn saw(&self, n: u64) {
-        self.0.seen.fetch_add(n, Ordering::Relaxed);
+        self.0
+            .activity
+            .counters()
+            .seen
+            .fetch_add(n, Ordering::Relaxed);
     }
 
     /// Takes up to `n` bytes from the budget; returns how many may be delivered.
@@ -117,12 +141,14 @@ impl OutputBudget {
         }
         let prev = self
             .0
+            .own
+            .counters()
             .remaining
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| Some(r - r.min(n)))
             .expect("the closure always returns Some");
         let granted = prev.min(n);
         if granted < n {
-            self.0.truncated.store(true, Ordering::Relaxed);
+            self.0.own.counters().truncated.store(1, Ordering::Relaxed);
         }
         granted
     }
@@ -132,6 +158,40 @@ impl OutputBudget {
             "[gvisor-hardened: output limit of {} bytes (stdout and stderr together) reached; the rest is discarded]\n",
             self.0.max.unwrap_or(0)
         )
+    }
+}
+
+/// A budget's counters; `#[repr(C)]` because a budget file holds them as they are.
+#[repr(C)]
+#[derive(Debug, Default)]
+struct Counters {
+    remaining: AtomicU64,
+    seen: AtomicU64,
+    /// Non-zero once the bound cut something.
+    truncated: AtomicU64,
+}
+
+/// Where a budget's counters are: this process's memory, or a file the guards of one
+/// container share.
+#[derive(Debug)]
+enum Store {
+    Memory(Counters),
+    Mapped(shared::Mapped),
+}
+
+impl Store {
+    fn in_memory(max_bytes: Option<u64>) -> Store {
+        Store::Memory(Counters {
+            remaining: AtomicU64::new(max_bytes.unwrap_or(0)),
+            ..Counters::default()
+        })
+    }
+
+    fn counters(&self) -> &Counters {
+        match self {
+            Store::Memory(c) => c,
+            Store::Mapped(m) => m.counters(),
+        }
     }
 }
 
@@ -524,5 +584,6 @@ pub fn sandbox_pipe() -> io::Result<(File, File)> {
     Ok((r, w))
 }
 
+mod shared;
 #[cfg(test)]
 mod tests;

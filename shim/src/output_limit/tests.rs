@@ -302,3 +302,41 @@ async fn an_output_stream_held_open_reports_what_was_copied_by_the_deadline() {
     assert_eq!(report.stdout.as_ref().unwrap().sha256, None);
     drop(writer);
 }
+
+#[test]
+fn guards_mapping_one_budget_file_draw_from_one_budget_and_count_one_activity() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("output-budget");
+    let init = OutputBudget::in_file(&path, Some(100), true).unwrap();
+    // Another mapping of the file: what an exec's guard, another process, opens.
+    let exec = OutputBudget::in_file(&path, Some(100), false).unwrap();
+    assert_eq!(init.take(60), 60);
+    assert_eq!(exec.take(60), 40);
+    assert!(
+        init.truncated(),
+        "the cut made through the other mapping shows"
+    );
+    assert_eq!(init.take(1), 0);
+    assert_eq!(init.bytes_seen(), 121);
+    assert_eq!(exec.bytes_seen(), 121);
+}
+
+#[test]
+fn a_budget_file_is_made_once_and_only_a_budget_file_is_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("output-budget");
+    let _first = OutputBudget::in_file(&path, None, true).unwrap();
+    let again = OutputBudget::in_file(&path, None, true).unwrap_err();
+    assert_eq!(again.kind(), io::ErrorKind::AlreadyExists);
+
+    let other = dir.path().join("other");
+    std::fs::write(&other, b"not counters").unwrap();
+    let wrong = OutputBudget::in_file(&other, None, false).unwrap_err();
+    assert!(wrong.to_string().contains("not a budget file"), "{wrong}");
+
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    assert!(OutputBudget::in_file(&link, None, false).is_err());
+    let missing = OutputBudget::in_file(&dir.path().join("none"), None, false).unwrap_err();
+    assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+}
