@@ -33,6 +33,7 @@ pub mod direct;
 pub mod docker;
 pub mod egress;
 pub mod engine;
+pub mod engine_limits;
 pub mod error;
 pub mod events;
 pub mod fault;

@@ -537,3 +537,34 @@ fn agent_sandbox_refuses_a_root_owned_project_before_starting_anything() {
         "{out}"
     );
 }
+
+/// The output bound and the idle timeout hold under Docker as under the shim: the guard
+/// copies the container's stdout and stderr (and an exec's guard an exec's) against one
+/// budget, and stops a container with no output and no CPU.
+#[test]
+fn the_output_bound_and_the_idle_timeout_hold_under_docker() {
+    let d = setup(DockerOptions {
+        extra_policies: vec![
+            ("bounded".into(), "[output]\nmax_bytes = \"1Ki\"\n".into()),
+            (
+                "idle".into(),
+                "[lifetime]\nidle_timeout = \"5s\"\ngrace_period = \"1s\"\n".into(),
+            ),
+        ],
+    });
+    let runtime = |name: &str| vec!["--runtime".to_string(), name.to_string()];
+    gvisor_hardened_tests::engine_limits::assert_output_bound(
+        || d.docker(),
+        d.dir(),
+        &runtime("bounded"),
+        &[],
+        1024,
+    );
+    gvisor_hardened_tests::engine_limits::assert_idle_timeout(
+        || d.docker(),
+        d.dir(),
+        &runtime("idle"),
+        &[],
+    );
+    assert_clean_docker_shutdown(d);
+}

@@ -324,3 +324,28 @@ fn podmans_pids_limit_is_a_guest_process_budget_and_the_lifetime_limit_holds() {
     p.assert_container_gone(&id);
     assert_clean_podman_shutdown(p);
 }
+
+/// The output bound and the idle timeout hold under Podman as under the shim: the guard
+/// copies the container's stdout and stderr (and an exec's guard an exec's) against one
+/// budget, and stops a container with no output and no CPU.
+#[test]
+fn the_output_bound_and_the_idle_timeout_hold_under_podman() {
+    let p = setup();
+    let policy =
+        |name: &str, text: &str| p.hardened_args(&p.dir().write_policy(name, text).unwrap());
+    let bounded = policy("bounded.toml", "[output]\nmax_bytes = \"1Ki\"\n");
+    let idle = policy(
+        "idle.toml",
+        "[lifetime]\nidle_timeout = \"5s\"\ngrace_period = \"1s\"\n",
+    );
+    let none = ["--network", "none"];
+    gvisor_hardened_tests::engine_limits::assert_output_bound(
+        || p.podman(),
+        p.dir(),
+        &bounded,
+        &none,
+        1024,
+    );
+    gvisor_hardened_tests::engine_limits::assert_idle_timeout(|| p.podman(), p.dir(), &idle, &none);
+    assert_clean_podman_shutdown(p);
+}

@@ -173,6 +173,17 @@ impl Lab {
     /// `create` as the engines run it; the container's stdio is the create's and nothing here
     /// reads it.
     fn create(&self, id: &str, bundle: &std::path::Path, pid_file: &std::path::Path) -> bool {
+        self.create_with(id, bundle, pid_file, &[])
+    }
+
+    /// `create` with more of its flags (`--console-socket S`).
+    fn create_with(
+        &self,
+        id: &str,
+        bundle: &std::path::Path,
+        pid_file: &std::path::Path,
+        flags: &[&str],
+    ) -> bool {
         Command::new(runsc_hardened_binary().unwrap())
             .arg("--root")
             .arg(&self.root)
@@ -182,6 +193,7 @@ impl Lab {
             .arg(bundle)
             .arg("--pid-file")
             .arg(pid_file)
+            .args(flags)
             .arg(id)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -251,24 +263,31 @@ fn deleted_at_the_exit(manager: Option<&str>) {
     assert!(leaks.is_empty(), "{leaks}");
 }
 
-/// An output bound or an idle timeout needs the container's streams, which the engine holds:
-/// runsc-hardened refuses the container, naming the setting, audits the refusal and leaves
-/// nothing behind, rather than run it without the limit.
+/// An output bound or an idle timeout on a terminal: runsc hands the terminal to the engine's
+/// console socket, where runsc-hardened's copy cannot count or cut it. runsc-hardened refuses
+/// the container, naming the setting, audits the refusal and leaves nothing behind, rather than
+/// run it without the limit. (Without a terminal both are enforced: docker_engine,
+/// podman_engine.)
 #[test]
-fn limits_only_the_shim_can_enforce_fail_the_create() {
+fn limits_on_a_terminal_fail_the_create() {
     for (extra, needle) in [
         ("[output]\nmax_bytes = \"1Mi\"", "[output] max_bytes"),
         ("[lifetime]\nidle_timeout = \"1m\"", "idle timeout"),
     ] {
         let lab = Lab::new(extra);
-        let id = unique_id("shim-only");
+        let id = unique_id("tty-limit");
         let bundle = lab.bundle(&id, None);
         let original = std::fs::read(bundle.join("config.json")).unwrap();
         let pid_file = lab.dir.path().join("guard.pid");
-        assert!(!lab.create(&id, &bundle, &pid_file), "{extra}");
+        let console = lab.dir.path().join("console.sock");
+        let console = console.to_str().unwrap();
+        assert!(
+            !lab.create_with(&id, &bundle, &pid_file, &["--console-socket", console]),
+            "{extra}"
+        );
         let error = last_error(&lab.log);
         assert!(
-            error.contains(needle) && error.contains("cannot enforce"),
+            error.contains(needle) && error.contains("cannot enforce on a terminal"),
             "{error}"
         );
         let events: Vec<String> = lab
@@ -337,4 +356,83 @@ fn a_create_failing_after_the_sandbox_exists_leaves_nothing() {
         .collect();
     assert_eq!(events, ["create", "create-failed"]);
     gvisor_hardened_tests::engine::assert_container_gone(&id, &lab.runsc_root, &lab.root);
+}
+
+/// `runsc-hardened exec` without `--detach` (runc's command line; no engine uses it): the call
+/// is the exec's guard, through the same operations as a detached exec's. Its output is cut at
+/// the container's bound, its status is the call's, it is audited `exec`, `exec-start`,
+/// `exec-exit` with the output counted.
+#[test]
+fn a_non_detached_exec_is_bounded_audited_and_exits_with_the_processs_status() {
+    let lab = Lab::new("[output]\nmax_bytes = \"100\"");
+    let (root, log) = (&lab.root, &lab.log);
+    let id = unique_id("exec");
+    let bundle = lab.bundle(&id, None);
+    let config = bundle.join("config.json");
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    spec["process"]["args"] = serde_json::json!(["sleep", "600"]);
+    std::fs::write(&config, spec.to_string()).unwrap();
+    let pid_file = lab.dir.path().join("guard.pid");
+    assert!(
+        lab.create(&id, &bundle, &pid_file),
+        "{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+    let started = call(root, log, &["start", &id]);
+    assert!(started.success(), "{started}");
+
+    let process = lab.dir.path().join("process.json");
+    let exec = serde_json::json!({
+        "args": ["sh", "-c", "yes x | head -c 500; exit 3"],
+        "cwd": "/", "env": ["PATH=/bin"], "user": {"uid": 0, "gid": 0},
+    });
+    std::fs::write(&process, exec.to_string()).unwrap();
+    let ran = call(
+        root,
+        log,
+        &["exec", "--process", process.to_str().unwrap(), &id],
+    );
+    assert_eq!(ran.code(), 3, "{ran}");
+    let cut = ran
+        .stdout
+        .find("[gvisor-hardened: output limit of 100 bytes");
+    assert_eq!(cut, Some(100), "{ran}");
+
+    let killed = call(root, log, &["kill", &id, "KILL"]);
+    assert!(killed.success(), "{killed}");
+    let guard: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    poll_until("the guard to see the exit", Duration::from_secs(30), || {
+        (!inspect::is_alive(guard)).then_some(())
+    })
+    .unwrap();
+    let deleted = call(root, log, &["delete", &id]);
+    assert!(deleted.success(), "{deleted}");
+    let records = lab.records(&id);
+    let events: Vec<&str> = records
+        .iter()
+        .map(|l| l["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "create",
+            "start",
+            "exec",
+            "exec-start",
+            "exec-exit",
+            "exit",
+            "delete"
+        ]
+    );
+    let exec_exit = &records[4];
+    assert_eq!(exec_exit["exit_status"], 3, "{exec_exit}");
+    assert_eq!(exec_exit["output_bytes"], 100, "{exec_exit}");
+    assert_eq!(exec_exit["output_truncated"], true, "{exec_exit}");
+    let leaks = gvisor_hardened_tests::engine::container_leaks(&id, &lab.runsc_root, &lab.root);
+    assert!(leaks.is_empty(), "{leaks}");
 }

@@ -73,7 +73,7 @@ impl Container {
             return std::future::pending().await;
         };
         lifetime::idle(
-            &format!("container {}", self.id),
+            format!("container {}", self.id),
             timeout,
             self.evidence.idle_threshold,
             cgroups.clone(),

@@ -111,12 +111,13 @@ pub async fn run(
         writable_binds: crate::artifacts::writable_binds(&prepared.spec),
         runsc_binary: crate::runsc::feature_cache::Identity::of(&prepared.policy.policy.runsc.path)
             .map(|id| id.path),
+        idle_threshold: crate::idle::IdleThreshold::of_spec(&prepared.spec),
     };
     // The guard's pid once it has made the sandbox: a failure after that must end both.
     let running = std::cell::Cell::new(None);
     let guard_pid = guard.pid();
     let launched = async {
-        refuse_shim_only_limits(&prepared.policy.policy, &prepared.lifetime)?;
+        refuse_unbounded_terminal(&prepared.policy.policy, &prepared.lifetime, &record)?;
         state.create(&record)?;
         // `create`'s records so far (in memory): the later calls' processes continue the
         // trail from the state directory.
@@ -155,13 +156,18 @@ pub async fn run(
     Ok(())
 }
 
-/// Fails closed on what only the shim enforces: an output bound, and an idle timeout (idle
-/// means no CPU and no output). Checked after hardening, so the refusal is audited as the
-/// container's `create-failed`.
-fn refuse_shim_only_limits(
+/// Fails closed on a terminal under an output bound or an idle timeout: the guard interposes
+/// on the streams the engine hands it (pipes), but runsc sends a terminal straight to the
+/// engine's console socket, where no copy of ours could count or cut it. Checked after
+/// hardening, so the refusal is audited as the container's `create-failed`.
+fn refuse_unbounded_terminal(
     policy: &policy_injector::Policy,
     lifetime: &policy_injector::Lifetime,
+    record: &Record,
 ) -> Result<()> {
+    if record.console_socket.is_none() {
+        return Ok(());
+    }
     if policy.output.max_bytes.is_some() {
         return Err(OciError::NeedsShim("[output] max_bytes"));
     }

@@ -16,17 +16,16 @@ use policy_injector::{harden_process, Context};
 use serde_json::Value;
 
 use super::error::{OciError, Result};
+use super::exec_guard::ExecGuard;
 use super::fork::Forked;
-use super::guard::container_stdio;
+use super::guard::{container_stdio, EngineStdio, Forwarded};
 use super::state::write_pid_file;
-use super::{not_running, Opened};
+use super::Opened;
 use crate::atomic_file;
 use crate::audit::{AuditEvent, AuditRecord};
 use crate::bundle::MAX_PROCESS_BYTES;
 use crate::exit::{Exit, ExitCause};
 use crate::reaper::ExitStatus;
-use crate::runsc::client::{read_pid_file, ExecOpts};
-use crate::runsc::error::RunscError;
 
 pub struct ExecArgs<'a> {
     pub process: &'a Path,
@@ -67,7 +66,7 @@ pub(super) fn exec_id_of(pid_file: Option<&Path>) -> String {
 
 /// Runs the exec; the exit code is the process's when not detached. `guard`: the exec guard
 /// forked for a detached exec.
-pub async fn run(c: &Opened, a: ExecArgs<'_>, guard: Option<Forked>) -> Result<u8> {
+pub async fn run(c: Opened, a: ExecArgs<'_>, guard: Option<Forked>) -> Result<u8> {
     if a.preserve_fds > 0 {
         return Err(OciError::PreserveFds(a.preserve_fds));
     }
@@ -94,61 +93,66 @@ pub async fn run(c: &Opened, a: ExecArgs<'_>, guard: Option<Forked>) -> Result<u
     rec.decisions = Some(&hardened.decisions);
     c.audit().append(&rec)?;
 
+    if !a.detach {
+        // This call is the exec's guard: it lasts as long as the process, passes the signals
+        // it gets to it and exits with its status, through the same operations as a detached
+        // exec's guard (the runtime's exec, the output copy, `exec-start` and `exec-exit`).
+        let guard = ExecGuard::launch(
+            c,
+            &exec_id,
+            &hardened.process,
+            a.console_socket,
+            &CallerStdio,
+        )
+        .await?;
+        if let Some(pid_file) = a.pid_file {
+            write_pid_file(pid_file, guard.started.pid as i32)?;
+        }
+        return Ok(guard.watch(Forwarded::new()).await);
+    }
     let unique = format!("exec-{}-{}", std::process::id(), exec_id);
     let process_file = c.state.path().join(format!("{unique}.json"));
     let bytes = serde_json::to_vec(&hardened.process).expect("a JSON value serialises");
     atomic_file::write(&process_file, &bytes, atomic_file::Options::PRIVATE)
         .map_err(OciError::io("writing", &process_file))?;
-    if a.detach {
-        let mut guard = guard.ok_or_else(|| OciError::Guard("no exec guard was forked".into()))?;
-        let guard_pid = guard.pid();
-        let answer = guard.go(&process_file.display().to_string(), c.state.path());
-        let _ = std::fs::remove_file(&process_file);
-        // The guard wrote `exec-start` (before the exec could end and it wrote `exec-exit`).
-        answer?;
-        if let Some(pid_file) = a.pid_file {
-            write_pid_file(pid_file, guard_pid)?;
-        }
-        return Ok(0);
-    }
-    let pid_file = a
-        .pid_file
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| c.state.path().join(format!("{unique}.pid")));
-    let opts = ExecOpts {
-        process_json: process_file.clone(),
-        pid_file: pid_file.clone(),
-        internal_pid_file: None,
-        detach: false,
-        console_socket: a.console_socket.map(Path::to_path_buf),
-    };
-    let ran = match container_stdio() {
-        Ok(io) => c.runsc.exec(id, &opts, io).await,
-        Err(e) => {
-            let _ = std::fs::remove_file(&process_file);
-            return Err(e);
-        }
-    };
+    let mut guard = guard.ok_or_else(|| OciError::Guard("no exec guard was forked".into()))?;
+    let guard_pid = guard.pid();
+    let answer = guard.go(&process_file.display().to_string(), c.state.path());
     let _ = std::fs::remove_file(&process_file);
-    let pid = read_pid_file(&pid_file).ok();
-    if a.pid_file.is_none() {
-        let _ = std::fs::remove_file(&pid_file);
+    // The guard wrote `exec-start` (before the exec could end and it wrote `exec-exit`).
+    answer?;
+    if let Some(pid_file) = a.pid_file {
+        write_pid_file(pid_file, guard_pid)?;
     }
-    let status = match ran {
-        Ok(()) => ExitStatus::Exited(0),
-        // runsc exec lasts as long as the process and exits with its status.
-        Err(RunscError::Failed { status, .. }) => status.unfold_runsc(),
-        Err(e) => return Err(not_running(e, id)),
-    };
-    audit_exit(c, &exec_id, pid, status);
-    Ok(status.containerd_code().min(255) as u8)
+    Ok(0)
 }
 
-pub(super) fn audit_exit(c: &Opened, exec_id: &str, pid: Option<i32>, status: ExitStatus) {
+/// The caller's own streams, kept: a non-detached exec's caller reads them to their end, which
+/// comes when the process's end and this call's exit close them.
+struct CallerStdio;
+
+impl EngineStdio for CallerStdio {
+    fn stdio(&self) -> Result<crate::runsc::client::ProcessIo> {
+        container_stdio()
+    }
+
+    fn let_go_of_stdio(&self) {}
+}
+
+pub(super) fn audit_exit(
+    c: &Opened,
+    exec_id: &str,
+    pid: Option<i32>,
+    status: ExitStatus,
+    output: Option<&crate::output_limit::OutputReport>,
+) {
     let exit = Exit::new(status, ExitCause::of_status(status), SystemTime::now());
     let mut rec = AuditRecord::new(AuditEvent::ExecExit, &c.record.subject);
     rec.exec_id = Some(exec_id);
     rec.pid = pid.map(|p| p as u32);
     rec.set_exit(&exit);
+    if let Some(report) = output {
+        rec.set_output(report);
+    }
     c.audit_best_effort(&rec);
 }

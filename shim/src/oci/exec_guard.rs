@@ -12,12 +12,13 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::cli::{Command, Invocation};
-use super::error::Result;
+use super::error::{OciError, Result};
 use super::exec::{audit_exit, exec_id_of, read_process};
 use super::fork::{report, FAILED, READY};
-use super::guard::{show_as, EngineStdio, Forwarded, HostStdio, Signals};
+use super::guard::{show_as, stdio, EngineStdio, Forwarded, HostStdio, Signals};
 use super::{not_running, Opened};
 use crate::audit::{AuditEvent, AuditRecord};
+use crate::output_limit::{self, Interposer};
 use crate::reaper::Reaper;
 use crate::runtime::{ExecCall, ExecStarted, ExitWatch, KillTarget};
 
@@ -76,17 +77,21 @@ pub fn guard_child(inv: &Invocation, process_file: &str, ready: File) -> u8 {
     })
 }
 
-struct ExecGuard {
+pub(super) struct ExecGuard {
     c: Opened,
     exec_id: String,
-    started: ExecStarted,
+    pub(super) started: ExecStarted,
     exit: ExitWatch,
+    /// The exec's output copy against the container's budget, when the policy has one.
+    output: Option<Interposer>,
 }
 
 impl ExecGuard {
     /// Starts the exec (its streams are the engine's, which this process holds) and audits
-    /// `exec-start`.
-    async fn launch(
+    /// `exec-start`. Under an output bound or an idle timeout its output goes through the
+    /// sandbox core's copy against the container's budget (the budget file the init's guard
+    /// made): an exec's output counts against the bound and as the container's activity.
+    pub(super) async fn launch(
         c: Opened,
         exec_id: &str,
         process: &Value,
@@ -97,6 +102,22 @@ impl ExecGuard {
         // runsc's files for this exec (process, pids) go in the private state directory, named
         // apart from any other exec of the same id running at the same time.
         let files = format!("{exec_id}-{}", std::process::id());
+        let budget = stdio::budget(
+            &c.state,
+            c.policy.output.max_bytes.map(|b| b.0),
+            c.record.lifetime.idle_timeout.is_some(),
+            false,
+        )?;
+        if budget.is_some() && console_socket.is_some() {
+            return Err(OciError::NeedsShim(
+                if c.policy.output.max_bytes.is_some() {
+                    "[output] max_bytes"
+                } else {
+                    "an idle timeout"
+                },
+            ));
+        }
+        let (io, output) = stdio::bound(stdio.stdio()?, budget.as_ref())?;
         let ran = c
             .runtime
             .exec(ExecCall {
@@ -105,7 +126,7 @@ impl ExecGuard {
                 bundle: c.state.path(),
                 process,
                 console_socket,
-                stdio: stdio.stdio()?,
+                stdio: io,
             })
             .await;
         // The exec's streams belong to its process now.
@@ -121,12 +142,13 @@ impl ExecGuard {
             exec_id: exec_id.to_string(),
             started,
             exit,
+            output,
         })
     }
 
     /// Until the exec's process ends: the signals sent to the guard go to it; then its
     /// `exec-exit`. Returns the code the engine sees.
-    async fn watch(mut self, mut signals: impl Signals) -> u8 {
+    pub(super) async fn watch(mut self, mut signals: impl Signals) -> u8 {
         let id = self.c.record.id.clone();
         let status = loop {
             tokio::select! {
@@ -141,11 +163,23 @@ impl ExecGuard {
                 }
             }
         };
+        let output = match self.output.take() {
+            Some(copy) => Some(
+                output_limit::drain(
+                    copy,
+                    output_limit::DRAIN_DEADLINE,
+                    &format!("container {id}, exec {}", self.exec_id),
+                )
+                .await,
+            ),
+            None => None,
+        };
         audit_exit(
             &self.c,
             &self.exec_id,
             Some(self.started.pid as i32),
             status,
+            output.as_ref(),
         );
         status.containerd_code().min(255) as u8
     }
@@ -158,8 +192,7 @@ mod tests {
 
     use super::*;
     use crate::fake::{Fake, Step};
-    use crate::oci::error::OciError;
-    use crate::oci::tests::{audit_records, created};
+    use crate::oci::tests::{audit_records, created, opened_as};
     use crate::reaper::ExitStatus;
     use crate::runsc::client::ProcessIo;
 
@@ -236,5 +269,102 @@ mod tests {
         };
         assert!(matches!(e, OciError::Runsc(_)), "{e}");
         assert_eq!(events(dir.path()), Vec::<String>::new());
+    }
+
+    /// The engine's stdout for an exec, whose reading end the test keeps.
+    struct Stdout(std::sync::Mutex<Option<File>>);
+
+    impl Stdout {
+        fn pipe() -> (Stdout, File) {
+            let (engine_reads, stdout) = crate::output_limit::sandbox_pipe().unwrap();
+            (Stdout(std::sync::Mutex::new(Some(stdout))), engine_reads)
+        }
+    }
+
+    impl EngineStdio for Stdout {
+        fn stdio(&self) -> Result<ProcessIo> {
+            Ok(ProcessIo {
+                stdout: self.0.lock().unwrap().take().map(Into::into),
+                ..ProcessIo::default()
+            })
+        }
+
+        fn let_go_of_stdio(&self) {}
+    }
+
+    /// Container c1 created under a policy bounding output to `max` bytes, with the budget
+    /// file its guard makes.
+    async fn bounded(fake: &Fake, dir: &Path, max: u64) -> Opened {
+        let mut c = created(fake, dir).await;
+        c.policy.output.max_bytes = Some(policy_injector::quantity::ByteSize(max));
+        crate::output_limit::OutputBudget::in_file(&c.state.output_budget_file(), Some(max), true)
+            .unwrap();
+        c
+    }
+
+    #[tokio::test]
+    async fn execs_draw_from_the_containers_one_output_budget_and_their_exit_records_count_it() {
+        let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+        let first = bounded(&fake, dir.path(), 10).await;
+        let (state, record, policy) = (
+            first.state.clone(),
+            first.record.clone(),
+            first.policy.clone(),
+        );
+        // Each exec is its own `runsc-hardened exec` call: its own process, its own Opened.
+        let mut calls = vec![first, opened_as(&fake, state, record, policy)].into_iter();
+        let mut delivered = Vec::new();
+        for (exec_id, truncated) in [("e1", false), ("e2", true)] {
+            let c = calls.next().unwrap();
+            let (stdout, mut engine_reads) = Stdout::pipe();
+            let guard = ExecGuard::launch(c, exec_id, &process(), None, &stdout)
+                .await
+                .unwrap();
+            fake.write_stdout("c1", &on_the_fake(exec_id), b"eight b\n");
+            fake.exit_exec("c1", &on_the_fake(exec_id), ExitStatus::Exited(0));
+            let (_tx, rx) = mpsc::unbounded_channel();
+            assert_eq!(guard.watch(rx).await, 0);
+            let mut got = String::new();
+            std::io::Read::read_to_string(&mut engine_reads, &mut got).unwrap();
+            delivered.push(got);
+            let exit = audit_records(&dir.path().join("audit.jsonl"))
+                .pop()
+                .unwrap();
+            assert_eq!(exit["event"], "exec-exit");
+            assert_eq!(exit["exec_id"], exec_id);
+            assert_eq!(exit["output_truncated"], truncated, "{exit}");
+        }
+        // 10 bytes for both: the first exec's 8, then 2 of the second's and the marker.
+        assert_eq!(delivered[0], "eight b\n");
+        assert!(
+            delivered[1].starts_with("ei\n[gvisor-hardened: output limit of 10 bytes"),
+            "{:?}",
+            delivered[1]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_exec_with_a_terminal_under_an_output_bound_is_refused_before_it_runs() {
+        let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+        let c = bounded(&fake, dir.path(), 10).await;
+        let console = dir.path().join("console.sock");
+        let Err(e) = ExecGuard::launch(c, "e1", &process(), Some(&console), &NoStdio).await else {
+            panic!("the exec started");
+        };
+        assert!(matches!(e, OciError::NeedsShim(_)), "{e}");
+        assert!(e.to_string().contains("terminal"), "{e}");
+        assert_eq!(fake.calls_of("exec"), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn an_exec_under_a_bound_whose_budget_file_is_missing_is_refused() {
+        let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+        let mut c = created(&fake, dir.path()).await;
+        c.policy.output.max_bytes = Some(policy_injector::quantity::ByteSize(10));
+        let Err(e) = ExecGuard::launch(c, "e1", &process(), None, &NoStdio).await else {
+            panic!("the exec ran unbounded");
+        };
+        assert!(e.to_string().contains("output budget"), "{e}");
+        assert_eq!(fake.calls_of("exec"), Vec::<String>::new());
     }
 }

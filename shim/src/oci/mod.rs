@@ -42,7 +42,6 @@ use log::EngineLog;
 use state::{Record, StateDir};
 
 use crate::reaper::Reaper;
-use crate::runsc::client::Runsc;
 
 /// What `--version` prints, in runc's shape (Docker parses it for its default runtime).
 pub fn version_text() -> String {
@@ -156,7 +155,14 @@ async fn dispatch(inv: &Invocation, log: &EngineLog, forked: Option<fork::Forked
                 console_socket: console_socket.as_deref(),
                 preserve_fds: *preserve_fds,
             };
-            exec::run(&Opened::open_for_exec(g, id).await?, args, forked).await
+            // A detached exec's guard, forked, is the subreaper; this call must not reap it.
+            // A non-detached exec is its own guard and reaps what runsc leaves.
+            let c = if *detach {
+                Opened::open_for_exec(g, id).await?
+            } else {
+                Opened::open(g, id).await?
+            };
+            exec::run(c, args, forked).await
         }
         Command::Ps { id, json } => ps::run(g, id, *json).map(|()| 0),
         Command::Pause { id } => pause::pause(&Opened::open(g, id).await?).await.map(|()| 0),
@@ -168,13 +174,13 @@ async fn dispatch(inv: &Invocation, log: &EngineLog, forked: Option<fork::Forked
     }
 }
 
-/// An existing container: its state, record, policy and a runsc client configured as at create.
+/// An existing container: its state, record, policy, and the sandbox core's runtime over a
+/// runsc client configured as at create.
 pub(crate) struct Opened {
     pub state: StateDir,
     pub record: Record,
     pub policy: policy_injector::Policy,
-    pub runsc: Runsc,
-    /// The sandbox core's seam over the same client.
+    /// The sandbox core's seam over the container's runsc.
     pub runtime: std::sync::Arc<dyn crate::runtime::SandboxRuntime>,
     /// The sandbox core's seam over the host's cgroups.
     pub host: std::sync::Arc<dyn crate::host::Host>,
@@ -196,15 +202,11 @@ impl Opened {
         let record = state.record()?;
         let policy = record.policy()?;
         let runsc = runtime::runsc_for(&record, &policy, &reaper)?;
-        let runtime = std::sync::Arc::new(crate::runtime::runsc::RunscRuntime::new(
-            runsc.clone(),
-            reaper,
-        ));
+        let runtime = std::sync::Arc::new(crate::runtime::runsc::RunscRuntime::new(runsc, reaper));
         Ok(Opened {
             state,
             record,
             policy,
-            runsc,
             runtime,
             host: std::sync::Arc::new(crate::host::linux::LinuxHost),
         })

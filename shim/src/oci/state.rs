@@ -40,6 +40,7 @@ const SANDBOX_PROCESS: &str = "sandbox.process";
 const RUNSC_DELETED: &str = "runsc-deleted";
 const START_LOCK: &str = "start.lock";
 const ARTIFACTS_START: &str = "artifacts-start.json";
+const OUTPUT_BUDGET: &str = "output-budget";
 
 /// Fixed at create.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -84,6 +85,9 @@ pub struct Record {
     /// person calling runsc-hardened by hand has, since `features` describe that binary.
     #[serde(default)]
     pub runsc_binary: Option<PathBuf>,
+    /// The idle detector's CPU threshold, from the hardened spec's CPU quota.
+    #[serde(default)]
+    pub idle_threshold: crate::idle::IdleThreshold,
 }
 
 impl Record {
@@ -209,6 +213,12 @@ impl StateDir {
 
     pub fn notify_fifo(&self) -> PathBuf {
         self.dir.join(NOTIFY)
+    }
+
+    /// The container's output budget file (`output_limit::OutputBudget::in_file`): made by
+    /// the guard when the policy bounds output or has an idle timeout, mapped by exec guards.
+    pub fn output_budget_file(&self) -> PathBuf {
+        self.dir.join(OUTPUT_BUDGET)
     }
 
     pub fn sandbox_pid(&self) -> Option<i32> {

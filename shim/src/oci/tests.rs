@@ -16,9 +16,7 @@ use crate::audit::test_support::subject;
 use crate::exit::ExitCause;
 use crate::fake::{Fake, Step};
 use crate::reaper::ExitStatus;
-use crate::runsc::client::Runsc;
 use crate::runsc::features::Features;
-use crate::runsc::flags::GlobalFlags;
 use crate::runtime::{CreateCall, SandboxRuntime};
 
 /// Container `c1` as `create` records it, its bundle and audit log under `dir`, hardened by
@@ -51,6 +49,7 @@ pub(super) fn record(dir: &Path) -> (Record, policy_injector::Policy) {
         policy_name: String::new(),
         writable_binds: Vec::new(),
         runsc_binary: None,
+        idle_threshold: Default::default(),
     };
     (record, policy)
 }
@@ -99,24 +98,10 @@ pub(super) fn opened_as(
     record: Record,
     policy: policy_injector::Policy,
 ) -> Opened {
-    // Never run: every call here goes through the fake runtime.
-    let features = Features::parse(
-        include_str!("../runsc/fixtures/20221219/flags.txt"),
-        include_str!("../runsc/fixtures/20221219/help.txt"),
-        "ptrace\n",
-    );
-    let runsc = Runsc::new(
-        "/nonexistent/runsc",
-        &GlobalFlags::new("/run/test-root"),
-        features,
-        crate::reaper::shared_for_tests(),
-    )
-    .unwrap();
     Opened {
         state,
         record,
         policy,
-        runsc,
         runtime: Arc::new(fake.clone()),
         host: Arc::new(fake.clone()),
     }

@@ -79,7 +79,7 @@ pub async fn enforce(
 /// kill work. A paused container uses no CPU and counts as idle. `who` names the container in
 /// the one warning.
 pub async fn idle(
-    who: &str,
+    who: String,
     timeout: Duration,
     threshold: IdleThreshold,
     cgroups: Arc<dyn SandboxCgroups>,

@@ -32,6 +32,7 @@ impl Guard {
     pub(super) fn conclude(
         &self,
         status: ExitStatus,
+        output: Option<&crate::output_limit::OutputReport>,
         artifacts: Option<&std::result::Result<ManifestExit, String>>,
         workspace: Option<&crate::workspace::WorkspaceReport>,
     ) -> (u8, ExitCause) {
@@ -50,6 +51,9 @@ impl Guard {
         let mut rec = AuditRecord::new(AuditEvent::Exit, &self.record.subject);
         rec.pid = Some(self.sandbox_pid as u32);
         rec.set_exit(&exit);
+        if let Some(report) = output {
+            rec.set_output(report);
+        }
         rec.artifacts = artifacts.map(ArtifactsAudit::of_exit);
         rec.workspace = workspace;
         if let Err(e) = self.audit.append(&rec) {

@@ -53,6 +53,7 @@ use crate::audit::{AuditEvent, AuditRecord};
 use crate::exit::ExitCause;
 use crate::host::linux::LinuxHost;
 use crate::host::{Host, SandboxCgroups};
+use crate::output_limit::{Interposer, OutputBudget};
 use crate::reaper::{ExitStatus, Reaper};
 use crate::runtime::runsc::RunscRuntime;
 use crate::runtime::{CreateCall, ExitWatch, KillTarget, SandboxRuntime};
@@ -69,7 +70,7 @@ mod exit;
 mod hands;
 mod runsc_delete;
 mod signals;
-mod stdio;
+pub(crate) mod stdio;
 #[cfg(test)]
 mod tests;
 mod title;
@@ -196,6 +197,10 @@ struct Guard {
     limits: Arc<Target>,
     /// Set when a time limit fired: the exit that follows is classified as that.
     stopped_for: Arc<OnceLock<ExitCause>>,
+    /// The container's output budget, when the policy bounds output or has an idle timeout;
+    /// the init's copy against it, until the exit takes its report.
+    budget: Option<OutputBudget>,
+    output: Option<Interposer>,
 }
 
 impl Guard {
@@ -212,7 +217,15 @@ impl Guard {
         } = world;
         // runsc joins a cgroup that exists as it is, without the policy's limits.
         host.ensure_no_cgroups(&record.cgroups_path, &record.id)?;
-        let stdio = hands.stdio()?;
+        // Bounded or watched for idleness, the init's output goes through the sandbox core's
+        // copy, as under the shim: runsc writes to our pipes, we to the engine's streams.
+        let budget = stdio::budget(
+            &state,
+            policy.output.max_bytes.map(|b| b.0),
+            record.lifetime.idle_timeout.is_some(),
+            true,
+        )?;
+        let (stdio, output) = stdio::bound(hands.stdio()?, budget.as_ref())?;
         // Egress credentials: the sandbox's CA lives in this process, which runs its proxy from
         // `start`; the bundle its spec binds is written before runsc needs it.
         crate::egress::credentials::prepare_sandbox(
@@ -250,19 +263,31 @@ impl Guard {
                 return Err(e);
             }
         };
-        let (probe, home) = match host.sandbox_cgroups(sandbox_pid as u32) {
-            Ok(cg) => {
-                let home = hands.join(cg.as_ref());
-                (Some(cg), home)
-            }
+        let probe = match host.sandbox_cgroups(sandbox_pid as u32) {
+            Ok(cg) => Some(cg),
             Err(e) => {
                 log::warn!(
                     "container {}: sandbox cgroups: {e}; OOM and process-limit exits will not be told apart",
                     record.id
                 );
-                (None, Vec::new())
+                None
             }
         };
+        // The idle timeout reads the sandbox's CPU time: unreadable, the sandbox does not run.
+        if let Err(why) =
+            lifetime::check_idle_sampling(record.lifetime.idle_timeout, probe.as_deref())
+        {
+            undo(runtime.as_ref(), host.as_ref(), &record).await;
+            crate::egress::credentials::forget_sandbox(&record.namespace, &record.id);
+            return Err(OciError::Invalid {
+                what: "the idle timeout",
+                reason: why,
+            });
+        }
+        let home = probe
+            .as_ref()
+            .map(|cg| hands.join(cg.as_ref()))
+            .unwrap_or_default();
         // Open before answering: `start` may come the moment `create` returns.
         let notify = open_notify(&state.notify_fifo());
         let limits = Arc::new(Target {
@@ -285,6 +310,8 @@ impl Guard {
             egress: None,
             limits,
             stopped_for: Default::default(),
+            budget,
+            output,
         })
     }
 
@@ -359,6 +386,18 @@ impl Guard {
         // Still in the sandbox's cgroups under Podman: no need to move out now, the exit that
         // follows takes the guard out of them, and moving between v1 hierarchies costs ~7 ms
         // on the path from the sandbox's exit to the engine seeing it.
+        // Every byte the workload wrote reaches the engine before the exit does (bounded).
+        let output = match self.output.take() {
+            Some(copy) => Some(
+                crate::output_limit::drain(
+                    copy,
+                    crate::output_limit::DRAIN_DEADLINE,
+                    &format!("container {}", self.record.id),
+                )
+                .await,
+            ),
+            None => None,
+        };
         let artifacts = self.exit_manifest().await;
         // Before the engine sees the exit: the developer's next git command runs on what this
         // leaves (see crate::workspace).
@@ -368,7 +407,12 @@ impl Guard {
         })
         .await
         .unwrap_or_default();
-        let (code, cause) = self.conclude(status, artifacts.as_ref(), workspace.as_ref());
+        let (code, cause) = self.conclude(
+            status,
+            output.as_ref(),
+            artifacts.as_ref(),
+            workspace.as_ref(),
+        );
         // Not after an OOM kill, nor when the cgroup could not tell: runsc's delete removes the
         // sandbox's cgroups, and the engines' OOM watchers drop an OOM event whose cgroup is
         // already gone (measured: Docker's OOMKilled false for a memory bomb). The engine's
@@ -380,23 +424,33 @@ impl Guard {
         code
     }
 
-    /// The policy's wall-clock limit, the sandbox core's (`crate::sandbox::lifetime`): the
-    /// guard records the cause and audits the moment. No idle timeout here: the policy check
-    /// at create refuses one under runsc-hardened.
+    /// The policy's wall-clock limit and idle timeout, the sandbox core's
+    /// (`crate::sandbox::lifetime`): the guard records the cause and audits the moment.
     fn time_limits(&self) -> impl std::future::Future<Output = ExitCause> + 'static {
         let target = self.limits.clone();
         let stopped_for = self.stopped_for.clone();
         let audit = self.audit.clone();
         let subject = self.record.subject.clone();
-        let (max_runtime, grace_period) = (
-            self.record.lifetime.max_runtime,
-            self.record.lifetime.grace_period,
-        );
+        let lifetime = self.record.lifetime;
+        let idle = match (lifetime.idle_timeout, self.probe.clone()) {
+            (Some(timeout), Some(cgroups)) => boxed_idle(lifetime::idle(
+                format!("container {}", self.record.id),
+                timeout,
+                self.record.idle_threshold,
+                cgroups,
+                self.budget.clone(),
+            )),
+            _ => boxed_idle(std::future::pending()),
+        };
         let armed_at = tokio::time::Instant::now();
         async move {
             let fired = |cause| {
                 let _ = stopped_for.set(cause);
-                let rec = AuditRecord::new(AuditEvent::Timeout, &subject);
+                let event = match cause {
+                    ExitCause::IdleTimeout => AuditEvent::IdleTimeout,
+                    _ => AuditEvent::Timeout,
+                };
+                let rec = AuditRecord::new(event, &subject);
                 if let Err(e) = audit.append(&rec) {
                     log::warn!("container {}: {e}", target.id);
                 }
@@ -404,9 +458,9 @@ impl Guard {
             lifetime::enforce(
                 &target,
                 armed_at,
-                max_runtime,
-                grace_period,
-                std::future::pending(),
+                lifetime.max_runtime,
+                lifetime.grace_period,
+                idle,
                 fired,
             )
             .await
@@ -427,6 +481,13 @@ impl Guard {
             }
         }
     }
+}
+
+/// The idle detector's future, boxed: one type whether or not there is an idle timeout.
+fn boxed_idle(
+    idle: impl std::future::Future<Output = lifetime::Idle> + 'static,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = lifetime::Idle>>> {
+    Box::pin(idle)
 }
 
 fn open_notify(path: &Path) -> Option<tokio::io::BufReader<tokio::net::unix::pipe::Receiver>> {

@@ -20,11 +20,20 @@ use crate::oci::tests::{audit_records, opened_as, record};
 use crate::reaper::ExitStatus;
 use crate::runsc::client::ProcessIo;
 
-/// What the guard asked of its own process and the host.
+/// What the guard asked of its own process and the host; the engine's stdout it hands over,
+/// when a test reads it.
 #[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<String>>>);
+struct Recorder(Arc<Mutex<Vec<String>>>, Arc<Mutex<Option<std::fs::File>>>);
 
 impl Recorder {
+    /// A recorder whose stdio has a stdout: the end the engine would read is returned.
+    fn with_stdout() -> (Recorder, std::fs::File) {
+        let (engine_reads, stdout) = crate::output_limit::sandbox_pipe().unwrap();
+        let hands = Recorder::default();
+        *hands.1.lock().unwrap() = Some(stdout);
+        (hands, engine_reads)
+    }
+
     fn did(&self, what: String) {
         self.0.lock().unwrap().push(what);
     }
@@ -44,7 +53,10 @@ impl Recorder {
 impl EngineStdio for Recorder {
     fn stdio(&self) -> crate::oci::error::Result<ProcessIo> {
         self.did("stdio".into());
-        Ok(ProcessIo::default())
+        Ok(ProcessIo {
+            stdout: self.1.lock().unwrap().take().map(Into::into),
+            ..ProcessIo::default()
+        })
     }
 
     fn let_go_of_stdio(&self) {
@@ -318,4 +330,124 @@ async fn a_cgroup_already_there_refuses_the_create_before_runsc_runs() {
     assert!(matches!(e, OciError::Cgroup(_)), "{e}");
     assert_eq!(fake.calls_of("create"), Vec::<String>::new());
     assert_eq!(hands.done(), Vec::<String>::new());
+}
+
+/// The exit record of the audit log under `c`.
+fn exit_record(c: &Container) -> serde_json::Value {
+    audit_records(&c.dir.path().join("audit.jsonl"))
+        .into_iter()
+        .rfind(|r| r["event"] == "exit")
+        .expect("an exit record")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bounded_output_reaches_the_engine_up_to_the_bound_and_the_exit_record_counts_it() {
+    let fake = Fake::default();
+    let (hands, mut engine_reads) = Recorder::with_stdout();
+    let mut c = container(Duration::from_secs(60));
+    c.policy.output.max_bytes = Some(policy_injector::quantity::ByteSize(10));
+    let (code, ()) = guarded(&c, &fake, &hands, no_signals(), async {
+        c.start(&fake).await;
+        fake.write_stdout("c1", "", b"0123456789abcdef\n");
+        fake.exit("c1", ExitStatus::Exited(0));
+    })
+    .await;
+    assert_eq!(code, 0);
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut engine_reads, &mut got).unwrap();
+    assert!(
+        got.starts_with("0123456789\n[gvisor-hardened: output limit of 10 bytes"),
+        "{got:?}"
+    );
+    assert!(!got.contains("abcdef"), "{got:?}");
+    let exit = exit_record(&c);
+    assert_eq!(exit["output_bytes"], 10);
+    assert_eq!(exit["output_truncated"], true);
+    assert_eq!(exit["output"]["stdout"]["discarded_bytes"], 7);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_bound_or_idle_timeout_the_engines_streams_go_to_runsc_as_they_are() {
+    let fake = Fake::default();
+    let (hands, mut engine_reads) = Recorder::with_stdout();
+    let c = container(Duration::from_secs(60));
+    let (code, ()) = guarded(&c, &fake, &hands, no_signals(), async {
+        c.start(&fake).await;
+        fake.write_stdout("c1", "", b"all of it\n");
+        fake.exit("c1", ExitStatus::Exited(0));
+    })
+    .await;
+    assert_eq!(code, 0);
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut engine_reads, &mut got).unwrap();
+    assert_eq!(got, "all of it\n");
+    assert!(exit_record(&c).get("output_bytes").is_none());
+    assert!(!c.state.output_budget_file().exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_container_is_stopped_at_its_idle_timeout_and_its_exit_is_an_idle_timeout() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    let mut c = container(Duration::from_secs(3600));
+    c.record.lifetime.idle_timeout = Some(Duration::from_secs(30));
+    let (code, started_at) = guarded(&c, &fake, &hands, no_signals(), async {
+        c.start(&fake).await;
+        Instant::now()
+    })
+    .await;
+    // No CPU and no output from start on: SIGTERM once 30 s of samples were idle.
+    let stopped_after = Instant::now() - started_at;
+    assert!(
+        stopped_after >= Duration::from_secs(30) && stopped_after <= Duration::from_secs(32),
+        "{stopped_after:?}"
+    );
+    assert_eq!(code, 128 + 15);
+    assert_eq!(c.state.exit().unwrap().cause, ExitCause::IdleTimeout);
+    assert_eq!(c.audited(), ["start", "idle-timeout", "exit"]);
+    assert_eq!(fake.calls_of("kill"), ["kill c1 15 all"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn output_keeps_a_container_with_an_idle_timeout_running() {
+    let fake = Fake::default();
+    let (hands, _engine_reads) = Recorder::with_stdout();
+    let mut c = container(Duration::from_secs(3600));
+    c.record.lifetime.idle_timeout = Some(Duration::from_secs(30));
+    let (code, ()) = guarded(&c, &fake, &hands, no_signals(), async {
+        c.start(&fake).await;
+        // The budget the guard made, mapped here as an exec's guard would map it.
+        let budget =
+            crate::output_limit::OutputBudget::in_file(&c.state.output_budget_file(), None, false)
+                .unwrap();
+        // A line every 10 s for two minutes: four times the timeout, never idle for it.
+        for n in 1..=12u64 {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            fake.write_stdout("c1", "", b"still working\n");
+            // The copy is a thread of its own: paused time must not run on before it counted.
+            while budget.bytes_seen() < 14 * n {
+                tokio::task::yield_now().await;
+            }
+        }
+        fake.exit("c1", ExitStatus::Exited(0));
+    })
+    .await;
+    assert_eq!(code, 0);
+    assert_eq!(fake.calls_of("kill"), Vec::<String>::new());
+    assert_eq!(c.audited(), ["start", "exit"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_timeout_whose_cpu_time_cannot_be_read_refuses_the_sandbox_and_leaves_nothing() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    fake.fail_always(Step::ReadCpu);
+    let mut c = container(Duration::from_secs(60));
+    c.record.lifetime.idle_timeout = Some(Duration::from_secs(30));
+    let Err(e) = Guard::launch(c.world(&fake, &hands)).await else {
+        panic!("the sandbox was left running");
+    };
+    assert!(
+        e.to_string().contains("cannot read the sandbox's CPU time"),
+        "{e}"
+    );
+    assert_eq!(fake.leftovers(), Vec::<String>::new());
 }
