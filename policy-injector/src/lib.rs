@@ -6,7 +6,9 @@
 //! global: the same input gives byte-identical output.
 
 pub mod attestation;
-pub mod audit_chain;
+/// The audit log's format, its own pure crate (`audit-chain/`), re-exported under the name
+/// its callers use.
+pub use gvisor_hardened_audit_chain as audit_chain;
 pub mod decision;
 pub mod egress;
 pub mod error;
