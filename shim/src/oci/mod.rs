@@ -199,17 +199,33 @@ impl Opened {
 
     async fn open_with(g: &Global, id: &str, reaper: Reaper) -> Result<Opened> {
         let state = StateDir::new(g.root.as_deref(), id)?;
+        Ok(Self::from_state(state, reaper, None)?.0)
+    }
+
+    /// The container whose state directory is `state`, as `create` recorded it: its policy and
+    /// the runtime over its runsc (which writes the sandbox's pid to `sandbox_pid_file` when
+    /// given; `create`'s guard needs it). Also returns the runsc client, for the guard's own
+    /// `runsc delete`.
+    pub(crate) fn from_state(
+        state: StateDir,
+        reaper: Reaper,
+        sandbox_pid_file: Option<std::path::PathBuf>,
+    ) -> Result<(Opened, crate::runsc::client::Runsc)> {
         let record = state.record()?;
         let policy = record.policy()?;
         let runsc = runtime::runsc_for(&record, &policy, &reaper)?;
-        let runtime = std::sync::Arc::new(crate::runtime::runsc::RunscRuntime::new(runsc, reaper));
-        Ok(Opened {
+        let mut runtime = crate::runtime::runsc::RunscRuntime::new(runsc.clone(), reaper);
+        if let Some(path) = sandbox_pid_file {
+            runtime = runtime.with_pid_file(path);
+        }
+        let c = Opened {
             state,
             record,
             policy,
-            runtime,
+            runtime: std::sync::Arc::new(runtime),
             host: std::sync::Arc::new(crate::host::linux::LinuxHost),
-        })
+        };
+        Ok((c, runsc))
     }
 
     /// The container's trail: its records, in the shared log, covered by `delete`'s signature.

@@ -41,21 +41,20 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use policy_injector::policy::ArtifactsPolicy;
-use policy_injector::{Engine, Policy};
+use policy_injector::Engine;
 use tokio::io::AsyncBufReadExt;
 
 use super::error::{OciError, Result};
 use super::fork::{report, FAILED, READY};
-use super::runtime::{runsc_for, undo};
+use super::runtime::undo;
 use super::state::{proc_start_time, Record, StateDir};
 use super::trail::StateTrail;
+use super::Opened;
 use crate::audit::{AuditEvent, AuditRecord};
 use crate::exit::ExitCause;
-use crate::host::linux::LinuxHost;
-use crate::host::{Host, SandboxCgroups};
+use crate::host::SandboxCgroups;
 use crate::output_limit::{Interposer, OutputBudget};
 use crate::reaper::{ExitStatus, Reaper};
-use crate::runtime::runsc::RunscRuntime;
 use crate::runtime::{CreateCall, ExitWatch, KillTarget, SandboxRuntime};
 use crate::sandbox::lifetime::{self, Target};
 pub(crate) use hands::{EngineStdio, HostStdio};
@@ -119,14 +118,10 @@ pub fn main(state_dir: &Path, ready: File) -> u8 {
     })
 }
 
-/// A container as the guard finds it, with the seams it works through: the sandbox runtime
-/// and the host's cgroups (the sandbox core's), and its own hands.
+/// A container as the guard finds it (the same `Opened` every runsc-hardened call works on:
+/// state, record, policy, the sandbox core's runtime and host), and the guard's own hands.
 struct World {
-    state: StateDir,
-    record: Record,
-    policy: Policy,
-    runtime: Arc<dyn SandboxRuntime>,
-    host: Arc<dyn Host>,
+    c: Opened,
     hands: Box<dyn Hands>,
 }
 
@@ -136,17 +131,10 @@ impl World {
     fn host(state_dir: &Path) -> Result<World> {
         let reaper = Reaper::install()?;
         let state = StateDir::at(state_dir)?;
-        let record = state.record()?;
-        let policy = record.policy()?;
-        let runsc = runsc_for(&record, &policy, &reaper)?;
-        let runtime =
-            RunscRuntime::new(runsc.clone(), reaper).with_pid_file(state.sandbox_pid_file());
+        let pid_file = state.sandbox_pid_file();
+        let (c, runsc) = Opened::from_state(state, reaper, Some(pid_file))?;
         Ok(World {
-            state,
-            record,
-            policy,
-            runtime: Arc::new(runtime),
-            host: Arc::new(LinuxHost),
+            c,
             hands: Box::new(HostHands { runsc }),
         })
     }
@@ -208,11 +196,14 @@ impl Guard {
     /// removed.
     async fn launch(world: World) -> Result<Guard> {
         let World {
-            state,
-            record,
-            policy,
-            runtime,
-            host,
+            c:
+                Opened {
+                    state,
+                    record,
+                    policy,
+                    runtime,
+                    host,
+                },
             hands,
         } = world;
         // runsc joins a cgroup that exists as it is, without the policy's limits.

@@ -106,11 +106,12 @@ fn container(max_runtime: Duration) -> Container {
 impl Container {
     fn world(&self, fake: &Fake, hands: &Recorder) -> World {
         World {
-            state: self.state.clone(),
-            record: self.record.clone(),
-            policy: self.policy.clone(),
-            runtime: Arc::new(fake.clone()),
-            host: Arc::new(fake.clone()),
+            c: opened_as(
+                fake,
+                self.state.clone(),
+                self.record.clone(),
+                self.policy.clone(),
+            ),
             hands: Box::new(hands.clone()),
         }
     }
