@@ -1,6 +1,7 @@
 //! The limits runsc-hardened's guards enforce on the container's streams, checked the same way
 //! through Docker and Podman: the output bound (`[output] max_bytes`, one budget for the
-//! container's process and every `exec`) and the idle timeout (no output, no CPU).
+//! container's process and every `exec`, with or without a terminal) and the idle timeout (no
+//! output, no CPU).
 
 use std::time::Duration;
 
@@ -78,6 +79,52 @@ pub fn assert_output_bound(
     let exec_exit = dir.audit_record(&id, "exec-exit").unwrap();
     assert_eq!(exec_exit["output_bytes"], max - half, "{exec_exit}");
     assert_eq!(exec_exit["output_truncated"], true, "{exec_exit}");
+}
+
+/// Under `runtime` (a policy whose `[output] max_bytes` is `max`): a container with a terminal
+/// (`-t`), which the guard relays, delivers `max` bytes of its 5000 and the marker; typed input
+/// and the engine's window size go through the relay the other way.
+#[track_caller]
+pub fn assert_output_bound_on_a_terminal(
+    engine: impl Fn() -> EngineCommand,
+    dir: &EngineDir,
+    runtime: &[String],
+    args: &[&str],
+    max: usize,
+) {
+    let args = [args, &["-t"]].concat();
+    let (out, id) = run_rm_script(engine(), dir, runtime, &args, "yes a | head -c 5000").unwrap();
+    assert!(out.success(), "{out}");
+    let (delivered, marker) = out
+        .stdout
+        .split_at(out.stdout.find(MARKER).expect("marker"));
+    // The container's terminal turns each "\n" into "\r\n" (those bytes count too); a cut in
+    // the middle of a line puts the marker on a line of its own.
+    let expected = "a\r\n".repeat(max);
+    let (kept, rest) = delivered.split_at(max.min(delivered.len()));
+    assert_eq!(kept, &expected[..max], "{out}");
+    assert!(rest.is_empty() || rest == "\n", "{out}");
+    assert!(marker.contains(&format!("{max} bytes")), "{out}");
+    let exit = dir.audit_record(&id, "exit").unwrap();
+    assert_eq!(exit["output_bytes"], max, "{exit}");
+    assert_eq!(exit["output_truncated"], true, "{exit}");
+
+    // Interactive (`-i -t` from a terminal of the test's, 24x80): what is typed reaches the
+    // container through the relay, and the size the engine sets reaches its terminal (the
+    // relay copies it within a fraction of a second: the script waits for it, bounded).
+    let script = "read x; echo got:$x; \
+        for i in $(seq 50); do [ \"$(stty size)\" = \"24 80\" ] && break; sleep 0.1; done; \
+        echo size:$(stty size)";
+    let interactive = engine()
+        .args(["run", "--rm", "-i", "-t"])
+        .args(runtime)
+        .args(&args[..args.len() - 1])
+        .args([TEST_IMAGE_REF, "sh", "-c", script])
+        .output_in_pty("hello\n")
+        .unwrap();
+    assert!(interactive.success(), "{interactive}");
+    assert!(interactive.stdout.contains("got:hello"), "{interactive}");
+    assert!(interactive.stdout.contains("size:24 80"), "{interactive}");
 }
 
 /// Under `runtime` (a policy with a 5 s idle timeout, the least a policy may set, and a 1 s

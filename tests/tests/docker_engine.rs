@@ -539,8 +539,8 @@ fn agent_sandbox_refuses_a_root_owned_project_before_starting_anything() {
 }
 
 /// The output bound and the idle timeout hold under Docker as under the shim: the guard
-/// copies the container's stdout and stderr (and an exec's guard an exec's) against one
-/// budget, and stops a container with no output and no CPU.
+/// copies the container's stdout and stderr or relays its terminal (and an exec's guard an
+/// exec's) against one budget, and stops a container with no output and no CPU.
 #[test]
 fn the_output_bound_and_the_idle_timeout_hold_under_docker() {
     let d = setup(DockerOptions {
@@ -554,6 +554,13 @@ fn the_output_bound_and_the_idle_timeout_hold_under_docker() {
     });
     let runtime = |name: &str| vec!["--runtime".to_string(), name.to_string()];
     gvisor_hardened_tests::engine_limits::assert_output_bound(
+        || d.docker(),
+        d.dir(),
+        &runtime("bounded"),
+        &[],
+        1024,
+    );
+    gvisor_hardened_tests::engine_limits::assert_output_bound_on_a_terminal(
         || d.docker(),
         d.dir(),
         &runtime("bounded"),

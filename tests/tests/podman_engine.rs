@@ -326,8 +326,8 @@ fn podmans_pids_limit_is_a_guest_process_budget_and_the_lifetime_limit_holds() {
 }
 
 /// The output bound and the idle timeout hold under Podman as under the shim: the guard
-/// copies the container's stdout and stderr (and an exec's guard an exec's) against one
-/// budget, and stops a container with no output and no CPU.
+/// copies the container's stdout and stderr or relays its terminal (and an exec's guard an
+/// exec's) against one budget, and stops a container with no output and no CPU.
 #[test]
 fn the_output_bound_and_the_idle_timeout_hold_under_podman() {
     let p = setup();
@@ -340,6 +340,13 @@ fn the_output_bound_and_the_idle_timeout_hold_under_podman() {
     );
     let none = ["--network", "none"];
     gvisor_hardened_tests::engine_limits::assert_output_bound(
+        || p.podman(),
+        p.dir(),
+        &bounded,
+        &none,
+        1024,
+    );
+    gvisor_hardened_tests::engine_limits::assert_output_bound_on_a_terminal(
         || p.podman(),
         p.dir(),
         &bounded,

@@ -173,17 +173,6 @@ impl Lab {
     /// `create` as the engines run it; the container's stdio is the create's and nothing here
     /// reads it.
     fn create(&self, id: &str, bundle: &std::path::Path, pid_file: &std::path::Path) -> bool {
-        self.create_with(id, bundle, pid_file, &[])
-    }
-
-    /// `create` with more of its flags (`--console-socket S`).
-    fn create_with(
-        &self,
-        id: &str,
-        bundle: &std::path::Path,
-        pid_file: &std::path::Path,
-        flags: &[&str],
-    ) -> bool {
         Command::new(runsc_hardened_binary().unwrap())
             .arg("--root")
             .arg(&self.root)
@@ -193,7 +182,6 @@ impl Lab {
             .arg(bundle)
             .arg("--pid-file")
             .arg(pid_file)
-            .args(flags)
             .arg(id)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -261,51 +249,6 @@ fn deleted_at_the_exit(manager: Option<&str>) {
     assert!(lines[3].get("error").is_none(), "{}", lines[3]);
     let leaks = gvisor_hardened_tests::engine::container_leaks(&id, runsc_root, root);
     assert!(leaks.is_empty(), "{leaks}");
-}
-
-/// An output bound or an idle timeout on a terminal: runsc hands the terminal to the engine's
-/// console socket, where runsc-hardened's copy cannot count or cut it. runsc-hardened refuses
-/// the container, naming the setting, audits the refusal and leaves nothing behind, rather than
-/// run it without the limit. (Without a terminal both are enforced: docker_engine,
-/// podman_engine.)
-#[test]
-fn limits_on_a_terminal_fail_the_create() {
-    for (extra, needle) in [
-        ("[output]\nmax_bytes = \"1Mi\"", "[output] max_bytes"),
-        ("[lifetime]\nidle_timeout = \"1m\"", "idle timeout"),
-    ] {
-        let lab = Lab::new(extra);
-        let id = unique_id("tty-limit");
-        let bundle = lab.bundle(&id, None);
-        let original = std::fs::read(bundle.join("config.json")).unwrap();
-        let pid_file = lab.dir.path().join("guard.pid");
-        let console = lab.dir.path().join("console.sock");
-        let console = console.to_str().unwrap();
-        assert!(
-            !lab.create_with(&id, &bundle, &pid_file, &["--console-socket", console]),
-            "{extra}"
-        );
-        let error = last_error(&lab.log);
-        assert!(
-            error.contains(needle) && error.contains("cannot enforce on a terminal"),
-            "{error}"
-        );
-        let events: Vec<String> = lab
-            .records(&id)
-            .iter()
-            .map(|l| l["event"].as_str().unwrap().to_string())
-            .collect();
-        assert_eq!(events, ["create", "create-failed"], "{extra}");
-        assert!(!pid_file.exists());
-        assert_eq!(
-            std::fs::read(bundle.join("config.json")).unwrap(),
-            original,
-            "the engine's spec is put back"
-        );
-        assert!(!bundle.join("config.original.json").exists());
-        let leaks = gvisor_hardened_tests::engine::container_leaks(&id, &lab.runsc_root, &lab.root);
-        assert!(leaks.is_empty(), "{extra}: {leaks}");
-    }
 }
 
 /// Egress on with no forwarder where the policy says: the engine's log names the path and the

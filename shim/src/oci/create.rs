@@ -117,7 +117,6 @@ pub async fn run(
     let running = std::cell::Cell::new(None);
     let guard_pid = guard.pid();
     let launched = async {
-        refuse_unbounded_terminal(&prepared.policy.policy, &prepared.lifetime, &record)?;
         state.create(&record)?;
         // `create`'s records so far (in memory): the later calls' processes continue the
         // trail from the state directory.
@@ -152,29 +151,6 @@ pub async fn run(
         bundle::remove_shim_files(&bundle);
         bundle::restore_original_config(&bundle);
         return Err(e);
-    }
-    Ok(())
-}
-
-/// Fails closed on a terminal under an output bound or an idle timeout: the guard interposes
-/// on the streams the engine hands it (pipes), but runsc sends a terminal straight to the
-/// engine's console socket, where no copy of ours could count or cut it. Checked after
-/// hardening, so the refusal is audited as the container's `create-failed`.
-fn refuse_unbounded_terminal(
-    policy: &policy_injector::Policy,
-    lifetime: &policy_injector::Lifetime,
-    record: &Record,
-) -> Result<()> {
-    if record.console_socket.is_none() {
-        return Ok(());
-    }
-    if policy.output.max_bytes.is_some() {
-        return Err(OciError::NeedsShim("[output] max_bytes"));
-    }
-    if lifetime.idle_timeout.is_some() {
-        return Err(OciError::NeedsShim(
-            "an idle timeout ([lifetime] idle_timeout or the gvisor-hardened.dev/idle-timeout annotation)",
-        ));
     }
     Ok(())
 }

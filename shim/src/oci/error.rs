@@ -77,8 +77,6 @@ pub enum OciError {
     Guard(String),
     /// The policy asks for a limit that needs the container's output streams, which the engine
     /// holds under runsc-hardened: refused rather than run without it.
-    #[error("the policy sets {0}, which runsc-hardened cannot enforce on a terminal (-t): runsc hands the terminal to the engine, where no copy of runsc-hardened's can count or cut the output; run without -t, or through the containerd shim")]
-    NeedsShim(&'static str),
     #[error("{what}: {reason}")]
     Invalid { what: &'static str, reason: String },
 }

@@ -12,10 +12,10 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::cli::{Command, Invocation};
-use super::error::{OciError, Result};
+use super::error::Result;
 use super::exec::{audit_exit, exec_id_of, read_process};
 use super::fork::{report, FAILED, READY};
-use super::guard::{show_as, stdio, EngineStdio, Forwarded, HostStdio, Signals};
+use super::guard::{show_as, stdio, terminal, EngineStdio, Forwarded, HostStdio, Signals};
 use super::{not_running, Opened};
 use crate::audit::{AuditEvent, AuditRecord};
 use crate::output_limit::{self, Interposer};
@@ -108,16 +108,16 @@ impl ExecGuard {
             c.record.lifetime.idle_timeout.is_some(),
             false,
         )?;
-        if budget.is_some() && console_socket.is_some() {
-            return Err(OciError::NeedsShim(
-                if c.policy.output.max_bytes.is_some() {
-                    "[output] max_bytes"
-                } else {
-                    "an idle timeout"
-                },
-            ));
-        }
-        let (io, output) = stdio::bound(stdio.stdio()?, budget.as_ref())?;
+        // An exec's terminal under a budget is relayed as the container's is.
+        let relay = match (console_socket, &budget) {
+            (Some(_), Some(_)) => Some(terminal::Relay::new()?),
+            _ => None,
+        };
+        let (io, mut output) = match relay {
+            Some(_) => (stdio.stdio()?, None),
+            None => stdio::bound(stdio.stdio()?, budget.as_ref())?,
+        };
+        let relay_socket = relay.as_ref().map(|r| r.socket().to_path_buf());
         let ran = c
             .runtime
             .exec(ExecCall {
@@ -125,13 +125,29 @@ impl ExecGuard {
                 exec_id: &files,
                 bundle: c.state.path(),
                 process,
-                console_socket,
+                console_socket: relay_socket.as_deref().or(console_socket),
                 stdio: io,
             })
             .await;
         // The exec's streams belong to its process now.
         stdio.let_go_of_stdio();
         let started = ran.map_err(|e| not_running(e, &id))?;
+        if let (Some(relay), Some(engine), Some(budget)) = (relay, console_socket, &budget) {
+            match relay.start(engine, budget) {
+                Ok(copy) => output = Some(copy),
+                Err(e) => {
+                    let _ = c
+                        .runtime
+                        .kill(
+                            &id,
+                            libc::SIGKILL as u32,
+                            KillTarget::Guest(started.guest_pid),
+                        )
+                        .await;
+                    return Err(e);
+                }
+            }
+        }
         let exit = c.runtime.watch(started.pid)?;
         let mut rec = AuditRecord::new(AuditEvent::ExecStart, &c.record.subject);
         rec.exec_id = Some(exec_id);
@@ -187,11 +203,14 @@ impl ExecGuard {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use serde_json::json;
     use tokio::sync::mpsc;
 
     use super::*;
     use crate::fake::{Fake, Step};
+    use crate::oci::error::OciError;
     use crate::oci::tests::{audit_records, created, opened_as};
     use crate::reaper::ExitStatus;
     use crate::runsc::client::ProcessIo;
@@ -344,16 +363,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_exec_with_a_terminal_under_an_output_bound_is_refused_before_it_runs() {
+    async fn an_execs_terminal_under_an_output_bound_is_relayed_to_the_engines_console_socket() {
         let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
         let c = bounded(&fake, dir.path(), 10).await;
-        let console = dir.path().join("console.sock");
-        let Err(e) = ExecGuard::launch(c, "e1", &process(), Some(&console), &NoStdio).await else {
-            panic!("the exec started");
-        };
-        assert!(matches!(e, OciError::NeedsShim(_)), "{e}");
-        assert!(e.to_string().contains("terminal"), "{e}");
-        assert_eq!(fake.calls_of("exec"), Vec::<String>::new());
+        let engine = crate::stdio::ConsoleSocket::new(dir.path()).unwrap();
+        let engine_path = engine.path().to_path_buf();
+        let received = std::thread::spawn(move || engine.receive(Duration::from_secs(10)));
+        let guard = ExecGuard::launch(c, "e1", &process(), Some(&engine_path), &NoStdio)
+            .await
+            .unwrap();
+        // The engine got a terminal, the relay's: runsc was given another socket.
+        received.join().unwrap().unwrap();
+        assert!(guard.output.is_some(), "the terminal's output is copied");
+        fake.exit_exec("c1", &on_the_fake("e1"), ExitStatus::Exited(0));
+        let (_tx, rx) = mpsc::unbounded_channel();
+        assert_eq!(guard.watch(rx).await, 0);
+        let exit = audit_records(&dir.path().join("audit.jsonl"))
+            .pop()
+            .unwrap();
+        assert_eq!(exit["output_bytes"], 0, "{exit}");
     }
 
     #[tokio::test]

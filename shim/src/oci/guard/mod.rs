@@ -70,6 +70,7 @@ mod hands;
 mod runsc_delete;
 mod signals;
 pub(crate) mod stdio;
+pub(crate) mod terminal;
 #[cfg(test)]
 mod tests;
 mod title;
@@ -216,7 +217,20 @@ impl Guard {
             record.lifetime.idle_timeout.is_some(),
             true,
         )?;
-        let (stdio, output) = stdio::bound(hands.stdio()?, budget.as_ref())?;
+        // A terminal goes to runsc's console socket, not through the streams: under a budget
+        // the guard relays it (`terminal.rs`).
+        let relay = match (&record.console_socket, &budget) {
+            (Some(_), Some(_)) => Some(terminal::Relay::new()?),
+            _ => None,
+        };
+        let (stdio, mut output) = match relay {
+            Some(_) => (hands.stdio()?, None),
+            None => stdio::bound(hands.stdio()?, budget.as_ref())?,
+        };
+        let console_socket = match &relay {
+            Some(relay) => Some(relay.socket().to_path_buf()),
+            None => record.console_socket.clone(),
+        };
         // Egress credentials: the sandbox's CA lives in this process, which runs its proxy from
         // `start`; the bundle its spec binds is written before runsc needs it.
         crate::egress::credentials::prepare_sandbox(
@@ -228,7 +242,7 @@ impl Guard {
             .create(CreateCall {
                 id: &record.id,
                 bundle: &record.bundle,
-                console_socket: record.console_socket.as_deref(),
+                console_socket: console_socket.as_deref(),
                 stdio,
             })
             .await;
@@ -236,6 +250,11 @@ impl Guard {
         hands.let_go_of_stdio();
         let started = async {
             let pid = created?;
+            if let (Some(relay), Some(engine), Some(budget)) =
+                (relay, &record.console_socket, &budget)
+            {
+                output = Some(relay.start(engine, budget)?);
+            }
             // Before the watch: until the reaper has seen its exit, the pid is our child's.
             let process = runtime.host_process(pid);
             // With its start time, for `kill`'s last resort from another process.

@@ -452,3 +452,20 @@ async fn an_idle_timeout_whose_cpu_time_cannot_be_read_refuses_the_sandbox_and_l
     );
     assert_eq!(fake.leftovers(), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn a_terminal_under_an_output_bound_is_relayed_and_runsc_gets_the_relays_socket() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    let mut c = container(Duration::from_secs(60));
+    c.policy.output.max_bytes = Some(policy_injector::quantity::ByteSize(10));
+    let engine = crate::stdio::ConsoleSocket::new(c.dir.path()).unwrap();
+    let engine_path = engine.path().to_path_buf();
+    c.record.console_socket = Some(engine_path.clone());
+    let received = std::thread::spawn(move || engine.receive(Duration::from_secs(10)));
+    let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
+    received.join().unwrap().expect("the engine got a terminal");
+    assert!(guard.output.is_some(), "the terminal's output is copied");
+    fake.exit("c1", ExitStatus::Exited(0));
+    assert_eq!(guard.watch(no_signals()).await, 0);
+    assert_eq!(exit_record(&c)["output_bytes"], 0);
+}
