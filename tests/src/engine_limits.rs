@@ -8,14 +8,23 @@ use std::time::Duration;
 use crate::engine::{run_rm_script, EngineCommand, EngineDir};
 use crate::image::TEST_IMAGE_REF;
 use crate::poll::poll_until;
+use crate::process::CommandOutput;
 
 /// The marker line the bound leaves on a stream it cut.
 const MARKER: &str = "[gvisor-hardened: output limit of ";
 
+/// `out`'s stdout before the marker line and from it on.
+#[track_caller]
+fn at_the_marker(out: &CommandOutput) -> (&str, &str) {
+    let at = out.stdout.find(MARKER);
+    out.stdout
+        .split_at(at.unwrap_or_else(|| panic!("no marker line: {out}")))
+}
+
 /// Under `runtime` (the engine's arguments picking runsc-hardened with a policy whose
 /// `[output] max_bytes` is `max`): a container writing 5000 bytes delivers `max` of them and
 /// the marker, its exit record counts them; then a detached container writes half the budget
-/// and an `exec` in it gets only the rest.
+/// and an `exec` in it gets only the rest; and the same bound on a terminal.
 #[track_caller]
 pub fn assert_output_bound(
     engine: impl Fn() -> EngineCommand,
@@ -33,9 +42,7 @@ pub fn assert_output_bound(
     )
     .unwrap();
     assert!(out.success(), "{out}");
-    let (delivered, marker) = out
-        .stdout
-        .split_at(out.stdout.find(MARKER).expect("marker"));
+    let (delivered, marker) = at_the_marker(&out);
     assert_eq!(delivered.len(), max, "{out}");
     assert!(delivered.bytes().all(|b| b == b'a' || b == b'\n'), "{out}");
     assert!(marker.contains(&format!("{max} bytes")), "{out}");
@@ -71,21 +78,21 @@ pub fn assert_output_bound(
         .output()
         .unwrap();
     assert!(exec.success(), "{exec}");
-    let (delivered, _) = exec
-        .stdout
-        .split_at(exec.stdout.find(MARKER).expect("marker"));
+    let (delivered, _) = at_the_marker(&exec);
     assert_eq!(delivered.len(), max - half, "{exec}");
     engine().args(["rm", "-f", &name]).checked().unwrap();
     let exec_exit = dir.audit_record(&id, "exec-exit").unwrap();
     assert_eq!(exec_exit["output_bytes"], max - half, "{exec_exit}");
     assert_eq!(exec_exit["output_truncated"], true, "{exec_exit}");
+
+    assert_output_bound_on_a_terminal(engine, dir, runtime, args, max);
 }
 
 /// Under `runtime` (a policy whose `[output] max_bytes` is `max`): a container with a terminal
 /// (`-t`), which the guard relays, delivers `max` bytes of its 5000 and the marker; typed input
 /// and the engine's window size go through the relay the other way.
 #[track_caller]
-pub fn assert_output_bound_on_a_terminal(
+fn assert_output_bound_on_a_terminal(
     engine: impl Fn() -> EngineCommand,
     dir: &EngineDir,
     runtime: &[String],
@@ -95,9 +102,7 @@ pub fn assert_output_bound_on_a_terminal(
     let args = [args, &["-t"]].concat();
     let (out, id) = run_rm_script(engine(), dir, runtime, &args, "yes a | head -c 5000").unwrap();
     assert!(out.success(), "{out}");
-    let (delivered, marker) = out
-        .stdout
-        .split_at(out.stdout.find(MARKER).expect("marker"));
+    let (delivered, marker) = at_the_marker(&out);
     // The container's terminal turns each "\n" into "\r\n" (those bytes count too); a cut in
     // the middle of a line puts the marker on a line of its own.
     let expected = "a\r\n".repeat(max);

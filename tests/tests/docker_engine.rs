@@ -560,13 +560,6 @@ fn the_output_bound_and_the_idle_timeout_hold_under_docker() {
         &[],
         1024,
     );
-    gvisor_hardened_tests::engine_limits::assert_output_bound_on_a_terminal(
-        || d.docker(),
-        d.dir(),
-        &runtime("bounded"),
-        &[],
-        1024,
-    );
     gvisor_hardened_tests::engine_limits::assert_idle_timeout(
         || d.docker(),
         d.dir(),

@@ -346,13 +346,6 @@ fn the_output_bound_and_the_idle_timeout_hold_under_podman() {
         &none,
         1024,
     );
-    gvisor_hardened_tests::engine_limits::assert_output_bound_on_a_terminal(
-        || p.podman(),
-        p.dir(),
-        &bounded,
-        &none,
-        1024,
-    );
     gvisor_hardened_tests::engine_limits::assert_idle_timeout(|| p.podman(), p.dir(), &idle, &none);
     assert_clean_podman_shutdown(p);
 }
