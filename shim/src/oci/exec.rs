@@ -8,24 +8,18 @@
 //! start of the call (`fork.rs`, `exec_guard.rs`). Without `--detach` this call lasts as long
 //! as the process and audits its exit.
 
-use std::io::Read;
 use std::path::Path;
-use std::time::SystemTime;
 
 use policy_injector::{harden_process, Context};
-use serde_json::Value;
 
 use super::error::{OciError, Result};
-use super::exec_guard::ExecGuard;
+use super::exec_guard::{exec_id_of, read_process, ExecGuard};
 use super::fork::Forked;
 use super::guard::{container_stdio, EngineStdio, Forwarded};
 use super::state::write_pid_file;
 use super::Opened;
 use crate::atomic_file;
 use crate::audit::{AuditEvent, AuditRecord};
-use crate::bundle::MAX_PROCESS_BYTES;
-use crate::exit::{Exit, ExitCause};
-use crate::reaper::ExitStatus;
 
 pub struct ExecArgs<'a> {
     pub process: &'a Path,
@@ -33,35 +27,6 @@ pub struct ExecArgs<'a> {
     pub pid_file: Option<&'a Path>,
     pub console_socket: Option<&'a Path>,
     pub preserve_fds: u32,
-}
-
-pub(super) fn read_process(path: &Path) -> Result<Value> {
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_PROCESS_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(OciError::io("reading the process file", path))?;
-    if bytes.len() as u64 > MAX_PROCESS_BYTES {
-        return Err(OciError::Invalid {
-            what: "exec",
-            reason: format!(
-                "{} is larger than {} MiB",
-                path.display(),
-                MAX_PROCESS_BYTES >> 20
-            ),
-        });
-    }
-    serde_json::from_slice(&bytes).map_err(|e| OciError::Invalid {
-        what: "exec",
-        reason: format!("{} is not valid JSON: {e}", path.display()),
-    })
-}
-
-/// The engine names the exec only through its pid file (`<exec id>.pid` for Docker).
-pub(super) fn exec_id_of(pid_file: Option<&Path>) -> String {
-    pid_file
-        .and_then(Path::file_stem)
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "exec".to_string())
 }
 
 /// Runs the exec; the exit code is the process's when not detached. `guard`: the exec guard
@@ -137,22 +102,4 @@ impl EngineStdio for CallerStdio {
     }
 
     fn let_go_of_stdio(&self) {}
-}
-
-pub(super) fn audit_exit(
-    c: &Opened,
-    exec_id: &str,
-    pid: Option<i32>,
-    status: ExitStatus,
-    output: Option<&crate::output_limit::OutputReport>,
-) {
-    let exit = Exit::new(status, ExitCause::of_status(status), SystemTime::now());
-    let mut rec = AuditRecord::new(AuditEvent::ExecExit, &c.record.subject);
-    rec.exec_id = Some(exec_id);
-    rec.pid = pid.map(|p| p as u32);
-    rec.set_exit(&exit);
-    if let Some(report) = output {
-        rec.set_output(report);
-    }
-    c.audit_best_effort(&rec);
 }

@@ -7,19 +7,22 @@
 //! process's, 128 + the signal for a kill).
 
 use std::fs::File;
+use std::io::Read;
 use std::path::Path;
+use std::time::SystemTime;
 
 use serde_json::Value;
 
 use super::cli::{Command, Invocation};
-use super::error::Result;
-use super::exec::{audit_exit, exec_id_of, read_process};
+use super::error::{OciError, Result};
 use super::fork::{report, FAILED, READY};
 use super::guard::{show_as, stdio, terminal, EngineStdio, Forwarded, HostStdio, Signals};
 use super::{not_running, Opened};
 use crate::audit::{AuditEvent, AuditRecord};
+use crate::bundle::MAX_PROCESS_BYTES;
+use crate::exit::{Exit, ExitCause};
 use crate::output_limit::{self, Interposer};
-use crate::reaper::Reaper;
+use crate::reaper::{ExitStatus, Reaper};
 use crate::runtime::{ExecCall, ExecStarted, ExitWatch, KillTarget};
 
 /// The guard's side of a detached exec's fork, once told to go with the hardened process
@@ -75,6 +78,55 @@ pub fn guard_child(inv: &Invocation, process_file: &str, ready: File) -> u8 {
             }
         }
     })
+}
+
+/// The hardened process file (`exec` writes it, bounded as every process file is).
+pub(super) fn read_process(path: &Path) -> Result<Value> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_PROCESS_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(OciError::io("reading the process file", path))?;
+    if bytes.len() as u64 > MAX_PROCESS_BYTES {
+        return Err(OciError::Invalid {
+            what: "exec",
+            reason: format!(
+                "{} is larger than {} MiB",
+                path.display(),
+                MAX_PROCESS_BYTES >> 20
+            ),
+        });
+    }
+    serde_json::from_slice(&bytes).map_err(|e| OciError::Invalid {
+        what: "exec",
+        reason: format!("{} is not valid JSON: {e}", path.display()),
+    })
+}
+
+/// The engine names the exec only through its pid file (`<exec id>.pid` for Docker).
+pub(super) fn exec_id_of(pid_file: Option<&Path>) -> String {
+    pid_file
+        .and_then(Path::file_stem)
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "exec".to_string())
+}
+
+/// The exec's `exec-exit` record: its status, its cause and what its output copy counted.
+fn audit_exit(
+    c: &Opened,
+    exec_id: &str,
+    pid: Option<i32>,
+    status: ExitStatus,
+    output: Option<&crate::output_limit::OutputReport>,
+) {
+    let exit = Exit::new(status, ExitCause::of_status(status), SystemTime::now());
+    let mut rec = AuditRecord::new(AuditEvent::ExecExit, &c.record.subject);
+    rec.exec_id = Some(exec_id);
+    rec.pid = pid.map(|p| p as u32);
+    rec.set_exit(&exit);
+    if let Some(report) = output {
+        rec.set_output(report);
+    }
+    c.audit_best_effort(&rec);
 }
 
 pub(super) struct ExecGuard {
@@ -210,7 +262,6 @@ mod tests {
 
     use super::*;
     use crate::fake::{Fake, Step};
-    use crate::oci::error::OciError;
     use crate::oci::tests::{audit_records, created, opened_as};
     use crate::reaper::ExitStatus;
     use crate::runsc::client::ProcessIo;
