@@ -4,7 +4,7 @@
 //! reaches must not change when more bytes follow (the proxy may have read past the hello).
 #![no_main]
 
-#[path = "../../shim/src/egress/sni.rs"]
+#[path = "../../shim/egress/src/sni.rs"]
 mod sni;
 
 use libfuzzer_sys::fuzz_target;

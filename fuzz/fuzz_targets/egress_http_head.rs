@@ -9,7 +9,7 @@
 
 // The parser is std only, so it is compiled here on its own (the shim's dependencies would
 // otherwise all be built with coverage instrumentation).
-#[path = "../../shim/src/egress/http.rs"]
+#[path = "../../shim/egress/src/http.rs"]
 mod http;
 
 use libfuzzer_sys::fuzz_target;

@@ -6,14 +6,17 @@
 
 pub mod actions;
 pub mod artifacts;
-pub mod atomic_file;
+pub use gvisor_hardened_proc::atomic_file;
 pub mod audit;
 pub mod bundle;
 pub mod cgroup;
 pub mod container;
 pub mod container_id;
 pub mod core_dumps;
-pub mod egress;
+pub use gvisor_hardened_egress as egress;
+/// The egress proxy against real runsc sandboxes (the egress crate has no runsc harness).
+#[cfg(all(test, feature = "host-tests"))]
+mod egress_reaped_tests;
 pub mod env;
 pub mod error;
 pub mod events;
@@ -21,7 +24,7 @@ pub mod exit;
 #[cfg(test)]
 pub mod fake;
 pub mod flags;
-pub mod heap;
+pub use gvisor_hardened_proc::heap;
 pub mod host;
 pub mod host_tree;
 pub mod idle;
@@ -33,7 +36,7 @@ pub mod packed;
 pub mod policy_source;
 pub mod prepare;
 pub mod process;
-pub mod reaper;
+pub use gvisor_hardened_proc::reaper;
 pub mod rootfs;
 pub mod runsc;
 pub mod runtime;

@@ -18,7 +18,7 @@
 //! processes).
 
 pub mod exit;
-pub mod host_process;
+pub use gvisor_hardened_proc::host_process;
 pub mod lifetime;
 pub mod termination_message;
 pub mod update;

@@ -15,13 +15,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::egress::audit::{ConnectionRecord, EgressEvent, MemorySink, SandboxRef};
-use crate::egress::guard::Guard;
-use crate::egress::net::{Dialer, Resolver};
-use crate::egress::proxy::{Proxy, Timeouts};
-use crate::egress::supervisor::{
-    EgressSupervisor, ForwarderIo, ForwarderSpawner, SupervisorOptions,
-};
+use crate::audit::{ConnectionRecord, EgressEvent, MemorySink, SandboxRef};
+use crate::guard::Guard;
+use crate::net::{Dialer, Resolver};
+use crate::proxy::{Proxy, Timeouts};
+use crate::supervisor::{EgressSupervisor, ForwarderIo, ForwarderSpawner, SupervisorOptions};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -543,7 +541,7 @@ impl World {
     pub async fn with_credentials(
         plan: &EgressPlan,
         upstream: SocketAddr,
-        ca: Option<Arc<crate::egress::credentials::SandboxCa>>,
+        ca: Option<Arc<crate::credentials::SandboxCa>>,
     ) -> World {
         Self::build(plan, upstream, None, Some(ca)).await
     }
@@ -557,7 +555,7 @@ impl World {
         plan: &EgressPlan,
         upstream: SocketAddr,
         timeouts: Option<Timeouts>,
-        ca: Option<Option<Arc<crate::egress::credentials::SandboxCa>>>,
+        ca: Option<Option<Arc<crate::credentials::SandboxCa>>>,
     ) -> World {
         let (tx, ends) = mpsc::unbounded_channel();
         let sink = Arc::new(MemorySink::default());

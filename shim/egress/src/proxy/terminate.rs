@@ -19,9 +19,9 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
 use super::{gone, stalled, Inbound, MuxStream, Proxy, Record, Stop, Verdict, ANSWERED};
-use crate::egress::audit::EgressEvent;
-use crate::egress::credentials::{read_value, upstream_config, SandboxCa};
-use crate::egress::http::{self, MAX_HEAD};
+use crate::audit::EgressEvent;
+use crate::credentials::{read_value, upstream_config, SandboxCa};
+use crate::http::{self, MAX_HEAD};
 
 /// What the proxy needs for its credential hosts.
 pub(super) struct Credentials {

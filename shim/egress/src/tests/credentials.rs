@@ -12,8 +12,8 @@ use tokio::net::TcpListener;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use super::fakes::*;
-use crate::egress::audit::{EgressEvent, Verdict};
-use crate::egress::credentials::SandboxCa;
+use crate::audit::{EgressEvent, Verdict};
+use crate::credentials::SandboxCa;
 
 const SECRET: &str = "sk-planted-5f1e0c";
 const HOST: &str = "api.example.test";

@@ -312,11 +312,11 @@ pub fn write_bundle(path: &Path, node_store: &Path, ca_pem: &str) -> Result<(), 
         text.push('\n');
     }
     text.push_str(ca_pem);
-    let options = crate::atomic_file::Options {
+    let options = gvisor_hardened_proc::atomic_file::Options {
         mode: 0o644,
         durable: true,
     };
-    crate::atomic_file::write(path, text.as_bytes(), options).map_err(fail)
+    gvisor_hardened_proc::atomic_file::write(path, text.as_bytes(), options).map_err(fail)
 }
 
 #[cfg(test)]

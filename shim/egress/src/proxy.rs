@@ -273,7 +273,7 @@ impl Proxy {
         if self.caps.open() == 0 {
             // The last connection ended: the buffers of a burst (up to a window per stream)
             // go back to the kernel rather than staying resident for the pod's life.
-            crate::heap::release_freed_memory();
+            gvisor_hardened_proc::heap::release_freed_memory();
         }
     }
 

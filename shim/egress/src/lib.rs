@@ -63,7 +63,7 @@ pub struct SandboxEgress {
 /// A sandbox that runs while its host process does (a pidfd, so a recycled pid is never
 /// mistaken for it); without one, while nothing says otherwise.
 pub fn running_while(
-    process: Option<Arc<crate::sandbox::host_process::HostProcess>>,
+    process: Option<Arc<gvisor_hardened_proc::host_process::HostProcess>>,
 ) -> SandboxRunning {
     Arc::new(move || process.as_ref().is_none_or(|p| p.is_running()))
 }
@@ -94,7 +94,5 @@ pub fn start_for_sandbox(
     )
 }
 
-#[cfg(all(test, feature = "host-tests"))]
-mod reaped_tests;
 #[cfg(test)]
 mod tests;

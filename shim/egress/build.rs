@@ -1,5 +1,5 @@
 //! Builds the egress forwarder (`forwarder/`, Rust, std only) as a static binary in OUT_DIR,
-//! which the runtime carries inside itself (`src/egress/embedded.rs`) and writes out when a
+//! which the runtime carries inside itself (`src/install.rs`) and writes out when a
 //! sandbox with egress first needs it: installing the runtime's binaries is then enough for
 //! egress, and the forwarder always matches the runtime that speaks to it.
 
@@ -23,7 +23,7 @@ fn main() {
 /// build lock the outer one holds. `hack/build-forwarder.sh` does the same for the installer's image.
 fn build_forwarder(out_dir: &std::path::Path, binary: &std::path::Path) {
     let src = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"))
-        .join("forwarder/src");
+        .join("../forwarder/src");
     for f in ["lib.rs", "main.rs", "await_listener.rs"] {
         println!("cargo:rerun-if-changed={}", src.join(f).display());
     }

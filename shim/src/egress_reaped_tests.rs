@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::audit::{EgressEvent, MemorySink, SandboxRef};
-use super::guard::Guard;
-use super::net::{NetnsDialer, SystemResolver};
-use super::spawn::RunscExec;
-use super::supervisor::{EgressSupervisor, SupervisorOptions};
-use super::Proxy;
+use crate::egress::audit::{EgressEvent, MemorySink, SandboxRef};
+use crate::egress::guard::Guard;
+use crate::egress::net::{NetnsDialer, SystemResolver};
+use crate::egress::spawn::RunscExec;
+use crate::egress::supervisor::{EgressSupervisor, SupervisorOptions};
+use crate::egress::Proxy;
 use crate::runsc::test_support::{Bundle, Harness, RUNSC};
 
 const WAIT: Duration = Duration::from_secs(30);

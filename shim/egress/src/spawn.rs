@@ -21,7 +21,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use super::supervisor::{ForwarderIo, ForwarderSpawner, Kill};
-use crate::reaper::Reaper;
+use gvisor_hardened_proc::reaper::Reaper;
 
 /// How to reach runsc and which container to exec in.
 #[derive(Clone)]
@@ -57,7 +57,7 @@ impl RunscExec {
     }
 
     /// `runsc kill --pid PID ID KILL`, best effort: the forwarder and the sandbox may be gone.
-    /// Resolves when runsc's process has exited (see [`crate::egress::supervisor::Kill`]).
+    /// Resolves when runsc's process has exited (see [`crate::supervisor::Kill`]).
     fn kill_fn(&self, pid_file: PathBuf) -> Kill {
         let (runsc, global, id, reaper) = (
             self.runsc.clone(),

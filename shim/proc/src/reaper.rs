@@ -85,7 +85,7 @@ impl ExitStatus {
         matches!(self, ExitStatus::Exited(0))
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-support"))]
     /// The signal that killed the process, if one did.
     pub fn signal(&self) -> Option<i32> {
         match *self {
@@ -220,7 +220,7 @@ impl Future for ExitFuture {
 }
 
 impl ExitFuture {
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-support"))]
     /// Blocks the calling thread until the exit, for synchronous code (e.g. cleanup in `Drop`).
     /// Panics inside an async context: there, `.await` the future instead.
     pub fn wait_blocking(self) -> ExitStatus {
@@ -324,7 +324,7 @@ impl Reaper {
         })
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-support"))]
     /// An exit collected for `pid` that nobody has claimed yet (for diagnostics and tests).
     pub fn unclaimed(&self, pid: i32) -> Option<ExitStatus> {
         lock(&self.inner).unclaimed.get(&pid).copied()
@@ -366,8 +366,8 @@ fn lock(registry: &Mutex<Registry>) -> MutexGuard<'_, Registry> {
 
 /// The process-wide reaper for unit tests of every module. Tests share one process, and the
 /// registry must be single: a second loop would steal exits from the first.
-#[cfg(test)]
-pub(crate) fn shared_for_tests() -> Reaper {
+#[cfg(any(test, feature = "test-support"))]
+pub fn shared_for_tests() -> Reaper {
     static REAPER: std::sync::OnceLock<Reaper> = std::sync::OnceLock::new();
     REAPER
         .get_or_init(|| {
