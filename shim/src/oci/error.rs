@@ -75,8 +75,6 @@ pub enum OciError {
     },
     #[error("{0}")]
     Guard(String),
-    /// The policy asks for a limit that needs the container's output streams, which the engine
-    /// holds under runsc-hardened: refused rather than run without it.
     #[error("{what}: {reason}")]
     Invalid { what: &'static str, reason: String },
 }
