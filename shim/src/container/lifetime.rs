@@ -16,7 +16,7 @@ use super::Container;
 use crate::audit::AuditEvent;
 use crate::error::{Result, ShimError};
 use crate::exit::ExitCause;
-use crate::sandbox::lifetime::{self, Idle, Target};
+use crate::sandbox::lifetime::{self, Target};
 
 impl Container {
     /// Armed at Start; disarmed by the init's exit and by delete. The limits themselves are
@@ -54,7 +54,13 @@ impl Container {
                 armed_at,
                 lifetime.max_runtime,
                 lifetime.grace_period,
-                me.idle_watch(),
+                lifetime::idle(
+                    format!("container {}", me.id),
+                    lifetime.idle_timeout,
+                    me.evidence.idle_threshold,
+                    me.cgroups.get().cloned(),
+                    me.evidence.output.clone(),
+                ),
                 fired,
             );
             tokio::select! {
@@ -63,23 +69,6 @@ impl Container {
             }
         });
         *self.lifetime_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
-    }
-
-    /// Resolves once the container has been idle for its idle timeout (the sandbox core's
-    /// detector over its sandbox's cgroups and its output copy); never without an idle timeout.
-    async fn idle_watch(&self) -> Idle {
-        let (Some(timeout), Some(cgroups)) = (self.lifetime.idle_timeout, self.cgroups.get())
-        else {
-            return std::future::pending().await;
-        };
-        lifetime::idle(
-            format!("container {}", self.id),
-            timeout,
-            self.evidence.idle_threshold,
-            cgroups.clone(),
-            self.evidence.output.clone(),
-        )
-        .await
     }
 
     /// With an idle timeout, the sandbox's CPU time must be readable from the start: Create

@@ -77,14 +77,18 @@ pub async fn enforce(
 /// copy's activity counter; `None`: nothing is interposed, only the CPU counts). Anything that
 /// cannot be read counts as activity: a wrong "busy" only delays a stop, a wrong "idle" would
 /// kill work. A paused container uses no CPU and counts as idle. `who` names the container in
-/// the one warning.
+/// the one warning. Never resolves without an idle timeout or without the sandbox's cgroups
+/// (with a timeout, the front ends refused such a sandbox: [`check_idle_sampling`]).
 pub async fn idle(
     who: String,
-    timeout: Duration,
+    timeout: Option<Duration>,
     threshold: IdleThreshold,
-    cgroups: Arc<dyn SandboxCgroups>,
+    cgroups: Option<Arc<dyn SandboxCgroups>>,
     output: Option<OutputBudget>,
 ) -> Idle {
+    let (Some(timeout), Some(cgroups)) = (timeout, cgroups) else {
+        return std::future::pending().await;
+    };
     let mut detector = IdleDetector::new(timeout, threshold);
     let origin = tokio::time::Instant::now();
     let mut tick = tokio::time::interval(SAMPLE_INTERVAL);

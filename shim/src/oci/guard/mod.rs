@@ -442,16 +442,13 @@ impl Guard {
         let audit = self.audit.clone();
         let subject = self.record.subject.clone();
         let lifetime = self.record.lifetime;
-        let idle = match (lifetime.idle_timeout, self.probe.clone()) {
-            (Some(timeout), Some(cgroups)) => boxed_idle(lifetime::idle(
-                format!("container {}", self.record.id),
-                timeout,
-                self.record.idle_threshold,
-                cgroups,
-                self.budget.clone(),
-            )),
-            _ => boxed_idle(std::future::pending()),
-        };
+        let idle = lifetime::idle(
+            format!("container {}", self.record.id),
+            lifetime.idle_timeout,
+            self.record.idle_threshold,
+            self.probe.clone(),
+            self.budget.clone(),
+        );
         let armed_at = tokio::time::Instant::now();
         async move {
             let fired = |cause| {
@@ -491,13 +488,6 @@ impl Guard {
             }
         }
     }
-}
-
-/// The idle detector's future, boxed: one type whether or not there is an idle timeout.
-fn boxed_idle(
-    idle: impl std::future::Future<Output = lifetime::Idle> + 'static,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = lifetime::Idle>>> {
-    Box::pin(idle)
 }
 
 fn open_notify(path: &Path) -> Option<tokio::io::BufReader<tokio::net::unix::pipe::Receiver>> {
