@@ -73,7 +73,12 @@ impl OutputBudget {
     /// has an idle timeout (which counts the output as activity); `None`: nothing to
     /// interpose, the streams go to runsc as they are.
     pub fn when_needed(max_bytes: Option<u64>, idle_timeout: bool) -> Option<OutputBudget> {
-        (max_bytes.is_some() || idle_timeout).then(|| OutputBudget::new(max_bytes))
+        Self::needed(max_bytes, idle_timeout).then(|| OutputBudget::new(max_bytes))
+    }
+
+    /// Whether a container needs a budget (see [`Self::when_needed`]).
+    pub fn needed(max_bytes: Option<u64>, idle_timeout: bool) -> bool {
+        max_bytes.is_some() || idle_timeout
     }
 
     /// A budget of its own (`max_bytes`) whose activity counter is `other`'s: what either

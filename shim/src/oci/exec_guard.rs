@@ -16,12 +16,11 @@ use serde_json::Value;
 use super::cli::{Command, Invocation};
 use super::error::{OciError, Result};
 use super::fork::{report, FAILED, READY};
-use super::guard::{show_as, stdio, terminal, EngineStdio, Forwarded, HostStdio, Signals};
+use super::guard::{show_as, stdio, EngineStdio, Forwarded, HostStdio, Signals};
 use super::{not_running, Opened};
 use crate::audit::{AuditEvent, AuditRecord};
 use crate::bundle::MAX_PROCESS_BYTES;
 use crate::exit::{Exit, ExitCause};
-use crate::output_limit::{self, Interposer};
 use crate::reaper::{ExitStatus, Reaper};
 use crate::runtime::{ExecCall, ExecStarted, ExitWatch, KillTarget};
 
@@ -134,8 +133,8 @@ pub(super) struct ExecGuard {
     exec_id: String,
     pub(super) started: ExecStarted,
     exit: ExitWatch,
-    /// The exec's output copy against the container's budget, when the policy has one.
-    output: Option<Interposer>,
+    /// The exec's output under the container's budget, when the policy has one.
+    streams: stdio::Guarded,
 }
 
 impl ExecGuard {
@@ -161,15 +160,7 @@ impl ExecGuard {
             false,
         )?;
         // An exec's terminal under a budget is relayed as the container's is.
-        let relay = match (console_socket, &budget) {
-            (Some(_), Some(_)) => Some(terminal::Relay::new()?),
-            _ => None,
-        };
-        let (io, mut output) = match relay {
-            Some(_) => (stdio.stdio()?, None),
-            None => stdio::bound(stdio.stdio()?, budget.as_ref())?,
-        };
-        let relay_socket = relay.as_ref().map(|r| r.socket().to_path_buf());
+        let (mut streams, io, runsc_console) = stdio::Guarded::open(stdio, budget, console_socket)?;
         let ran = c
             .runtime
             .exec(ExecCall {
@@ -177,28 +168,23 @@ impl ExecGuard {
                 exec_id: &files,
                 bundle: c.state.path(),
                 process,
-                console_socket: relay_socket.as_deref().or(console_socket),
+                console_socket: runsc_console.as_deref(),
                 stdio: io,
             })
             .await;
         // The exec's streams belong to its process now.
         stdio.let_go_of_stdio();
         let started = ran.map_err(|e| not_running(e, &id))?;
-        if let (Some(relay), Some(engine), Some(budget)) = (relay, console_socket, &budget) {
-            match relay.start(engine, budget) {
-                Ok(copy) => output = Some(copy),
-                Err(e) => {
-                    let _ = c
-                        .runtime
-                        .kill(
-                            &id,
-                            libc::SIGKILL as u32,
-                            KillTarget::Guest(started.guest_pid),
-                        )
-                        .await;
-                    return Err(e);
-                }
-            }
+        if let Err(e) = streams.attach(console_socket) {
+            let _ = c
+                .runtime
+                .kill(
+                    &id,
+                    libc::SIGKILL as u32,
+                    KillTarget::Guest(started.guest_pid),
+                )
+                .await;
+            return Err(e);
         }
         let exit = c.runtime.watch(started.pid)?;
         let mut rec = AuditRecord::new(AuditEvent::ExecStart, &c.record.subject);
@@ -210,7 +196,7 @@ impl ExecGuard {
             exec_id: exec_id.to_string(),
             started,
             exit,
-            output,
+            streams,
         })
     }
 
@@ -231,17 +217,10 @@ impl ExecGuard {
                 }
             }
         };
-        let output = match self.output.take() {
-            Some(copy) => Some(
-                output_limit::drain(
-                    copy,
-                    output_limit::DRAIN_DEADLINE,
-                    &format!("container {id}, exec {}", self.exec_id),
-                )
-                .await,
-            ),
-            None => None,
-        };
+        let output = self
+            .streams
+            .report(&format!("container {id}, exec {}", self.exec_id))
+            .await;
         audit_exit(
             &self.c,
             &self.exec_id,
@@ -425,7 +404,7 @@ mod tests {
             .unwrap();
         // The engine got a terminal, the relay's: runsc was given another socket.
         received.join().unwrap().unwrap();
-        assert!(guard.output.is_some(), "the terminal's output is copied");
+        assert!(guard.streams.copies(), "the terminal's output is copied");
         fake.exit_exec("c1", &on_the_fake("e1"), ExitStatus::Exited(0));
         let (_tx, rx) = mpsc::unbounded_channel();
         assert_eq!(guard.watch(rx).await, 0);

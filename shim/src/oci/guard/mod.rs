@@ -53,7 +53,6 @@ use super::Opened;
 use crate::audit::{AuditEvent, AuditRecord};
 use crate::exit::ExitCause;
 use crate::host::SandboxCgroups;
-use crate::output_limit::{Interposer, OutputBudget};
 use crate::reaper::{ExitStatus, Reaper};
 use crate::runtime::{CreateCall, ExitWatch, KillTarget, SandboxRuntime};
 use crate::sandbox::lifetime::{self, Target};
@@ -186,10 +185,9 @@ struct Guard {
     limits: Arc<Target>,
     /// Set when a time limit fired: the exit that follows is classified as that.
     stopped_for: Arc<OnceLock<ExitCause>>,
-    /// The container's output budget, when the policy bounds output or has an idle timeout;
-    /// the init's copy against it, until the exit takes its report.
-    budget: Option<OutputBudget>,
-    output: Option<Interposer>,
+    /// The init's output under the container's budget (when the policy bounds output or has
+    /// an idle timeout), until the exit takes its report.
+    streams: stdio::Guarded,
 }
 
 impl Guard {
@@ -219,18 +217,8 @@ impl Guard {
         )?;
         // A terminal goes to runsc's console socket, not through the streams: under a budget
         // the guard relays it (`terminal.rs`).
-        let relay = match (&record.console_socket, &budget) {
-            (Some(_), Some(_)) => Some(terminal::Relay::new()?),
-            _ => None,
-        };
-        let (stdio, mut output) = match relay {
-            Some(_) => (hands.stdio()?, None),
-            None => stdio::bound(hands.stdio()?, budget.as_ref())?,
-        };
-        let console_socket = match &relay {
-            Some(relay) => Some(relay.socket().to_path_buf()),
-            None => record.console_socket.clone(),
-        };
+        let (mut streams, stdio, console_socket) =
+            stdio::Guarded::open(hands.as_ref(), budget, record.console_socket.as_deref())?;
         // Egress credentials: the sandbox's CA lives in this process, which runs its proxy from
         // `start`; the bundle its spec binds is written before runsc needs it.
         crate::egress::credentials::prepare_sandbox(
@@ -250,11 +238,7 @@ impl Guard {
         hands.let_go_of_stdio();
         let started = async {
             let pid = created?;
-            if let (Some(relay), Some(engine), Some(budget)) =
-                (relay, &record.console_socket, &budget)
-            {
-                output = Some(relay.start(engine, budget)?);
-            }
+            streams.attach(record.console_socket.as_deref())?;
             // Before the watch: until the reaper has seen its exit, the pid is our child's.
             let process = runtime.host_process(pid);
             // With its start time, for `kill`'s last resort from another process.
@@ -320,8 +304,7 @@ impl Guard {
             egress: None,
             limits,
             stopped_for: Default::default(),
-            budget,
-            output,
+            streams,
         })
     }
 
@@ -397,17 +380,10 @@ impl Guard {
         // follows takes the guard out of them, and moving between v1 hierarchies costs ~7 ms
         // on the path from the sandbox's exit to the engine seeing it.
         // Every byte the workload wrote reaches the engine before the exit does (bounded).
-        let output = match self.output.take() {
-            Some(copy) => Some(
-                crate::output_limit::drain(
-                    copy,
-                    crate::output_limit::DRAIN_DEADLINE,
-                    &format!("container {}", self.record.id),
-                )
-                .await,
-            ),
-            None => None,
-        };
+        let output = self
+            .streams
+            .report(&format!("container {}", self.record.id))
+            .await;
         let artifacts = self.exit_manifest().await;
         // Before the engine sees the exit: the developer's next git command runs on what this
         // leaves (see crate::workspace).
@@ -447,7 +423,7 @@ impl Guard {
             lifetime.idle_timeout,
             self.record.idle_threshold,
             self.probe.clone(),
-            self.budget.clone(),
+            self.streams.budget().cloned(),
         );
         let armed_at = tokio::time::Instant::now();
         async move {

@@ -3,10 +3,13 @@
 
 use std::fs::File;
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
 
+use super::hands::EngineStdio;
+use super::terminal::Relay;
 use crate::oci::error::{OciError, Result};
 use crate::oci::state::StateDir;
-use crate::output_limit::{self, Interposer, OutputBudget};
+use crate::output_limit::{self, Interposer, OutputBudget, OutputReport};
 use crate::runsc::client::ProcessIo;
 
 /// The container's output budget when its policy bounds output (`max_bytes`) or has an idle
@@ -18,7 +21,7 @@ pub(crate) fn budget(
     idle_timeout: bool,
     create: bool,
 ) -> Result<Option<OutputBudget>> {
-    if max_bytes.is_none() && !idle_timeout {
+    if !OutputBudget::needed(max_bytes, idle_timeout) {
         return Ok(None);
     }
     let path = state.output_budget_file();
@@ -27,13 +30,79 @@ pub(crate) fn budget(
         .map_err(OciError::io("output budget", path))
 }
 
+/// A guarded process's output under the container's budget: its streams through the core's
+/// copy, or its terminal through the relay (`terminal.rs`); nothing without a budget. The
+/// guard of the container's init and each exec's guard set it up and report it the same way.
+pub(crate) struct Guarded {
+    budget: Option<OutputBudget>,
+    /// The relay's console socket, until runsc sent its terminal there.
+    relay: Option<Relay>,
+    copy: Option<Interposer>,
+}
+
+impl Guarded {
+    /// Before runsc runs the process: returns what runsc gets, the stdio (the engine's, or
+    /// pipes the copy drains) and the console socket to name (the relay's in place of the
+    /// engine's `console` under a budget).
+    pub(crate) fn open<E: EngineStdio + ?Sized>(
+        engine: &E,
+        budget: Option<OutputBudget>,
+        console: Option<&Path>,
+    ) -> Result<(Guarded, ProcessIo, Option<PathBuf>)> {
+        let relay = match (console, &budget) {
+            (Some(_), Some(_)) => Some(Relay::new()?),
+            _ => None,
+        };
+        let (io, copy) = match relay {
+            Some(_) => (engine.stdio()?, None),
+            None => bound(engine.stdio()?, budget.as_ref())?,
+        };
+        let socket = match &relay {
+            Some(relay) => Some(relay.socket().to_path_buf()),
+            None => console.map(Path::to_path_buf),
+        };
+        let guarded = Guarded {
+            budget,
+            relay,
+            copy,
+        };
+        Ok((guarded, io, socket))
+    }
+
+    /// Once runsc made the process: a relayed terminal is taken and a terminal of the relay's
+    /// goes to the engine's `console`.
+    pub(crate) fn attach(&mut self, console: Option<&Path>) -> Result<()> {
+        if let (Some(relay), Some(engine), Some(budget)) =
+            (self.relay.take(), console, &self.budget)
+        {
+            self.copy = Some(relay.start(engine, budget)?);
+        }
+        Ok(())
+    }
+
+    /// The container's budget, for the idle watch.
+    pub(crate) fn budget(&self) -> Option<&OutputBudget> {
+        self.budget.as_ref()
+    }
+
+    /// Once the process ended: what the copy delivered, waited for at most
+    /// [`output_limit::DRAIN_DEADLINE`]; `None` when nothing was copied.
+    pub(crate) async fn report(&mut self, who: &str) -> Option<OutputReport> {
+        let copy = self.copy.take()?;
+        Some(output_limit::drain(copy, output_limit::DRAIN_DEADLINE, who).await)
+    }
+
+    /// Whether the output is being copied.
+    #[cfg(test)]
+    pub(crate) fn copies(&self) -> bool {
+        self.copy.is_some()
+    }
+}
+
 /// With a budget, the process's stdout and stderr (the engine's) go through the sandbox
 /// core's copy (`output_limit::bound`): runsc gets pipes, and the returned copy moves their
 /// bytes on to the engine's streams against the budget. stdin goes to runsc as it is.
-pub(crate) fn bound(
-    io: ProcessIo,
-    budget: Option<&OutputBudget>,
-) -> Result<(ProcessIo, Option<Interposer>)> {
+fn bound(io: ProcessIo, budget: Option<&OutputBudget>) -> Result<(ProcessIo, Option<Interposer>)> {
     let Some(budget) = budget else {
         return Ok((io, None));
     };

@@ -464,7 +464,7 @@ async fn a_terminal_under_an_output_bound_is_relayed_and_runsc_gets_the_relays_s
     let received = std::thread::spawn(move || engine.receive(Duration::from_secs(10)));
     let guard = Guard::launch(c.world(&fake, &hands)).await.unwrap();
     received.join().unwrap().expect("the engine got a terminal");
-    assert!(guard.output.is_some(), "the terminal's output is copied");
+    assert!(guard.streams.copies(), "the terminal's output is copied");
     fake.exit("c1", ExitStatus::Exited(0));
     assert_eq!(guard.watch(no_signals()).await, 0);
     assert_eq!(exit_record(&c)["output_bytes"], 0);
