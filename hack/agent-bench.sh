@@ -121,7 +121,7 @@ cd "$REPO_ROOT"
 target=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 
 log "building the shim and the agent bench driver (release)"
-cargo build --release -q -p containerd-shim-gvisor-hardened --bins
+cargo build --release -q -p containerd-shim-gvisor-hardened -p runsc-hardened
 cargo build --release -q -p gvisor-hardened-tests --example agent_bench
 
 if [ "$wait" = 1 ]; then

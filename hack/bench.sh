@@ -74,7 +74,7 @@ cd "$REPO_ROOT"
 target=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 
 log "building the shim, runsc-hardened and the bench driver (release)"
-cargo build --release -q -p containerd-shim-gvisor-hardened --bins
+cargo build --release -q -p containerd-shim-gvisor-hardened -p runsc-hardened
 # The engines' test directories sign their audit logs with a key from `policy-injector audit keygen`.
 cargo build --release -q -p policy-injector --features cli --bin policy-injector
 cargo build --release -q -p gvisor-hardened-tests --example bench
@@ -83,8 +83,8 @@ if [ "$criterion" = 1 ]; then
   log "criterion: policy loading and harden() (policy-injector/benches/harden.rs)"
   cargo bench -q -p policy-injector --bench harden -- --noplot
   driver_args+=(--criterion "$target/criterion")
-  log "criterion: the output interposer, 1 GiB through pipes (shim/benches/output_limit.rs)"
-  cargo bench -q -p containerd-shim-gvisor-hardened --bench output_limit -- --noplot
+  log "criterion: the output interposer, 1 GiB through pipes (shim/core/benches/output_limit.rs)"
+  cargo bench -q -p gvisor-hardened-core --bench output_limit -- --noplot
   output_limit_summary "$target/criterion/output_1GiB" > "$target/bench-output-limit.md"
   cat "$target/bench-output-limit.md"
 fi

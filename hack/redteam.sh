@@ -23,7 +23,7 @@ else
   ensure_rust
   cd "$REPO_ROOT"
   log "build the shim and runsc-hardened"
-  cargo build -q -p containerd-shim-gvisor-hardened --bins
+  cargo build -q -p containerd-shim-gvisor-hardened -p runsc-hardened
   results="$(mktemp /tmp/gvh-redteam.XXXXXX)"
   runlog="$(mktemp /tmp/gvh-redteam-log.XXXXXX)"
   trap 'rm -f "$results" "$runlog"' EXIT

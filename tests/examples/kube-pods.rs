@@ -3,7 +3,7 @@
 //! `gvisor-hardened` RuntimeClass against runc. A measurement, not a test: nothing is asserted.
 //!
 //! ```text
-//! cargo build --release -p containerd-shim-gvisor-hardened --bins
+//! cargo build --release -p containerd-shim-gvisor-hardened -p runsc-hardened
 //! GVH_SHIM_BINARY=target/release/containerd-shim-gvisor-hardened-v1 \
 //!   cargo run --release -p gvisor-hardened-tests --example kube-pods -- [PODS=20] [IDLE=10]
 //! ```

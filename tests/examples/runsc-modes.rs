@@ -3,7 +3,7 @@
 //! here asserts a time.
 //!
 //! ```text
-//! cargo build -p containerd-shim-gvisor-hardened --bins
+//! cargo build -p containerd-shim-gvisor-hardened -p runsc-hardened
 //! [GVH_VARIANTS='NAME;NAME'] cargo run -p gvisor-hardened-tests --example runsc-modes -- [ROUNDS=7]
 //! ```
 //!

@@ -16,7 +16,7 @@ use crate::poll::poll_until;
 
 /// The static forwarder the shim's `build.rs` built (and the runtime embeds).
 pub fn forwarder_binary() -> &'static Path {
-    Path::new(containerd_shim_gvisor_hardened::egress::install::EMBEDDED_BUILD_PATH)
+    Path::new(gvisor_hardened_core::egress::install::EMBEDDED_BUILD_PATH)
 }
 
 fn run(program: &str, args: &[&str]) -> Result<Output> {

@@ -1,4 +1,4 @@
-//! Artifact manifests (shim/src/artifacts) of a real sandbox's writable volume: the writable
+//! Artifact manifests (shim/core/src/artifacts) of a real sandbox's writable volume: the writable
 //! bind is found in the hardened spec the shim wrote, and the diff between the start and the
 //! exit manifest names what the sandbox created, changed and removed, a symlink to the host's
 //! root among them (recorded, never followed).
@@ -6,7 +6,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use containerd_shim_gvisor_hardened::artifacts::{record_exit, record_start, Change};
+use gvisor_hardened_core::artifacts::{record_exit, record_start, Change};
 use gvisor_hardened_tests::fault::{kill_and_remove, TestPolicy};
 use gvisor_hardened_tests::*;
 use policy_injector::policy::ArtifactsPolicy;
@@ -73,7 +73,7 @@ fn manifests_record_what_a_sandbox_wrote_to_its_volume() {
     );
     // mkfifo succeeded inside, but gVisor keeps the FIFO in the sentry (runsc runs without
     // --host-fifo): it never reaches the host volume. The walk's handling of host FIFOs is
-    // unit-tested in shim/src/artifacts/walk_tests.rs.
+    // unit-tested in shim/core/src/artifacts/walk_tests.rs.
     assert!(std::fs::symlink_metadata(vol.join("fifo")).is_err());
     assert_eq!(paths(&exit.diff.modified_paths), ["edited"]);
     assert_eq!(paths(&exit.diff.removed_paths), ["removed"]);

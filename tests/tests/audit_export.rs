@@ -14,12 +14,12 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
-use containerd_shim_gvisor_hardened::audit::{
+use gvisor_hardened_core::audit::{
     AuditEvent, AuditLog, AuditRecord, PodRef, PolicyRef, Rotation, Subject,
 };
-use containerd_shim_gvisor_hardened::egress::audit::{AuditLine, ConnectionRecord, Verdict};
-use containerd_shim_gvisor_hardened::egress::{EgressAudit, EgressEvent, SandboxRef};
-use containerd_shim_gvisor_hardened::exit::{Exit, ExitCause};
+use gvisor_hardened_core::egress::audit::{AuditLine, ConnectionRecord, Verdict};
+use gvisor_hardened_core::egress::{EgressAudit, EgressEvent, SandboxRef};
+use gvisor_hardened_core::exit::{Exit, ExitCause};
 use gvisor_hardened_tests::audit_tools::{
     outcome, policy_injector_binary, validate_against_schema, validate_ocsf, validate_otlp,
 };

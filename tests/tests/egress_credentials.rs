@@ -22,14 +22,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use containerd_shim_gvisor_hardened::egress::audit::{
-    EgressEvent, MemorySink, SandboxRef, Verdict,
-};
-use containerd_shim_gvisor_hardened::egress::credentials::{write_bundle, SandboxCa};
-use containerd_shim_gvisor_hardened::egress::guard::Guard;
-use containerd_shim_gvisor_hardened::egress::net::{NetnsDialer, SystemResolver};
-use containerd_shim_gvisor_hardened::egress::supervisor::{ForwarderIo, ForwarderSpawner};
-use containerd_shim_gvisor_hardened::egress::{EgressSupervisor, Proxy, SupervisorOptions};
+use gvisor_hardened_core::egress::audit::{EgressEvent, MemorySink, SandboxRef, Verdict};
+use gvisor_hardened_core::egress::credentials::{write_bundle, SandboxCa};
+use gvisor_hardened_core::egress::guard::Guard;
+use gvisor_hardened_core::egress::net::{NetnsDialer, SystemResolver};
+use gvisor_hardened_core::egress::supervisor::{ForwarderIo, ForwarderSpawner};
+use gvisor_hardened_core::egress::{EgressSupervisor, Proxy, SupervisorOptions};
 use gvisor_hardened_tests::audit_tools::validate_against_schema;
 use gvisor_hardened_tests::cri::{container_config, CriContainerd, CriOptions, HARDENED_HANDLER};
 use gvisor_hardened_tests::docker::{assert_clean_docker_shutdown, DockerOptions, Dockerd};

@@ -8,15 +8,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use containerd_shim_gvisor_hardened::egress::audit::{
-    EgressEvent, MemorySink, SandboxRef, Verdict,
-};
-use containerd_shim_gvisor_hardened::egress::guard::{node_addresses, Guard};
-use containerd_shim_gvisor_hardened::egress::net::{NetnsDialer, SystemResolver};
-use containerd_shim_gvisor_hardened::egress::spawn::RunscExec;
-use containerd_shim_gvisor_hardened::egress::{
-    EgressSupervisor, ForwarderState, Proxy, SupervisorOptions,
-};
+use gvisor_hardened_core::egress::audit::{EgressEvent, MemorySink, SandboxRef, Verdict};
+use gvisor_hardened_core::egress::guard::{node_addresses, Guard};
+use gvisor_hardened_core::egress::net::{NetnsDialer, SystemResolver};
+use gvisor_hardened_core::egress::spawn::RunscExec;
+use gvisor_hardened_core::egress::{EgressSupervisor, ForwarderState, Proxy, SupervisorOptions};
 use gvisor_hardened_tests::egress::{busybox_spec, egress_section, RunscSandbox, UpstreamNetns};
 use policy_injector::{harden, harden_process, Context, EgressPlan, Policy};
 use serde_json::{json, Value};

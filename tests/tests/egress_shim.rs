@@ -285,7 +285,7 @@ impl Detached {
 
     /// The shim's resident anonymous memory (heap, stacks): where connection buffers live.
     /// Its code is file-backed and comes and goes with use (the shim drops its code mappings
-    /// after Start, `shim/src/text_pages.rs`), so total RSS would count code as a leak.
+    /// after Start, `shim/core/src/text_pages.rs`), so total RSS would count code as a leak.
     fn anon_kib(&self) -> u64 {
         std::fs::read_to_string(format!("/proc/{}/status", self.shim))
             .unwrap()

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use containerd_shim_gvisor_hardened::egress::audit::{MemorySink, SandboxRef, Verdict};
-use containerd_shim_gvisor_hardened::egress::guard::Guard;
-use containerd_shim_gvisor_hardened::egress::net::{NetnsDialer, SystemResolver};
-use containerd_shim_gvisor_hardened::egress::supervisor::{ForwarderIo, ForwarderSpawner};
-use containerd_shim_gvisor_hardened::egress::{EgressSupervisor, Proxy, SupervisorOptions};
+use gvisor_hardened_core::egress::audit::{MemorySink, SandboxRef, Verdict};
+use gvisor_hardened_core::egress::guard::Guard;
+use gvisor_hardened_core::egress::net::{NetnsDialer, SystemResolver};
+use gvisor_hardened_core::egress::supervisor::{ForwarderIo, ForwarderSpawner};
+use gvisor_hardened_core::egress::{EgressSupervisor, Proxy, SupervisorOptions};
 use gvisor_hardened_tests::egress::forwarder_binary;
 use gvisor_hardened_tests::poll_until;
 use policy_injector::{EgressPlan, Policy};

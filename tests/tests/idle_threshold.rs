@@ -1,4 +1,4 @@
-//! The idle detector's CPU threshold (shim/src/idle.rs) against real runsc sandboxes: a
+//! The idle detector's CPU threshold (shim/core/src/idle.rs) against real runsc sandboxes: a
 //! sandbox that sleeps is judged idle and times out; one in a busy loop is never idle. The
 //! detector is fed the sandbox cgroup's CPU counter once per SAMPLE_INTERVAL, as the shim's
 //! lifetime task does.
@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use containerd_shim_gvisor_hardened::cgroup::SandboxCgroup;
-use containerd_shim_gvisor_hardened::idle::{
+use gvisor_hardened_core::cgroup::SandboxCgroup;
+use gvisor_hardened_core::idle::{
     cpu_usage_ns, IdleDetector, IdleThreshold, Sample, Verdict, SAMPLE_INTERVAL,
 };
 use gvisor_hardened_tests::fault::{kill_and_remove, TestPolicy};

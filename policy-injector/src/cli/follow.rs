@@ -2,7 +2,7 @@
 //! [`LineSink`]: the pure `Metrics` fold (`audit metrics`) or an `Exporter` (`audit export
 //! --follow`). Each byte is read once; nothing is re-read to check the chain.
 //!
-//! Rotation (shim/src/audit/file.rs) renames the live file to PATH.1 under the writer's lock and
+//! Rotation (shim/core/src/audit/file.rs) renames the live file to PATH.1 under the writer's lock and
 //! the next record starts a new PATH, so the descriptor we hold keeps reading the old file to
 //! its true end, and only then do we move on to what came after it. A file is known by its
 //! (device, inode), not its name: names shift by one at every rotation.

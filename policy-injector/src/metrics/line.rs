@@ -1,6 +1,6 @@
 //! What the metrics read from one audit line: the few fields they count by, nothing else (the
-//! schema is shim/audit-record.schema.json; the writers are shim/src/audit.rs and
-//! shim/src/egress/audit.rs).
+//! schema is shim/audit-record.schema.json; the writers are shim/core/src/audit.rs and
+//! shim/egress/src/audit.rs).
 
 use serde::Deserialize;
 

@@ -1,0 +1,122 @@
+//! The `delete` action: containerd runs `<shim> -id ID -bundle B delete` after a shim died (or
+//! its socket went away), to release what the dead shim held. It must leave nothing behind:
+//! runsc's sandbox and state, the rootfs mount, our files; and it must work without the policy
+//! (the runtime options are not passed), so Create saved what is needed in the bundle.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::SystemTime;
+
+use anyhow::Context as _;
+use containerd_shim_protos::api::DeleteResponse;
+
+use crate::actions::start::{grouping_id, socket_address, SOCKET_ROOT};
+use crate::flags::Flags;
+use gvisor_hardened_core::audit::{AuditEvent, AuditLog, AuditRecord};
+use gvisor_hardened_core::bundle::{self, BundleState};
+use gvisor_hardened_core::host::linux::LinuxHost;
+use gvisor_hardened_core::host::Host;
+use gvisor_hardened_core::reaper::ExitStatus;
+
+pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
+    let bundle = if flags.bundle.is_empty() {
+        std::env::current_dir().context("cwd")?
+    } else {
+        flags.bundle.clone().into()
+    };
+    crate::logger::init(Path::new("/nonexistent"), &flags.namespace, flags.debug);
+    let state = BundleState::read(&bundle);
+    // The pid containerd knows the task by: it goes into the TaskExit and TaskDelete containerd
+    // publishes for the dead shim, as for runc's shim. Read before the shim files go.
+    let init_pid =
+        gvisor_hardened_core::runsc::client::read_pid_file(&bundle.join(bundle::INIT_PID_FILE))
+            .ok()
+            .and_then(|pid| u32::try_from(pid).ok());
+    let mut problems = Vec::new();
+    if let Some(state) = &state {
+        // --force kills a sandbox that still runs; a missing container is already clean.
+        let args = gvisor_hardened_core::runsc::command::argv(
+            &gvisor_hardened_core::runsc::flags::GlobalFlags::for_cleanup(&state.runsc_root),
+            &gvisor_hardened_core::runsc::command::Subcommand::Delete {
+                id: flags.id.clone(),
+                force: true,
+            },
+        );
+        match Command::new(&state.runsc_binary).args(&args).output() {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                if !stderr.contains("does not exist") && !stderr.contains("not found") {
+                    problems.push(format!("runsc delete: {}", stderr.trim()));
+                }
+            }
+            Err(e) => problems.push(format!("running {}: {e}", state.runsc_binary)),
+        }
+    }
+    if let Some(state) = &state {
+        // runsc delete removes the sandbox's cgroups; after a crash mid-create it may not
+        // have known them. What is left and empty goes now.
+        if let Err(e) = LinuxHost.remove_cgroups(&state.cgroups_path, &flags.id) {
+            problems.push(e.to_string());
+        }
+    }
+    // The dead shim's socket: containerd does not remove it, and nothing else will. A pod's
+    // socket stays while another container's shim still answers on it.
+    let address = socket_address(
+        SOCKET_ROOT,
+        &flags.address,
+        &flags.namespace,
+        &grouping_id(&bundle, &flags.id),
+    );
+    let socket = Path::new(address.trim_start_matches("unix://"));
+    if socket.exists() && std::os::unix::net::UnixStream::connect(socket).is_err() {
+        match std::fs::remove_file(socket) {
+            // containerd 2.x runs this action after every shim exit, also a clean one: the
+            // exiting shim removes its own socket at the same time.
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                problems.push(format!("socket {}: {e}", socket.display()));
+            }
+            _ => {}
+        }
+    }
+    if let Err(e) = LinuxHost.unmount_rootfs(&bundle.join("rootfs")) {
+        problems.push(e.to_string());
+    }
+    // The dead shim may have died before the exit concluded the workspace: the sandbox is gone
+    // now (runsc delete above), so conclude it here.
+    let workspace = gvisor_hardened_core::workspace::finish(
+        &bundle,
+        gvisor_hardened_core::workspace::Ending::Ran,
+    );
+    bundle::remove_shim_files(&bundle);
+    if let Some(state) = &state {
+        let mut rec = AuditRecord::new(AuditEvent::Delete, &state.subject);
+        rec.workspace = workspace.as_ref();
+        rec.exit_status = Some(ExitStatus::killed().containerd_code());
+        rec.error = Some(if problems.is_empty() {
+            "shim exited unexpectedly; cleaned up by containerd's delete action".to_string()
+        } else {
+            format!(
+                "cleanup after shim exit incomplete: {}",
+                problems.join("; ")
+            )
+        });
+        // The dead shim's trail (its records' hashes) died with it: this record is unsigned,
+        // and `audit verify --public-key` reports the sandbox as having no signed final record.
+        let log = AuditLog::new(&state.audit_path).with_policy_sha256(&state.subject.policy.sha256);
+        if let Err(e) = log.append(&rec) {
+            problems.push(e.to_string());
+        }
+    }
+    anyhow::ensure!(
+        problems.is_empty(),
+        "cleanup of {}: {}",
+        flags.id,
+        problems.join("; ")
+    );
+    let mut resp = DeleteResponse::new();
+    resp.pid = init_pid.unwrap_or_default();
+    resp.exit_status = ExitStatus::killed().containerd_code();
+    resp.exited_at = Some(crate::events::timestamp(SystemTime::now())).into();
+    Ok(resp)
+}

@@ -1,0 +1,328 @@
+//! Create: the hardening pipeline, in a fixed order (style rule 7: check, then act). Steps 1-5
+//! are `gvisor_hardened_core::prepare`, shared with runsc-hardened; 6-7 are the shim's.
+//!
+//! 1. Load the policy, read and parse config.json, find the pod. Nothing changes on the host
+//!    yet, except the audit line that records an unusable input.
+//! 2. Harden (pure). A rejection is audited and fails the Create.
+//! 3. Keep the original spec beside the bundle's config.json, write the hardened one.
+//! 4. Configure runsc as the policy demands, or fail closed.
+//! 5. Append the create audit line (the audit is part of the contract: failure stops here; a
+//!    failure in 3-5 is audited as such), then the bundle state for a cleanup after a crash.
+//! 6. Refuse an existing cgroup, mount the rootfs, open the streams, `runsc create`.
+//! 7. Watch the sandbox process for its exit, its cgroups for an OOM kill.
+//!
+//! Any failure in 6-7 undoes what was done (runsc state, cgroups, mounts, our files) before the
+//! error is returned.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use super::evidence::Evidence;
+use super::{Container, CreateParams, PodRole};
+use crate::env::ShimEnv;
+use crate::error::{Result, ShimError};
+use crate::process::state::Op;
+use crate::process::Process;
+use crate::stdio;
+use gvisor_hardened_core::audit::AuditEvent;
+use gvisor_hardened_core::bundle;
+use gvisor_hardened_core::cgroup::CgroupError;
+use gvisor_hardened_core::prepare::{Inputs, Request, CRI_SANDBOX_ID};
+use gvisor_hardened_core::runtime::{CreateCall, ExitWatch};
+
+const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
+
+/// The pod sandbox this container must join, when CRI says it is an app container.
+fn pod_sandbox_id(ann: &BTreeMap<String, String>, id: &str) -> Option<String> {
+    match (
+        ann.get(CRI_CONTAINER_TYPE).map(String::as_str),
+        ann.get(CRI_SANDBOX_ID),
+    ) {
+        (Some("container"), Some(sb)) if sb != id => Some(sb.clone()),
+        _ => None,
+    }
+}
+
+impl Container {
+    pub async fn create(
+        env: Arc<ShimEnv>,
+        p: CreateParams,
+        pod: &HashMap<String, Arc<Container>>,
+    ) -> Result<Arc<Container>> {
+        // 1. Inputs.
+        let inputs = Inputs::read(&Request {
+            id: &p.id,
+            namespace: &env.namespace,
+            bundle: &p.bundle,
+            config_path: p.options.config_path.as_deref(),
+            node_policy: &env.node_policy,
+        })?;
+        let sandbox = match pod_sandbox_id(&inputs.annotations, &p.id) {
+            Some(sb) => Some(pod.get(&sb).cloned().ok_or_else(|| {
+                ShimError::InvalidArgument(format!(
+                    "container {} belongs to pod sandbox {sb}, which this shim does not serve",
+                    p.id
+                ))
+            })?),
+            None => None,
+        };
+        let pod_namespace_paths = match sandbox.as_ref().map(|s| &s.pod) {
+            Some(PodRole::Sandbox { namespace_paths }) => {
+                namespace_paths.get().cloned().unwrap_or_default()
+            }
+            _ => Vec::new(),
+        };
+        // 2-5.
+        let prepared = inputs
+            .harden(pod_namespace_paths, env.runtimes.as_ref())
+            .await?;
+        // A sandbox whose policy adds egress credentials: its CA (kept in this process for its
+        // proxy) and the CA bundle its hardened spec binds, before runsc needs the file.
+        if sandbox.is_none() {
+            gvisor_hardened_core::egress::credentials::prepare_sandbox(
+                prepared.egress.as_ref(),
+                &env.namespace,
+                &p.id,
+            )
+            .map_err(|e| ShimError::Internal(format!("container {}: {e}", p.id)))?;
+        }
+        let evidence = Evidence::new(
+            &prepared.policy.policy,
+            &prepared.lifetime,
+            &prepared.spec,
+            sandbox.as_ref(),
+        );
+        let container = Arc::new(Container {
+            env: env.clone(),
+            id: p.id.clone(),
+            bundle: p.bundle.clone(),
+            runtime: prepared.runtime,
+            cgroups_path: prepared.cgroups_path,
+            cgroups: Default::default(),
+            sandbox_process: Default::default(),
+            lifetime: prepared.lifetime,
+            annotations: prepared.annotations,
+            subject: prepared.subject,
+            audit: prepared.audit,
+            policy: prepared.policy,
+            pod: match sandbox {
+                Some(sb) => PodRole::Member(sb),
+                None => PodRole::Sandbox {
+                    namespace_paths: Default::default(),
+                },
+            },
+            rootfs: p.rootfs,
+            rootfs_mounted: AtomicBool::new(false),
+            init: Arc::new(Process::init(p.stdio)),
+            execs: Default::default(),
+            stopped_for: Default::default(),
+            evidence,
+            start_lock: Default::default(),
+            oom_reported: AtomicBool::new(false),
+            lifetime_task: Default::default(),
+            network_namespace: gvisor_hardened_core::egress::net::spec_network_namespace(
+                &prepared.spec,
+            ),
+            egress_plan: prepared.egress,
+            egress: Default::default(),
+            init_ended: Default::default(),
+            termination_message:
+                gvisor_hardened_core::sandbox::termination_message::kubelet_message_file(
+                    &prepared.spec,
+                ),
+        });
+
+        // 6-7. Side effects on the host, undone on failure.
+        match container.launch().await {
+            Ok(()) => Ok(container),
+            Err(e) => {
+                container.undo_create(&e).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn launch(self: &Arc<Self>) -> Result<()> {
+        if !self.is_member() {
+            self.env
+                .host
+                .ensure_no_cgroups(&self.cgroups_path, &self.id)?;
+        }
+        if !self.rootfs.is_empty() {
+            self.env
+                .host
+                .mount_rootfs(&self.rootfs, &self.bundle.join("rootfs"))?;
+            self.rootfs_mounted.store(true, Ordering::SeqCst);
+        }
+        self.init.io.bound_by(self.evidence.output.as_ref());
+        self.init.io.log_with(stdio::LogContext {
+            container_id: self.id.clone(),
+            namespace: self.env.namespace.clone(),
+            runtime: self.runtime.clone(),
+        });
+        let (console, streams) = stdio::for_runsc(
+            &self.init.io,
+            &self.init.stdio,
+            &self.env.console_dir,
+            !self.is_member(),
+        )?;
+        let pid = self
+            .runtime
+            .create(CreateCall {
+                id: &self.id,
+                bundle: &self.bundle,
+                console_socket: console.as_ref().map(|c| c.path()),
+                stdio: streams,
+            })
+            .await?;
+        stdio::take_console(console, &self.init.io, &self.init.stdio).await?;
+        self.init.set_pid(pid);
+        let exit = match &self.pod {
+            PodRole::Member(sandbox) => {
+                // The pod's sandbox process and cgroups are the first container's; this one's
+                // exit comes from `runsc wait` once it has started.
+                if let Some(cg) = sandbox.cgroups.get() {
+                    let _ = self.cgroups.set(cg.clone());
+                }
+                None
+            }
+            PodRole::Sandbox { namespace_paths } => {
+                let exit = self.watch_sandbox(pid)?;
+                let paths = ["net", "ipc", "uts", "pid"]
+                    .iter()
+                    .map(|ns| format!("/proc/{pid}/ns/{ns}"))
+                    .collect();
+                let _ = namespace_paths.set(paths);
+                Some(exit)
+            }
+        };
+        self.check_idle_sampling()?;
+        self.init
+            .apply(Op::Create)
+            .map_err(|e| self.state_error(&self.init, e))?;
+        if let Some(exit) = exit {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let status = exit.await;
+                me.on_exit(&me.init, status).await;
+            });
+        }
+        self.events()
+            .create(
+                &self.id,
+                &self.bundle.display().to_string(),
+                task_io(&self.init.stdio),
+                pid,
+            )
+            .await;
+        log::info!("container {} created, sandbox pid {pid}", self.id);
+        Ok(())
+    }
+
+    /// The first container of a sandbox: its exit is the sandbox process's exit, its cgroups are
+    /// the sandbox's.
+    fn watch_sandbox(self: &Arc<Self>, pid: u32) -> Result<ExitWatch> {
+        // Before the watch: until the reaper has seen its exit, the pid is our child's.
+        if let Some(p) = self.runtime.host_process(pid) {
+            let _ = self.sandbox_process.set(p);
+        }
+        let exit = self
+            .runtime
+            .watch(pid)
+            .map_err(|source| ShimError::Reaper {
+                what: format!("the sandbox of {} (pid {pid})", self.id),
+                source,
+            })?;
+        // The counters at create are the baseline: an OOM kill or a pids-limit hit shows up as
+        // growth by the time the sandbox exits (runsc keeps its cgroups until delete).
+        match self.env.host.sandbox_cgroups(pid) {
+            Ok(cg) => {
+                match cg.watch_oom() {
+                    Ok(ooms) => self.forward_ooms(ooms),
+                    Err(e) => log::debug!("container {}: no early OOM notification: {e}", self.id),
+                }
+                let _ = self.cgroups.set(cg);
+            }
+            Err(e) => log::warn!(
+                "container {}: sandbox cgroups: {e}; OOM and process-limit exits will not be told apart",
+                self.id
+            ),
+        }
+        Ok(exit)
+    }
+
+    /// TaskOOM as soon as the kernel says so, not only when the exit is classified.
+    fn forward_ooms(self: &Arc<Self>, mut ooms: tokio::sync::mpsc::Receiver<()>) {
+        let weak: Weak<Container> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while ooms.recv().await.is_some() {
+                match weak.upgrade() {
+                    Some(c) => c.report_oom().await,
+                    None => break,
+                }
+            }
+        });
+    }
+
+    /// Leaves nothing behind after a failed Create: runsc state and sandbox, cgroups, mounts,
+    /// our files.
+    async fn undo_create(&self, err: &ShimError) {
+        if !self.is_member() {
+            gvisor_hardened_core::egress::credentials::forget_sandbox(
+                &self.env.namespace,
+                &self.id,
+            );
+        }
+        if let Err(e) = self.runtime.delete(&self.id).await {
+            if !e.is_gone() {
+                log::warn!("container {}: cleanup delete: {e}", self.id);
+            }
+        }
+        // A refused pre-existing cgroup is not ours to remove.
+        if !matches!(err, ShimError::Cgroup(CgroupError::Exists { .. })) {
+            if let Err(e) = self.env.host.remove_cgroups(&self.cgroups_path, &self.id) {
+                log::error!("container {}: {e}", self.id);
+            }
+        }
+        self.init.io.close();
+        if self.rootfs_mounted.swap(false, Ordering::SeqCst) {
+            if let Err(e) = self.env.host.unmount_rootfs(&self.bundle.join("rootfs")) {
+                log::error!("container {}: {e}", self.id);
+            }
+        }
+        gvisor_hardened_core::workspace::finish(
+            &self.bundle,
+            gvisor_hardened_core::workspace::Ending::Failed,
+        );
+        bundle::remove_shim_files(&self.bundle);
+        let mut rec = self.record(AuditEvent::CreateFailed);
+        rec.error = Some(err.to_string());
+        self.seal_best_effort(&rec).await;
+        log::error!("container {}: create failed: {err}", self.id);
+    }
+}
+
+fn task_io(s: &stdio::StdioPaths) -> containerd_shim_protos::events::task::TaskIO {
+    let mut io = containerd_shim_protos::events::task::TaskIO::new();
+    io.stdin = s.stdin.clone();
+    io.stdout = s.stdout.clone();
+    io.stderr = s.stderr.clone();
+    io.terminal = s.terminal;
+    io
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_container_of_a_pod_names_its_sandbox() {
+        let mut ann = BTreeMap::new();
+        ann.insert(CRI_CONTAINER_TYPE.to_string(), "container".to_string());
+        ann.insert(CRI_SANDBOX_ID.to_string(), "sb".to_string());
+        assert_eq!(pod_sandbox_id(&ann, "c1"), Some("sb".to_string()));
+        ann.insert(CRI_CONTAINER_TYPE.to_string(), "sandbox".to_string());
+        assert_eq!(pod_sandbox_id(&ann, "sb"), None);
+    }
+}

@@ -1,0 +1,182 @@
+//! What a container leaves behind besides its lifecycle records (issue 13): what its processes
+//! wrote to stdout/stderr, bounded by `[output] max_bytes` and counted for the idle timeout
+//! (`output_limit`), and what it changed in its writable volumes (`[audit.artifacts]`,
+//! `artifacts`).
+//!
+//! Settled at Create from the policy and the container's own hardened spec ([`Evidence::new`]);
+//! the start manifest is taken at Start, before `runsc start` (a failure fails the Start, as
+//! an unwritable audit log fails a Create); the exit path waits for the output copy and takes
+//! the exit manifest at once, each under its own deadline, so a stuck client, a process that
+//! keeps a stream open or a hostile volume delays an exit event by a bounded time, never
+//! forever.
+//!
+//! Execs share their container's budget: `max_bytes` bounds what the container as a whole
+//! hands back (a tool call's result), which N execs of a bound each would multiply; and the
+//! idle detector must see an exec's output as the container's activity. A pod's containers
+//! each have their own bound, but count their output into one activity counter, the pod
+//! sandbox container's: the CPU time the detector reads is the whole sandbox's too.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use policy_injector::{Lifetime, Policy};
+use serde_json::Value;
+
+use super::Container;
+use crate::error::{Result, ShimError};
+use crate::process::Process;
+use gvisor_hardened_core::artifacts::{self, ExitRecord, StartRecord, WritableMount};
+use gvisor_hardened_core::audit::{ArtifactsAudit, AuditRecord};
+use gvisor_hardened_core::idle::IdleThreshold;
+use gvisor_hardened_core::output_limit::{self, OutputBudget, OutputReport};
+use gvisor_hardened_core::workspace::{self, WorkspaceReport};
+
+/// A container's evidence settings and the start manifest, from Create to the init's exit.
+pub(super) struct Evidence {
+    /// The container's output budget, shared by its init and execs; `None`: the shim does not
+    /// interpose and the fifos go to runsc.
+    pub(super) output: Option<OutputBudget>,
+    /// The idle detector's CPU threshold for this container's CPU quota.
+    pub(super) idle_threshold: IdleThreshold,
+    /// The writable bind mounts of the container's own hardened spec.
+    binds: Vec<WritableMount>,
+    start: Mutex<Option<StartRecord>>,
+}
+
+impl Evidence {
+    /// `sandbox` is the pod sandbox container this one joins, if any.
+    pub(super) fn new(
+        policy: &Policy,
+        lifetime: &Lifetime,
+        spec: &Value,
+        sandbox: Option<&Arc<Container>>,
+    ) -> Evidence {
+        let max = policy.output.max_bytes.map(|b| b.0);
+        let pod_activity = sandbox.and_then(|s| s.evidence.output.as_ref());
+        let output = match pod_activity {
+            Some(pod) => Some(OutputBudget::sharing_activity(max, pod)),
+            None => OutputBudget::when_needed(max, lifetime.idle_timeout.is_some()),
+        };
+        Evidence {
+            output,
+            idle_threshold: IdleThreshold::of_spec(spec),
+            binds: artifacts::writable_binds(spec),
+            start: Mutex::new(None),
+        }
+    }
+}
+
+/// What the exit path found, for the exit record.
+#[derive(Default)]
+pub(super) struct ExitEvidence {
+    output: Option<OutputReport>,
+    artifacts: Option<std::result::Result<ExitRecord, String>>,
+    workspace: Option<WorkspaceReport>,
+}
+
+impl ExitEvidence {
+    pub(super) fn annotate<'a>(&'a self, rec: &mut AuditRecord<'a>) {
+        if let Some(report) = &self.output {
+            rec.set_output(report);
+        }
+        rec.artifacts = self.artifacts.as_ref().map(ArtifactsAudit::of_exit);
+        rec.workspace = self.workspace.as_ref();
+    }
+}
+
+impl Container {
+    /// The start manifest of the container's writable volumes, before `runsc start` runs the
+    /// workload. `Ok(None)`: manifests are off or there is no writable volume. An error fails
+    /// the Start: the policy asks for evidence the shim could not record.
+    pub(super) async fn record_artifacts_start(&self) -> Result<Option<StartRecord>> {
+        let policy = self.policy.policy.audit.artifacts.clone();
+        if !policy.enabled || self.evidence.binds.is_empty() {
+            return Ok(None);
+        }
+        let binds = self.evidence.binds.clone();
+        let log: PathBuf = self.audit.log().path().to_path_buf();
+        let id = self.id.clone();
+        let walked = tokio::task::spawn_blocking(move || {
+            artifacts::record_start_of(binds, &policy, &log, &id)
+        })
+        .await
+        .map_err(|e| ShimError::Internal(format!("the start manifest's walk failed: {e}")))?;
+        let start = walked?;
+        *self
+            .evidence
+            .start
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = start.clone();
+        Ok(start)
+    }
+
+    /// Waits for what must be in `process`'s exit record before it is published: its output
+    /// copy (bounded by [`output_limit::DRAIN_DEADLINE`]) and, for an init, the exit manifest of the
+    /// container's volumes (bounded by `max_walk_time` + [`artifacts::WALK_GRACE`]), side by side.
+    pub(super) async fn collect_exit_evidence(&self, process: &Arc<Process>) -> ExitEvidence {
+        let who = self.name_of(process);
+        let output = async {
+            // Terminal output the shim copies without a budget.
+            let p = process.clone();
+            let _ = tokio::task::spawn_blocking(move || p.io.wait_output()).await;
+            match process.io.take_output() {
+                Some(copy) => {
+                    Some(output_limit::drain(copy, output_limit::DRAIN_DEADLINE, &who).await)
+                }
+                None => None,
+            }
+        };
+        // The manifest records what the sandbox left; then the workspace is concluded (what
+        // would run on the host is neutralised) before the exit is announced.
+        let volumes = async {
+            if process.is_init() {
+                let artifacts = self.record_artifacts_exit().await;
+                (artifacts, self.conclude_workspace().await)
+            } else {
+                (None, None)
+            }
+        };
+        let (output, (artifacts, workspace)) = tokio::join!(output, volumes);
+        ExitEvidence {
+            output,
+            artifacts,
+            workspace,
+        }
+    }
+
+    /// `[mounts.workspace]` at the exit: see `gvisor_hardened_core::workspace`.
+    async fn conclude_workspace(&self) -> Option<WorkspaceReport> {
+        let bundle = self.bundle.clone();
+        let report =
+            tokio::task::spawn_blocking(move || workspace::finish(&bundle, workspace::Ending::Ran))
+                .await
+                .unwrap_or_else(|e| {
+                    log::error!("container {}: concluding the workspace: {e}", self.id);
+                    None
+                })?;
+        for e in &report.errors {
+            log::warn!("container {}: workspace: {e}", self.id);
+        }
+        Some(report)
+    }
+
+    async fn record_artifacts_exit(&self) -> Option<std::result::Result<ExitRecord, String>> {
+        let start = self
+            .evidence
+            .start
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        let result = artifacts::record_exit_bounded(
+            start,
+            self.policy.policy.audit.artifacts.clone(),
+            self.audit.log().path().to_path_buf(),
+            self.id.clone(),
+        )
+        .await;
+        if let Err(e) = &result {
+            log::error!("container {}: {e}", self.id);
+        }
+        Some(result)
+    }
+}

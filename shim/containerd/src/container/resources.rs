@@ -1,0 +1,121 @@
+//! Pids, stats, update, pause and resume: the sandbox's resources as containerd sees them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use containerd_shim_protos::api::{PidsResponse, StatsResponse, UpdateTaskRequest};
+use containerd_shim_protos::shim::oci::ProcessDetails;
+use containerd_shim_protos::types::task::ProcessInfo;
+use serde_json::Value;
+
+use super::Container;
+use crate::error::{Result, ShimError};
+use crate::process::state::Op;
+use gvisor_hardened_core::audit::AuditEvent;
+use gvisor_hardened_core::host::SandboxCgroups;
+
+impl Container {
+    /// The pids inside the sandbox (`runsc ps`); an exec's carries its exec id, as runc's shim
+    /// and gVisor's own attach it (`ctr task ps` shows it). An exec's guest pid is the pid
+    /// `runsc ps` lists for it.
+    pub async fn pids(&self) -> Result<PidsResponse> {
+        let pids = self.runtime.ps(&self.id).await?;
+        let execs: HashMap<u32, String> = self
+            .execs
+            .lock()
+            .await
+            .iter()
+            .filter_map(|(id, p)| Some((u32::try_from(p.guest_pid()?).ok()?, id.clone())))
+            .collect();
+        let mut resp = PidsResponse::new();
+        for pid in pids {
+            let mut info = ProcessInfo::new();
+            info.pid = pid;
+            if let Some(exec_id) = execs.get(&pid) {
+                let mut details = ProcessDetails::new();
+                details.exec_id = exec_id.clone();
+                let any = crate::packed::pack(&details)
+                    .map_err(|e| ShimError::Internal(format!("encoding ProcessDetails: {e}")))?;
+                info.info = Some(any).into();
+            }
+            resp.processes.push(info);
+        }
+        Ok(resp)
+    }
+
+    fn sandbox_cgroups(&self) -> Result<&Arc<dyn SandboxCgroups>> {
+        self.cgroups
+            .get()
+            .ok_or_else(|| ShimError::Internal(format!("the cgroups of {} are not known", self.id)))
+    }
+
+    pub async fn stats(&self) -> Result<StatsResponse> {
+        // A pod's later container has no cgroups of its own (runsc keeps one set per sandbox):
+        // the sentry's own accounting of it is the best there is.
+        let any = if self.is_member() {
+            let event = self.runtime.stats(&self.id).await?;
+            super::metrics::sentry_metrics_any(&event)?
+        } else {
+            let cgroups = self.sandbox_cgroups()?;
+            let location = cgroups.location().ok_or_else(|| {
+                ShimError::Internal(format!(
+                    "the cgroups of {} have no place on this host to read",
+                    self.id
+                ))
+            })?;
+            super::metrics::metrics_any(location)?
+        };
+        let mut resp = StatsResponse::new();
+        resp.stats = Some(any).into();
+        Ok(resp)
+    }
+
+    /// New resources go through the policy again: an Update can never loosen a ceiling.
+    pub async fn update(&self, req: &UpdateTaskRequest) -> Result<()> {
+        let raw = req
+            .resources
+            .as_ref()
+            .map(|a| a.value.as_slice())
+            .ok_or_else(|| ShimError::InvalidArgument("update without resources".into()))?;
+        let resources: Value = serde_json::from_slice(raw).map_err(|e| {
+            ShimError::InvalidArgument(format!("update resources are not valid JSON: {e}"))
+        })?;
+        let clamped = gvisor_hardened_core::sandbox::update::apply(
+            &self.id,
+            &resources,
+            &self.policy.policy,
+            &self.annotations,
+            self.sandbox_cgroups()?.as_ref(),
+            self.runtime.as_ref(),
+        )
+        .await?;
+        let mut rec = self.record(AuditEvent::Update);
+        rec.decisions = Some(&clamped.decisions);
+        self.audit_best_effort(&rec).await;
+        Ok(())
+    }
+
+    pub async fn pause(&self) -> Result<()> {
+        self.init
+            .check(Op::Pause)
+            .map_err(|e| self.state_error(&self.init, e))?;
+        self.runtime.pause(&self.id).await?;
+        self.init
+            .apply(Op::Pause)
+            .map_err(|e| self.state_error(&self.init, e))?;
+        self.events().paused(&self.id).await;
+        Ok(())
+    }
+
+    pub async fn resume(&self) -> Result<()> {
+        self.init
+            .check(Op::Resume)
+            .map_err(|e| self.state_error(&self.init, e))?;
+        self.runtime.resume(&self.id).await?;
+        self.init
+            .apply(Op::Resume)
+            .map_err(|e| self.state_error(&self.init, e))?;
+        self.events().resumed(&self.id).await;
+        Ok(())
+    }
+}

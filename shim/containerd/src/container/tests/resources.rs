@@ -1,0 +1,73 @@
+//! Pause, resume and update.
+
+use super::*;
+use gvisor_hardened_core::fake::Step;
+
+#[tokio::test]
+async fn pause_and_resume_follow_the_state_and_publish_their_events() {
+    let bed = Bed::new();
+    bed.create("c1").await;
+    assert_eq!(
+        bed.shim.pause("c1").await.unwrap_err().code(),
+        Code::FAILED_PRECONDITION
+    );
+    bed.shim.start("c1", "").await.unwrap();
+    bed.shim.pause("c1").await.unwrap();
+    assert_eq!(
+        bed.shim.pause("c1").await.unwrap_err().code(),
+        Code::FAILED_PRECONDITION
+    );
+    bed.shim.resume("c1").await.unwrap();
+    assert_eq!(bed.fake.calls_of("pause"), ["pause c1"]);
+    assert_eq!(bed.events.lines()[2..], ["paused", "resumed"]);
+    // A failed `runsc pause` leaves the container running.
+    bed.fake.fail_next(Step::Pause);
+    assert_eq!(
+        bed.shim.pause("c1").await.unwrap_err().code(),
+        Code::UNKNOWN
+    );
+    bed.shim.pause("c1").await.unwrap();
+    bed.kill_delete_and_check("c1").await;
+}
+
+#[tokio::test]
+async fn an_update_is_clamped_by_the_policy_and_written_to_the_sandbox_cgroups() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    let mut req = containerd_shim_protos::api::UpdateTaskRequest::new();
+    req.id = "c1".into();
+    let mut any = Any::new();
+    any.value = serde_json::to_vec(&json!({"memory": {"limit": 1u64 << 40}})).unwrap();
+    req.resources = Some(any).into();
+    bed.shim.update(req).await.unwrap();
+    let updates = bed.fake.updates();
+    assert_eq!(updates.len(), 1);
+    assert!(
+        !updates[0].contains(&(1u64 << 40).to_string()),
+        "{updates:?}"
+    );
+    assert_eq!(bed.audit_events("c1").last().unwrap(), "update");
+    bed.kill_delete_and_check("c1").await;
+}
+
+#[tokio::test]
+async fn pids_name_the_exec_each_guest_pid_belongs_to() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    bed.shim
+        .exec(super::exec::exec_request("c1", "e1", 0))
+        .await
+        .unwrap();
+    bed.shim.start("c1", "e1").await.unwrap();
+    let pids = bed.shim.pids("c1").await.unwrap().processes;
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert_eq!(pids[0].pid, 1);
+    assert!(pids[0].info.is_none(), "the init carries no details");
+    let any = pids[1].info.as_ref().expect("the exec's details");
+    assert_eq!(any.type_url, "containerd.runc.v1.ProcessDetails");
+    use containerd_shim_protos::protobuf::Message;
+    let details =
+        containerd_shim_protos::shim::oci::ProcessDetails::parse_from_bytes(&any.value).unwrap();
+    assert_eq!(details.exec_id, "e1");
+    bed.kill_delete_and_check("c1").await;
+}

@@ -1,0 +1,24 @@
+//! The sandbox core: the operations a sandbox goes through that both front ends perform, each
+//! defined once over the seams (`crate::runtime::SandboxRuntime` for runsc, `crate::host` for
+//! the kernel) and free of containerd's types.
+//!
+//! - `crate::prepare`: load the policy, read and harden the spec, configure runsc, audit.
+//! - [`exit`]: why a sandbox ended (enforcement, the cgroup's counters, or its status), and
+//!   how that is said in the log.
+//! - [`lifetime`]: the policy's time limits (SIGTERM to every process, the grace period,
+//!   SIGKILL, the host's SIGKILL when runsc cannot deliver one).
+//! - [`update`]: new resources through the policy, into the cgroups, then to runsc.
+//! - [`termination_message`]: why enforcement ended a Kubernetes container, in the file the
+//!   kubelet reads into the pod's status.
+//! - [`host_process`]: a host process the runtime recorded, signalled through a pidfd so a
+//!   recycled pid is never hit.
+//!
+//! Callers: the containerd shim (`containerd_shim_gvisor_hardened::container`, which maps them onto the task API) and
+//! runsc-hardened (`runsc_hardened`, which maps them onto runc's command line and its guard
+//! processes).
+
+pub mod exit;
+pub use gvisor_hardened_proc::host_process;
+pub mod lifetime;
+pub mod termination_message;
+pub mod update;
