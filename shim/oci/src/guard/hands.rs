@@ -6,31 +6,12 @@
 
 use std::path::PathBuf;
 
-use super::{cgroups, runsc_delete, stdio};
+use super::stdio::{EngineStdio, HostStdio};
+use super::{cgroups, runsc_delete};
 use crate::error::Result;
 use crate::state::StateDir;
 use gvisor_hardened_core::host::SandboxCgroups;
 use gvisor_hardened_core::runsc::client::{ProcessIo, Runsc};
-
-/// The streams the engine gave this process (the container's, or an exec's), for runsc.
-pub(crate) trait EngineStdio {
-    fn stdio(&self) -> Result<ProcessIo>;
-    /// Once runsc holds the streams: ours would keep the engine's readers from the end.
-    fn let_go_of_stdio(&self);
-}
-
-/// This process's own standard streams, as the engine gave them.
-pub(crate) struct HostStdio;
-
-impl EngineStdio for HostStdio {
-    fn stdio(&self) -> Result<ProcessIo> {
-        stdio::container_stdio()
-    }
-
-    fn let_go_of_stdio(&self) {
-        stdio::detach_stdio()
-    }
-}
 
 pub(crate) trait Hands: EngineStdio {
     /// Moves the guard into the sandbox's cgroups; the directories it came from.

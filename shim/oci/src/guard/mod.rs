@@ -56,10 +56,10 @@ use gvisor_hardened_core::host::SandboxCgroups;
 use gvisor_hardened_core::reaper::{ExitStatus, Reaper};
 use gvisor_hardened_core::runtime::{CreateCall, ExitWatch, KillTarget, SandboxRuntime};
 use gvisor_hardened_core::sandbox::lifetime::{self, Target};
-pub(crate) use hands::{EngineStdio, HostStdio};
 use hands::{Hands, HostHands};
 pub(crate) use signals::Forwarded;
 pub(crate) use stdio::container_stdio;
+pub(crate) use stdio::{EngineStdio, HostStdio};
 pub(crate) use title::show_as;
 use title::show_as_guard;
 

@@ -5,12 +5,31 @@ use std::fs::File;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use super::hands::EngineStdio;
 use super::terminal::Relay;
 use crate::error::{OciError, Result};
 use crate::state::StateDir;
 use gvisor_hardened_core::output_limit::{self, Interposer, OutputBudget, OutputReport};
 use gvisor_hardened_core::runsc::client::ProcessIo;
+
+/// The streams the engine gave this process (the container's, or an exec's), for runsc.
+pub(crate) trait EngineStdio {
+    fn stdio(&self) -> Result<ProcessIo>;
+    /// Once runsc holds the streams: ours would keep the engine's readers from the end.
+    fn let_go_of_stdio(&self);
+}
+
+/// This process's own standard streams, as the engine gave them.
+pub(crate) struct HostStdio;
+
+impl EngineStdio for HostStdio {
+    fn stdio(&self) -> Result<ProcessIo> {
+        container_stdio()
+    }
+
+    fn let_go_of_stdio(&self) {
+        detach_stdio()
+    }
+}
 
 /// The container's output budget when its policy bounds output (`max_bytes`) or has an idle
 /// timeout: in the state directory's budget file, which the init's guard makes (`create`) and

@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::hands::{EngineStdio, Hands};
+use super::hands::Hands;
+use super::stdio::EngineStdio;
 use super::{Guard, World};
 use crate::error::OciError;
 use crate::state::{ExitRecord, Record, StateDir};
