@@ -92,7 +92,7 @@ for v in CARGO_HOME RUSTUP_HOME CARGO_TARGET_DIR TMPDIR; do
   [ -z "${!v:-}" ] || cargo_env+=("$v=${!v}")
 done
 (cd "$REPO_ROOT" && "${cargo_env[@]}" cargo build --release -q \
-  -p containerd-shim-gvisor-hardened -p runsc-hardened -p gvisor-hardened-installer --bin gvisor-hardened-installer)
+  -p containerd-shim-gvisor-hardened -p runsc-hardened -p gvisor-hardened-installer --bins)
 # A build of its own: in the one above, cargo would unify the `cli` feature into the
 # policy-injector library the shim and the installer link, and build them differently from
 # `cargo build --release -p containerd-shim-gvisor-hardened` (the image test compares the shim).

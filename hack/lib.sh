@@ -175,3 +175,99 @@ build_forwarder() {
   mv -f "$out.tmp" "$out"
   rm -rf "$tmp"
 }
+
+# The integration tests (tests/tests/integration/: one test binary, `integration`, behind
+# gvisor-hardened-tests's `root` feature), one module per process. Each module was a test binary
+# of its own and some still rely on having the process to themselves: environment read once,
+# OnceLocks, a temp dir, port or bridge per process, the host snapshot attacks and nerdctl take
+# at the start, the Kubernetes node of kube_node and kube_agents. So the binary runs once per
+# module with exactly that module's tests named (`--exact`, from `--list`): a name filter alone
+# would also pick `egress_shim_x::` with `egress_shim`, or a test of another module that
+# mentions the word.
+#
+#   run_integration_modules [CARGO_ARG...] [-- SELECTOR...]
+#
+# CARGO_ARGs go to every `cargo test` (features of other packages, --release). A SELECTOR is
+# MODULE (all its tests) or MODULE::WORDS (those of its tests whose name after `MODULE::`
+# contains WORDS); one process per selector; without any, every module. libtest's switches come
+# from its environment variables: RUST_TEST_NOCAPTURE=1, RUST_TEST_THREADS=N. Every selector
+# runs even after one failed. Prints a line per selector and the totals; returns non-zero if a
+# module failed, did not finish with libtest's summary, or a selector matched no test.
+run_integration_modules() {
+  local cargo_args=() selectors=()
+  while [ $# -gt 0 ]; do
+    if [ "$1" = -- ]; then
+      shift
+      selectors=("$@")
+      break
+    fi
+    cargo_args+=("$1")
+    shift
+  done
+  local cmd=(cargo test -p gvisor-hardened-tests --features gvisor-hardened-tests/root
+             "${cargo_args[@]}" --test integration --)
+  local listing all=()
+  listing="$(cd "$REPO_ROOT" && "${cmd[@]}" --list --format terse)" || {
+    log "could not build or list the integration tests"
+    return 1
+  }
+  mapfile -t all < <(printf '%s\n' "$listing" | sed -n 's/: test$//p')
+  if [ ${#selectors[@]} = 0 ]; then
+    mapfile -t selectors < <(printf '%s\n' "${all[@]}" | awk -F'::' '!seen[$1]++ { print $1 }')
+  fi
+  local dir sel module words t names st status passed failed ignored
+  local total_passed=0 total_failed=0 total_ignored=0 summary=() bad=()
+  dir="$(mktemp -d /tmp/gvh-integration.XXXXXX)"
+  for sel in "${selectors[@]}"; do
+    module="${sel%%::*}" words=""
+    [[ "$sel" == *::* ]] && words="${sel#*::}"
+    names=()
+    for t in "${all[@]}"; do
+      [[ "$t" == "$module::"* ]] || continue
+      [[ -z "$words" || "${t#"$module::"}" == *"$words"* ]] && names+=("$t")
+    done
+    if [ ${#names[@]} = 0 ]; then
+      summary+=("$(printf '%-32s no test matches' "$sel")")
+      bad+=("$sel")
+      continue
+    fi
+    log "integration: $sel (${#names[@]} tests, a process of its own)"
+    st="$dir/status"
+    # The status through a file: the pipeline's own is tee's, and `set -e` must not end the
+    # loop at the first failing module.
+    { (cd "$REPO_ROOT" && "${cmd[@]}" --exact "${names[@]}") 2>&1 && echo 0 >"$st" || echo $? >"$st"; } \
+      | tee "$dir/out"
+    status="$(cat "$st")"
+    read -r passed failed ignored < <(awk '
+      /^test result: / {
+        for (i = 1; i <= NF; i++) {
+          if ($(i + 1) ~ /^passed/) p += $i
+          if ($(i + 1) ~ /^failed/) f += $i
+          if ($(i + 1) ~ /^ignored/) g += $i
+        }
+        seen = 1
+      }
+      END { if (seen) print p + 0, f + 0, g + 0; else print "-", "-", "-" }
+    ' "$dir/out")
+    if [ "$passed" = - ]; then
+      summary+=("$(printf '%-32s no summary (exit status %s)' "$sel" "$status")")
+      bad+=("$sel")
+      continue
+    fi
+    total_passed=$((total_passed + passed)) total_failed=$((total_failed + failed))
+    total_ignored=$((total_ignored + ignored))
+    summary+=("$(printf '%-32s %3d passed, %d failed, %d ignored' "$sel" "$passed" "$failed" "$ignored")")
+    if [ "$status" != 0 ] || [ "$failed" != 0 ]; then
+      bad+=("$sel")
+    fi
+  done
+  rm -rf "$dir"
+  log "integration modules"
+  printf '%s\n' "${summary[@]}" >&2
+  printf 'integration: %d passed, %d failed, %d ignored in %d processes\n' \
+    "$total_passed" "$total_failed" "$total_ignored" "${#selectors[@]}" >&2
+  if [ ${#bad[@]} -gt 0 ]; then
+    printf 'integration: failed: %s\n' "${bad[*]}" >&2
+    return 1
+  fi
+}

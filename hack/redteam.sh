@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The red-team table: runs the attack catalogue (tests/tests/attacks.rs: hostile workloads in
-# hardened sandboxes through a private containerd, the shim and runsc, and a representative
-# subset through a private Docker daemon and runsc-hardened) and prints one row per
-# attack (category, attack, expected, observed, result) and per category's whole-host check,
+# The red-team table: runs the attack catalogue (tests/tests/integration/attacks.rs: hostile
+# workloads in hardened sandboxes through a private containerd, the shim and runsc, and a
+# representative subset through a private Docker daemon and runsc-hardened) and prints one row
+# per attack (category, attack, expected, observed, result) and per category's whole-host check,
 # then "N passed, N failed". Exits non-zero if anything failed. Run as root.
 #
 #   hack/redteam.sh                     build the shim, run the catalogue, print the table
 #   hack/redteam.sh --results FILE      print the table of a run that already wrote FILE:
-#                                       GVH_REDTEAM_OUT=FILE cargo test ... runs the catalogue
-#                                       as part of a larger cargo test, without running it twice
+#                                       GVH_REDTEAM_OUT=FILE run_integration_modules (lib.sh)
+#                                       runs the catalogue as part of a larger run, without
+#                                       running it twice
 #   GVH_ATTACKS=fork,dns hack/redteam.sh    only the attacks whose names contain a word
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -27,10 +28,9 @@ else
   results="$(mktemp /tmp/gvh-redteam.XXXXXX)"
   runlog="$(mktemp /tmp/gvh-redteam-log.XXXXXX)"
   trap 'rm -f "$results" "$runlog"' EXIT
-  log "run the attack catalogue (cargo test -p gvisor-hardened-tests --test attacks)"
+  log "run the attack catalogue (the integration binary's module attacks, a process of its own)"
   run_status=0
-  GVH_REDTEAM_OUT="$results" cargo test -q -p gvisor-hardened-tests --test attacks \
-    >"$runlog" 2>&1 || run_status=$?
+  GVH_REDTEAM_OUT="$results" run_integration_modules -- attacks >"$runlog" 2>&1 || run_status=$?
 fi
 
 # Rows in catalogue order (categories ran in parallel and appended as they finished).
@@ -69,7 +69,7 @@ awk -F'\t' -v status="$run_status" '
 ' "$results" && table_ok=0 || table_ok=$?
 
 if [ "$run_status" != 0 ] && [ -n "${runlog:-}" ]; then
-  log "cargo test failed (status $run_status); the end of its output (result lines above):"
+  log "the attack run failed (status $run_status); the end of its output (result lines above):"
   grep -v '^GVH-REDTEAM' "$runlog" | grep -v '^ *[0-9]*: \|^ *at ' | tail -n 30 >&2
 fi
 exit "$table_ok"

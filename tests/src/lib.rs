@@ -41,6 +41,8 @@ pub mod ids;
 pub mod image;
 pub mod inspect;
 pub mod kube;
+#[cfg(test)]
+mod layout;
 pub mod leaks;
 pub mod nerdctl;
 pub mod netns;

@@ -12,9 +12,9 @@
 //! set up (and tear down) CNI networking in the container's network namespace, which the sandbox
 //! does not use, re-acquire and release the container's name, write `--pidfile` and the start
 //! time `nerdctl inspect` shows. Without them `nerdctl run`, `exec`, `ps`, `rm` and `compose`
-//! work (tests/tests/nerdctl.rs); what is lost is `--pidfile`, `State.StartedAt`, and the name
-//! being released at the container's exit rather than at `nerdctl rm`. Removing a hook never
-//! runs anything on the host, so a hook that only looks like nerdctl's gains nothing.
+//! work (tests/tests/integration/nerdctl.rs); what is lost is `--pidfile`, `State.StartedAt`,
+//! and the name being released at the container's exit rather than at `nerdctl rm`. Removing a
+//! hook never runs anything on the host, so a hook that only looks like nerdctl's gains nothing.
 
 use serde_json::Value;
 

@@ -1,6 +1,7 @@
 //! The supervisor, mux and proxy together, against an in-process fake forwarder (the framing
 //! codec over in-memory pipes), a fake resolver and a dialer that lands on real loopback
-//! upstreams. The real forwarder under real runsc is tested in `tests/tests/egress_runsc.rs`.
+//! upstreams. The real forwarder under real runsc is tested in
+//! `tests/tests/integration/egress_runsc.rs`.
 
 mod credentials;
 mod fakes;

@@ -4,7 +4,8 @@
 //! Workloads are held at a gate (`sandbox-probe gate`: wait for a line on stdin) until containerd
 //! has announced the task's start, then released. Without the gate a workload that finishes
 //! within a few milliseconds of `runsc start` races the shim's own start bookkeeping (see
-//! `tests/tests/attacks_shim_bugs.rs`), and the run would test that race instead of the attack.
+//! `tests/tests/integration/attacks_shim_bugs.rs`), and the run would test that race instead of
+//! the attack.
 
 use std::cell::RefCell;
 use std::fs;

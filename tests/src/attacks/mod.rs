@@ -2,8 +2,8 @@
 //! containerd, shim and runsc, each with the outcome the policy promises and a check that the
 //! host is unchanged afterwards.
 //!
-//! `tests/tests/attacks.rs` runs one category per test; `hack/redteam.sh` runs them all and
-//! prints the table. Each finished attack prints one machine-readable line (see
+//! `tests/tests/integration/attacks.rs` runs one category per test; `hack/redteam.sh` runs them
+//! all and prints the table. Each finished attack prints one machine-readable line (see
 //! [`AttackResult::line`]) on stdout and, when `GVH_REDTEAM_OUT` names a file, appends it there.
 //! `GVH_ATTACKS=name,name` runs only the attacks whose name contains one of the words.
 

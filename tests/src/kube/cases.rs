@@ -1,5 +1,5 @@
-//! What the Kubernetes test binaries (`tests/tests/kube_*.rs`, `harness = false`) share: one
-//! node for the whole binary (`up` once, the cases in order, `down` at the end, which fails if
+//! What the Kubernetes tests (modules `kube_node` and `kube_agents` of the integration binary)
+//! share: one node per module (`up` once, the cases in order, `down` at the end, which fails if
 //! anything of the node is left), the shim installed by the harness, and the helpers the cases
 //! use on it. Helpers panic with what they saw: they run inside a case.
 
@@ -16,6 +16,10 @@ pub const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 /// How long a pod gets to become Ready.
 pub const READY: Duration = Duration::from_secs(120);
 
+/// Picks the cases: a comma-separated list of words, a case runs if its name contains one (all
+/// of them when unset or empty).
+pub const CASES_ENV: &str = "GVH_KUBE_CASES";
+
 /// The node and what the harness installed on it.
 pub struct Ctx {
     pub node: KubeNode,
@@ -24,32 +28,35 @@ pub struct Ctx {
 
 pub type Case = fn(&Ctx);
 
-/// The binary's `main`: `[FILTER...]` runs the cases whose name contains one (all without),
-/// `--list` lists them. Exits 1 if a case, the setup, `down` or the check for leftovers failed.
-pub fn main(binary: &str, cases: &[(&str, Case)]) {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
+/// The cases of `cases` that `filter` (the value of [`CASES_ENV`]) picks, in their order.
+pub fn select<'a>(cases: &'a [(&'a str, Case)], filter: &str) -> Vec<&'a (&'a str, Case)> {
+    let words: Vec<&str> = filter
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
         .collect();
-    if std::env::args().any(|a| a == "--list") {
-        for (name, _) in cases {
-            println!("{name}: test");
-        }
-        return;
-    }
-    let selected: Vec<&(&str, Case)> = cases
+    cases
         .iter()
-        .filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f.as_str())))
-        .collect();
+        .filter(|(n, _)| words.is_empty() || words.iter().any(|w| n.contains(w)))
+        .collect()
+}
+
+/// A module's one test: brings the node up, runs the cases [`CASES_ENV`] picks in order (each
+/// caught, so one failing case does not skip the rest), takes the node down and checks nothing
+/// of it is left. Panics naming every case, the setup, `down` or the leftover check that failed.
+/// A filter that picks no case runs nothing (and brings no node up).
+pub fn run_on_one_node(module: &str, cases: &[(&str, Case)]) {
+    let filter = std::env::var(CASES_ENV).unwrap_or_default();
+    let selected = select(cases, &filter);
     if selected.is_empty() {
-        println!("no {binary} case matches {filters:?}");
+        println!("no {module} case matches {CASES_ENV}={filter:?}");
         return;
     }
     let started = Instant::now();
     let shim =
         shim_binary().expect("the shim binary (cargo build -p containerd-shim-gvisor-hardened)");
     let node = KubeNode::up().expect("hack/kube-node.sh up");
-    println!("{binary}: node up in {:?}", started.elapsed());
+    println!("{module}: node up in {:?}", started.elapsed());
     let setup = panic::catch_unwind(AssertUnwindSafe(|| setup(&node, &shim)));
     let mut failed = Vec::new();
     match setup {
@@ -59,7 +66,7 @@ pub fn main(binary: &str, cases: &[(&str, Case)]) {
                 let t = Instant::now();
                 let r = panic::catch_unwind(AssertUnwindSafe(|| case(&ctx)));
                 let verdict = if r.is_ok() { "ok" } else { "FAILED" };
-                println!("test {name} ... {verdict} ({:.1?})", t.elapsed());
+                println!("case {name} ... {verdict} ({:.1?})", t.elapsed());
                 if r.is_err() {
                     failed.push(name.to_string());
                 }
@@ -84,15 +91,12 @@ pub fn main(binary: &str, cases: &[(&str, Case)]) {
         failed.push("nothing-left".into());
     }
     println!(
-        "{binary}: {} cases, {} failed, {:.1?}",
+        "{module}: {} cases, {} failed, {:.1?}",
         selected.len(),
         failed.len(),
         started.elapsed()
     );
-    if !failed.is_empty() {
-        println!("failed: {failed:?}");
-        std::process::exit(1);
-    }
+    assert!(failed.is_empty(), "{module}: failed: {failed:?}");
 }
 
 pub fn leftovers() -> Vec<String> {
@@ -242,4 +246,43 @@ pub fn sandbox_id(ctx: &Ctx, ns: &str, pod: &str) -> String {
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(!id.is_empty(), "no sandbox for {ns}/{pod}");
     id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noop(_: &Ctx) {}
+
+    const CASES: &[(&str, Case)] = &[
+        ("hardened_pod_is_hardened_inside", noop),
+        ("oom_shows_oomkilled", noop),
+        ("admission_by_the_api_server", noop),
+    ];
+
+    fn names(filter: &str) -> Vec<&str> {
+        select(CASES, filter).iter().map(|(n, _)| *n).collect()
+    }
+
+    #[test]
+    fn no_filter_selects_every_case_in_order() {
+        assert_eq!(names(""), names(" , "));
+        assert_eq!(
+            names(""),
+            [
+                "hardened_pod_is_hardened_inside",
+                "oom_shows_oomkilled",
+                "admission_by_the_api_server"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_case_runs_if_its_name_contains_one_of_the_words() {
+        assert_eq!(
+            names("admission, oom"),
+            ["oom_shows_oomkilled", "admission_by_the_api_server"]
+        );
+        assert!(names("nothing_like_it").is_empty());
+    }
 }

@@ -84,7 +84,7 @@ fn scanned_files_cover_tests_demo_and_benches() {
     let files = scanned_files(&repo());
     for f in [
         "tests/src/attacks/network.rs",
-        "tests/tests/shim_hardening.rs",
+        "tests/tests/integration/shim_hardening.rs",
         "tests/examples/demo.rs",
         "tests/examples/probe-matrix.rs",
         "tests/examples/bench/main.rs",

@@ -16,8 +16,8 @@
 //! stopped it or left a file unhashed. Names are bytes: one that is not UTF-8 is kept exactly
 //! (as hex in `path_hex`) beside a readable lossy form. (Under runsc a FIFO or socket made
 //! inside the sandbox stays in the sentry and never reaches the host volume, measured in
-//! `tests/tests/artifact_manifests.rs`; the volume can still hold them from the host or another
-//! runtime, so the walk is ready for them.)
+//! `tests/tests/integration/artifact_manifests.rs`; the volume can still hold them from the
+//! host or another runtime, so the walk is ready for them.)
 //!
 //! Measured (`cargo run --release -p gvisor-hardened-core --example artifact-walk`,
 //! ext4, page cache warm, load 6-7 on 2 shared cores): 1,000,000 empty files in one directory

@@ -3,7 +3,7 @@
 //! (simulated by writing where each mount's source is: the staging copy for the git directory,
 //! the host's data directories, the rest of the project), then conclude, and what the host is
 //! left with. The same attacks through real runsc, ctr and Docker are in
-//! `tests/tests/workspace_git.rs`.
+//! `tests/tests/integration/workspace_git.rs`.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

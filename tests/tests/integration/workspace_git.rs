@@ -14,7 +14,7 @@ use gvisor_hardened_tests::*;
 /// The coding-agent preset with the test's project root writable and its audit log and runsc
 /// root where the test keeps them.
 fn agent_policy(projects: &Path, extra: &str) -> String {
-    let preset = include_str!("../../policy-injector/src/policy/presets/coding-agent.toml");
+    let preset = include_str!("../../../policy-injector/src/policy/presets/coding-agent.toml");
     let mut doc: toml_edit::DocumentMut = preset.parse().unwrap();
     let mut roots = toml_edit::Array::new();
     roots.push(format!("{}/**", projects.display()));

@@ -2,11 +2,11 @@
 //! the node itself): a pod of the `gvisor-hardened-agent` class reaching an allowlisted upstream
 //! pod through the shim's egress proxy and nothing else, and kubernetes-sigs/agent-sandbox's
 //! controller (built by `hack/deps.sh`, run as a host process out of cluster) making a hardened
-//! pod from `runtimeclass/examples/agent-sandbox.yaml`. One node for the whole binary
-//! (`harness = false`), `down` at the end, which fails if anything of the node is left.
+//! pod from `runtimeclass/examples/agent-sandbox.yaml`. One node for the whole module, in one
+//! test (`cases_on_one_node`), `down` at the end, which fails if anything of the node is left.
 //!
-//! `cargo test -p gvisor-hardened-tests --test kube_agents [-- FILTER]` runs the cases whose name
-//! contains FILTER (all of them without one); needs root and the shim built.
+//! `GVH_KUBE_CASES=WORD[,WORD...] hack/integration.sh kube_agents` runs the cases whose name
+//! contains a word (all of them without it); needs root and the shim built.
 
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
@@ -36,8 +36,11 @@ const CASES: &[(&str, Case)] = &[
     ),
 ];
 
-fn main() {
-    cases::main("kube_agents", CASES);
+/// The cases above on one node of this module's own, in order (`GVH_KUBE_CASES=word,...`: those
+/// whose names contain a word).
+#[test]
+fn cases_on_one_node() {
+    cases::run_on_one_node("kube_agents", CASES);
 }
 
 const AGENT_CLASS: &str = "gvisor-hardened-agent";

@@ -371,7 +371,7 @@ fn a_killed_guard_is_cleaned_up_by_dockers_delete() {
 
 /// The coding-agent preset with the project roots pointed at the test directories.
 fn agent_policy() -> String {
-    let preset = include_str!("../../policy-injector/src/policy/presets/coding-agent.toml");
+    let preset = include_str!("../../../policy-injector/src/policy/presets/coding-agent.toml");
     let mut doc: toml_edit::DocumentMut = preset.parse().unwrap();
     let mut roots = toml_edit::Array::new();
     roots.push(format!(

@@ -1,10 +1,11 @@
 //! A real one-node Kubernetes cluster (`hack/kube-node.sh up`): pods of our RuntimeClasses
 //! started by the kubelet, checked through the API server with kubectl; the admission policies
-//! evaluated by the real API server. One node for the whole binary (`harness = false`): `up`
-//! once, the cases in order, `down` at the end, which fails if anything of the node is left.
+//! evaluated by the real API server. One node for the whole module, in one test
+//! (`cases_on_one_node`): `up` once, the cases in order, `down` at the end, which fails if
+//! anything of the node is left.
 //!
-//! `cargo test -p gvisor-hardened-tests --test kube_node [-- FILTER]` runs the cases whose name
-//! contains FILTER (all of them without one); needs root and the shim built.
+//! `GVH_KUBE_CASES=WORD[,WORD...] hack/integration.sh kube_node` runs the cases whose name
+//! contains a word (all of them without it); needs root and the shim built.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
@@ -20,8 +21,11 @@ use gvisor_hardened_tests::kube::{
 use gvisor_hardened_tests::{poll_until, TEST_IMAGE_REF};
 use serde_json::json;
 
-fn main() {
-    cases::main("kube_node", CASES);
+/// The cases below on one node, in order (`GVH_KUBE_CASES=word,...`: those whose names contain
+/// a word). One test, not one per case: they share the node, which takes minutes to bring up.
+#[test]
+fn cases_on_one_node() {
+    cases::run_on_one_node("kube_node", CASES);
 }
 
 const CASES: &[(&str, Case)] = &[

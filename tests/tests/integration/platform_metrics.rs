@@ -29,7 +29,6 @@ use gvisor_hardened_tests::fault::TestPolicy;
 use gvisor_hardened_tests::*;
 use serde_json::Value;
 
-#[path = "platform_metrics/chart.rs"]
 mod chart;
 use chart::{bar_title, Panel};
 
