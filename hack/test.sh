@@ -19,7 +19,8 @@ cargo fmt --all -- --check
 # policy-injector's operator binary (and its tests) sits behind the `cli` feature, which keeps
 # clap and anyhow out of the library; the sandbox core's unit tests that need root and the host
 # (real runsc sandboxes, cgroups, mounts) sit behind `host-tests` (turned on through the shim's
-# feature of that name), so the crates' tests run anywhere without it. Here, as root on a prepared machine, both on.
+# feature of that name), so the crates' tests run anywhere without it. Here, as root on a
+# prepared machine, both on.
 # The integration tests are one binary behind gvisor-hardened-tests's `root` feature: linted and
 # built with the rest, but run by run_integration_modules (lib.sh), a process per module, never
 # by the workspace's `cargo test`, which would run all modules in one process.
