@@ -1,6 +1,6 @@
 //! The guard's lifecycle on the fake world (`gvisor_hardened_core::fake` as runsc and as the host's cgroups,
 //! a recorder as its hands): create and its failures, the wall-clock limit from `start`,
-//! signals passed on, and the exit's classification, record and audit, with paused time, as
+//! signals passed on, egress from start to the exit, and the exit's classification, record and audit, with paused time, as
 //! any user, without runsc.
 
 use std::sync::{Arc, Mutex};
@@ -90,8 +90,17 @@ struct Container {
 }
 
 fn container(max_runtime: Duration) -> Container {
+    container_where(max_runtime, |_, _| {})
+}
+
+/// [`container`], with `edit` applied to what `create` would have kept before it is written.
+fn container_where(
+    max_runtime: Duration,
+    edit: impl FnOnce(&mut Record, &mut policy_injector::Policy),
+) -> Container {
     let dir = tempfile::tempdir().unwrap();
-    let (mut record, policy) = record(dir.path());
+    let (mut record, mut policy) = record(dir.path());
+    edit(&mut record, &mut policy);
     record.lifetime.max_runtime = max_runtime;
     record.lifetime.grace_period = Duration::from_secs(10);
     let state = StateDir::new(Some(&dir.path().join("state")), "c1").unwrap();
@@ -472,4 +481,78 @@ async fn a_terminal_under_an_output_bound_is_relayed_and_runsc_gets_the_relays_s
     fake.exit("c1", ExitStatus::Exited(0));
     assert_eq!(guard.watch(no_signals()).await, 0);
     assert_eq!(exit_record(&c)["output_bytes"], 0);
+}
+
+/// Container `c1` under a policy whose egress allowlist is on: the record carries the plan the
+/// hardening made, as `create` keeps it. Any executable stands in for the forwarder binary
+/// (the fake runtime runs none).
+fn egress_container() -> Container {
+    container_where(Duration::from_secs(60), |record, policy| {
+        *policy = policy_injector::Policy::from_toml_str(
+            "[network.egress]\nallow = [\"api.example.test\"]\nforwarder = \"/bin/sh\"\n",
+        )
+        .unwrap();
+        let spec = serde_json::json!({"ociVersion": "1.0.2",
+            "process": {"args": ["true"], "cwd": "/"}, "root": {"path": "rootfs"},
+            "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"},
+                                     {"type": "mount"}, {"type": "uts"}]}});
+        let hardened = policy_injector::harden(&spec, policy, &Default::default()).unwrap();
+        assert!(
+            hardened.egress.is_some(),
+            "the policy's allowlist makes a plan"
+        );
+        record.egress = hardened.egress;
+    })
+}
+
+// Not paused: the proxy and the forwarder's supervisor do real socket I/O and name lookups.
+#[tokio::test]
+async fn egress_runs_its_forwarder_from_start_and_stops_it_before_the_exit_record() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    let c = egress_container();
+    let (code, ()) = guarded(&c, &fake, &hands, no_signals(), async {
+        c.start(&fake).await;
+        // The forwarder is up once the supervisor audited its HELLO.
+        while !c.audited().iter().any(|e| e == "egress-forwarder-ready") {
+            tokio::task::yield_now().await;
+        }
+        fake.exit("c1", ExitStatus::Exited(0));
+    })
+    .await;
+    assert_eq!(code, 0);
+    // One forwarder, started through the runtime in the container's sandbox.
+    assert_eq!(fake.calls_of("forwarder"), ["forwarder c1 127.0.0.1:3128"]);
+    // Stopped with the sandbox, and its records come before the exit's in the one log.
+    assert!(
+        !fake.leftovers().iter().any(|l| l.contains("forwarder")),
+        "{:?}",
+        fake.leftovers()
+    );
+    let events = c.audited();
+    let ready = events.iter().position(|e| e == "egress-forwarder-ready");
+    let exit = events.iter().position(|e| e == "exit");
+    assert!(
+        ready.is_some() && exit.is_some() && ready < exit,
+        "{events:?}"
+    );
+    assert_eq!(
+        events.first().map(String::as_str),
+        Some("start"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_an_allowlist_the_guard_starts_no_forwarder() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    let c = container(Duration::from_secs(60));
+    let (code, ()) = guarded(&c, &fake, &hands, no_signals(), async {
+        c.start(&fake).await;
+        hands.wait_for("leave").await;
+        fake.exit("c1", ExitStatus::Exited(0));
+    })
+    .await;
+    assert_eq!(code, 0);
+    assert!(fake.calls_of("forwarder").is_empty());
+    assert_eq!(c.audited(), ["start", "exit"]);
 }
