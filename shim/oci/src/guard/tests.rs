@@ -1,7 +1,7 @@
-//! The guard's lifecycle on the fake world (`gvisor_hardened_core::fake` as runsc and as the host's cgroups,
-//! a recorder as its hands): create and its failures, the wall-clock limit from `start`,
-//! signals passed on, egress from start to the exit, and the exit's classification, record and audit, with paused time, as
-//! any user, without runsc.
+//! The guard's lifecycle on the fake world (`gvisor_hardened_core::fake` as runsc and as the
+//! host's cgroups, a recorder as its hands): create and its failures, the wall-clock limit
+//! from `start`, signals passed on, egress from start to the exit, and the exit's
+//! classification, record and audit, with paused time, as any user, without runsc.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
