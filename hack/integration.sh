@@ -22,7 +22,6 @@ if [ -z "${GVH_DEPS:-}" ]; then
   trap 'rm -f "$GVH_DEPS"' EXIT
 fi
 cd "$REPO_ROOT"
-features=(--features policy-injector/cli --features containerd-shim-gvisor-hardened/host-tests)
 log "build the product binaries"
-cargo build --workspace --bins "${features[@]}"
+cargo build --workspace --bins "${PRODUCT_FEATURES[@]}"
 run_integration_modules -- "$@"

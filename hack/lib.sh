@@ -11,6 +11,11 @@ APT_PACKAGES=(
   ca-certificates curl openssl git iptables
 )
 
+# The workspace's features as hack/test.sh builds and tests it: policy-injector's operator CLI,
+# and the sandbox core's root-only unit tests (through the shim's `host-tests`). The integration
+# binary's `root` feature is added where it is built.
+PRODUCT_FEATURES=(--features policy-injector/cli --features containerd-shim-gvisor-hardened/host-tests)
+
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 

@@ -3,14 +3,15 @@
 # (uid/gid 65534, no supplementary groups) with runsc out of reach: /usr/bin/runsc covered in a
 # private mount namespace and nothing else on PATH. They must pass there; that is what "runs
 # without root and without runsc" means. Prints each binary's count and wall time.
-# Usage: hack/rootless-tests.sh [cargo feature args...]   (as root: it needs setpriv and unshare)
+# Usage: hack/rootless-tests.sh   (as root: it needs setpriv and unshare; built with the
+# workspace's PRODUCT_FEATURES, as hack/test.sh builds, so nothing is compiled twice)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 require_root
 cd "$REPO_ROOT"
 
 mapfile -t binaries < <(cargo test -q -p runsc-hardened -p containerd-shim-gvisor-hardened --lib \
-  --no-run --message-format=json "$@" 2>/dev/null | python3 -c '
+  --no-run --message-format=json "${PRODUCT_FEATURES[@]}" 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)

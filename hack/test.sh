@@ -24,14 +24,13 @@ cargo fmt --all -- --check
 # The integration tests are one binary behind gvisor-hardened-tests's `root` feature: linted and
 # built with the rest, but run by run_integration_modules (lib.sh), a process per module, never
 # by the workspace's `cargo test`, which would run all modules in one process.
-unit_features=(--features policy-injector/cli --features containerd-shim-gvisor-hardened/host-tests)
-features=("${unit_features[@]}" --features gvisor-hardened-tests/root)
+features=("${PRODUCT_FEATURES[@]}" --features gvisor-hardened-tests/root)
 log "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
 log "build"
 cargo build --workspace --bins "${features[@]}"
 log "the front ends' fake-world tests as uid 65534, without runsc"
-"$REPO_ROOT/hack/rootless-tests.sh" "${unit_features[@]}"
+"$REPO_ROOT/hack/rootless-tests.sh"
 # Two stacks (tests/src/stack.rs): everything on the current one (containerd 2.x, a current
 # runsc), then the core path on Debian's (containerd 1.6, runsc 20221219), the compatibility
 # stack: a ctr lifecycle, a CRI pod, egress, the Docker path and the attack table's spec-level
@@ -43,7 +42,7 @@ trap 'rm -f "$redteam" "$GVH_DEPS"' EXIT
 # the unit tests must not hide the integration tests' results, nor one module another's.
 status=0
 log "the workspace's own tests (unit, doc, the crates' test targets; not the integration binary)"
-GVH_STACK=current cargo test --workspace --no-fail-fast "${unit_features[@]}" || status=1
+GVH_STACK=current cargo test --workspace --no-fail-fast "${PRODUCT_FEATURES[@]}" || status=1
 log "the integration tests, a process per module"
 # (No features of the other crates: they change nothing the integration binary runs, and
 # `-p gvisor-hardened-tests` accepts only its own and its dependencies'.)
