@@ -52,15 +52,12 @@ impl UpstreamNetns {
     pub fn create() -> Result<UpstreamNetns> {
         let hex = random_hex(4);
         let name = format!("gvh-eg-{hex}");
-        // 4 random bytes pick the /30; two concurrent tests colliding would fail loudly on
-        // the address, not cross-talk.
-        let n = (u32::from_str_radix(&hex, 16).unwrap_or(0) % 250 + 2) as u8;
         let dir = std::env::temp_dir().join(&name);
         fs::create_dir_all(&dir).map_err(|e| HarnessError::io("creating", &dir, e))?;
         run("ip", &["netns", "add", &name])?;
-        let ns = UpstreamNetns {
+        let mut ns = UpstreamNetns {
             name: name.clone(),
-            n,
+            n: 0,
             servers: Vec::new(),
             dir,
         };
@@ -71,10 +68,14 @@ impl UpstreamNetns {
                 "link", "add", &a, "type", "veth", "peer", "name", &b, "netns", &name,
             ],
         )?;
-        run(
-            "ip",
-            &["addr", "add", &format!("{}/30", ns.host_addr()), "dev", &a],
-        )?;
+        // Each namespace owns 10.214.N.0/24 (the agent bench puts a second /30 in it), with N
+        // in 2..252 and taken by no host interface: two namespaces of one test, or of tests
+        // running at once, never share an address.
+        let block = crate::netns::claim_free_block(UPSTREAM_RANGE, 8, 2..252, |net| {
+            let host = std::net::Ipv4Addr::from(u32::from(net) + 1);
+            run("ip", &["addr", "add", &format!("{host}/30"), "dev", &a]).map(drop)
+        })?;
+        ns.n = block.octets()[2];
         run("ip", &["link", "set", &a, "up"])?;
         run(
             "ip",

@@ -78,6 +78,55 @@ fn verify_tcp(l: &TcpListener, addr: SocketAddr) -> Result<()> {
     Ok(())
 }
 
+/// Claims a block of `2^block_bits` addresses of `range` (one of the blocks numbered `blocks`)
+/// that no host interface has an address in, and returns its first address. Under
+/// [`LOCK_FILE`], so tests in other processes cannot pick the same block: `assign` must put an
+/// address of the block on a host interface before the lock is released, which is what the
+/// next caller's `ip -4 addr` then sees. Two namespaces whose host ends share an address would
+/// not fail: the host routes to one of them, and a test aimed at the other talks to the wrong
+/// server.
+pub(crate) fn claim_free_block(
+    range: (Ipv4Addr, u8),
+    block_bits: u8,
+    blocks: std::ops::Range<u32>,
+    assign: impl FnOnce(Ipv4Addr) -> Result<()>,
+) -> Result<Ipv4Addr> {
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_FILE)
+        .map_err(|e| HarnessError::io("opening", LOCK_FILE, e))?;
+    // SAFETY: flock on an open descriptor; released when `lock` is closed below.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(HarnessError::io(
+            "locking",
+            LOCK_FILE,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    let mut cmd = Command::new("ip");
+    cmd.args(["-4", "-o", "addr", "show"]);
+    let taken = output_with_deadline(&mut cmd, None, Duration::from_secs(30))?.checked()?;
+    let used: Vec<u32> = taken
+        .stdout
+        .split_whitespace()
+        .filter_map(|w| w.split('/').next()?.parse::<Ipv4Addr>().ok())
+        .map(u32::from)
+        .collect();
+    let base = u32::from(range.0);
+    let mask = !((1u32 << block_bits) - 1);
+    let count = blocks.end.saturating_sub(blocks.start).max(1);
+    let start = u32::from_str_radix(&random_hex(2), 16).unwrap_or(0) % count;
+    let free = (0..count)
+        .map(|i| base + (blocks.start + (start + i) % count) * (1 << block_bits))
+        .find(|block| !used.iter().any(|a| a & mask == *block))
+        .ok_or_else(|| net_err(format!("no free block left in {}/{}", range.0, range.1)))?;
+    assign(Ipv4Addr::from(free))?;
+    drop(lock);
+    Ok(Ipv4Addr::from(free))
+}
+
 /// A TCP listener on 127.0.0.1, reachable from the host (verified).
 pub struct LoopbackTarget {
     listener: TcpListener,
@@ -167,48 +216,16 @@ impl TestNetns {
         Ok(net)
     }
 
-    /// Picks a free /30 of [`RANGE`] and gives the host end its first address, under the lock
-    /// so two test processes cannot pick the same one.
+    /// Picks a free /30 of [`RANGE`] and gives the host end its first address.
     fn address(&mut self) -> Result<()> {
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(LOCK_FILE)
-            .map_err(|e| HarnessError::io("opening", LOCK_FILE, e))?;
-        // SAFETY: flock on an open descriptor; released when `lock` is closed below.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(HarnessError::io(
-                "locking",
-                LOCK_FILE,
-                std::io::Error::last_os_error(),
-            ));
-        }
-        let mut cmd = Command::new("ip");
-        cmd.args(["-4", "-o", "addr", "show"]);
-        let taken = output_with_deadline(&mut cmd, None, Duration::from_secs(30))?.checked()?;
-        let used: Vec<Ipv4Addr> = taken
-            .stdout
-            .split_whitespace()
-            .filter_map(|w| w.split('/').next()?.parse().ok())
-            .collect();
-        let base = u32::from(RANGE.0);
         let subnets = 1u32 << (32 - RANGE.1 - 2);
-        let start = u32::from_str_radix(&random_hex(2), 16).unwrap_or(0) % subnets;
-        let free = (0..subnets)
-            .map(|i| base + ((start + i) % subnets) * 4)
-            .find(|net| !used.iter().any(|a| u32::from(*a) & !3 == *net))
-            .ok_or_else(|| net_err(format!("no free /30 left in {}/{}", RANGE.0, RANGE.1)))?;
-        self.host_ip = Ipv4Addr::from(free + 1);
-        self.ns_ip = Ipv4Addr::from(free + 2);
-        ip(&[
-            "addr",
-            "add",
-            &format!("{}/30", self.host_ip),
-            "dev",
-            &self.host_if,
-        ])?;
-        drop(lock);
+        let host_if = self.host_if.clone();
+        let free = claim_free_block(RANGE, 2, 0..subnets, |net| {
+            let host = Ipv4Addr::from(u32::from(net) + 1);
+            ip(&["addr", "add", &format!("{host}/30"), "dev", &host_if])
+        })?;
+        self.host_ip = Ipv4Addr::from(u32::from(free) + 1);
+        self.ns_ip = Ipv4Addr::from(u32::from(free) + 2);
         Ok(())
     }
 

@@ -490,3 +490,28 @@ fn ctr_run_with_a_tty_gets_a_terminal_of_the_pty_size_inside_gvisor() {
     assert_nothing_left(&c, &id, &Runtime::Baseline);
     assert_clean_shutdown(c);
 }
+
+/// The upstream namespaces of the egress tests each get a /24 of their own, also when many are
+/// made at once from several threads: two sharing an address would route one test's traffic to
+/// another test's server (a CI run once saw a 404 from the wrong upstream).
+#[test]
+fn upstream_namespaces_made_at_once_never_share_a_subnet() {
+    use gvisor_hardened_tests::egress::UpstreamNetns;
+    let made: Vec<UpstreamNetns> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..24)
+            .map(|_| s.spawn(|| UpstreamNetns::create().unwrap()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut subnets: Vec<u8> = made.iter().map(|ns| ns.n).collect();
+    subnets.sort_unstable();
+    subnets.dedup();
+    assert_eq!(
+        subnets.len(),
+        made.len(),
+        "{} namespaces on {} distinct subnets: {subnets:?}",
+        made.len(),
+        subnets.len()
+    );
+    assert!(subnets.iter().all(|n| (2..252).contains(n)), "{subnets:?}");
+}
