@@ -12,6 +12,13 @@ bench's exec section, `ctr ... task exec ... true`, one "<runtime> exec" run): t
 the ones whose argv names its containerd namespace or directory (shims, runsc and its sandbox
 and gofer, runc), so other users' containers on the machine are left out.
 
+Pods through CRI have no `ctr` process to follow: the bench's pods section writes markers to
+the trace instance's `trace_marker` (its path is handed over in GVH_TRACE_MARKER), one at each
+pod's begin and end, one at the end of each CRI call, and two around each tool call into a
+ready pod. Each pod is then one "pod <handler>" run: its CRI calls as steps ("CRI
+RunPodSandbox", ...) and every process a containerd started, directly or through its
+descendants, in the pod's window; each tool call one "ExecSync <handler>" run.
+
 Prints, per runtime, the median start (relative to ctr's exec) and duration of each step, and
 the median of the whole run; --json writes every run's raw timeline. Needs root. It adds no
 work to the traced processes (no ptrace), only to the kernel's event recording.
@@ -76,6 +83,7 @@ class Tracer:
         self.parent = {}  # pid -> parent's tgid (new processes only, not threads)
         self.syncs = {}   # tgid -> [(start, end)] of fsync/fdatasync
         self.sync_open = {}  # tid -> start
+        self.marks = []      # (ts, text) written by the traced command to trace_marker
         self.stop = False
         self.thread = threading.Thread(target=self.read, daemon=True)
         self.thread.start()
@@ -129,6 +137,8 @@ class Tracer:
             child = int(re.search(r"\bchild_pid=(\d+)", m["rest"])[1])
             tgid = int(m["tgid"]) if m["tgid"].isdigit() else tid
             self.parent[child] = tgid
+        elif ev == "tracing_mark_write" and m["rest"].startswith("gvh-bench "):
+            self.marks.append((ts, m["rest"][len("gvh-bench "):].strip()))
         elif ev.startswith("sys_") and m["sep"] == "(":
             self.sync_open[tid] = ts
         elif ev.startswith("sys_") and m["sep"] == " ->" and tid in self.sync_open:
@@ -169,15 +179,21 @@ def label(argv):
     return base
 
 
-def runs(execs, exits, parent, syncs):
-    """Every `ctr run` and the processes that belong to it: those naming its namespace, id or
-    containerd directory, and their descendants (`runsc flags` names none of them)."""
+def processes(execs, exits):
+    """Every exec'd image as a process: pid, start, end and argv."""
     procs = []
     for pid, seq in execs.items():
         for i, (ts, argv) in enumerate(seq):
             # A later exec by the same pid ends this image (a wrapper exec'ing runsc).
             end = seq[i + 1][0] if i + 1 < len(seq) else exits.get(pid)
             procs.append({"pid": pid, "start": ts, "end": end, "argv": argv or []})
+    return procs
+
+
+def runs(execs, exits, parent, syncs):
+    """Every `ctr run` and the processes that belong to it: those naming its namespace, id or
+    containerd directory, and their descendants (`runsc flags` names none of them)."""
+    procs = processes(execs, exits)
     out = []
     for p in procs:
         a = p["argv"]
@@ -240,12 +256,64 @@ def runs(execs, exits, parent, syncs):
     return out
 
 
+def pod_runs(marks, execs, exits, parent, syncs):
+    """Every pod the bench marked: its CRI calls as steps, and the processes any containerd
+    started (itself or through its descendants) between the pod's begin and ready marks."""
+    procs = processes(execs, exits)
+    daemons = {p["pid"] for p in procs if p["argv"] and os.path.basename(p["argv"][0]) == "containerd"}
+
+    def from_containerd(pid):
+        seen = set()
+        while pid is not None and pid not in seen:
+            if pid in daemons:
+                return True
+            seen.add(pid)
+            pid = parent.get(pid)
+        return False
+
+    out = []
+    begin = None
+    for ts, text in sorted(marks):
+        kind, _, arg = text.partition(" ")
+        if kind in ("pod-begin", "exec-begin"):
+            what = "pod" if kind == "pod-begin" else "ExecSync"
+            begin = {"ts": ts, "handler": f"{what} {arg}", "calls": [], "last": ts}
+        elif kind == "step-end" and begin:
+            begin["calls"].append({"step": f"CRI {arg}", "pid": None,
+                                   "start_ms": round((begin["last"] - begin["ts"]) * 1000, 2),
+                                   "dur_ms": round((ts - begin["last"]) * 1000, 2),
+                                   "sync_ms": 0, "syncs": 0, "sync_intervals_ms": [], "argv": []})
+            begin["last"] = ts
+        elif kind in ("pod-ready", "exec-end") and begin:
+            t0 = begin["ts"]
+            mine = [q for q in procs if t0 <= q["start"] <= ts and from_containerd(q["pid"])
+                    and q["pid"] not in daemons]
+            steps = begin["calls"] + [{
+                "step": label(q["argv"]),
+                "pid": q["pid"],
+                "start_ms": round((q["start"] - t0) * 1000, 2),
+                "dur_ms": round((q["end"] - q["start"]) * 1000, 2) if q["end"] else None,
+                "sync_ms": round(sum(b - a for a, b in syncs.get(q["pid"], [])
+                                     if q["start"] <= a and (q["end"] is None or b <= q["end"])) * 1000, 2),
+                "syncs": sum(1 for a, b in syncs.get(q["pid"], [])
+                             if q["start"] <= a and (q["end"] is None or b <= q["end"])),
+                "sync_intervals_ms": [],
+                "argv": q["argv"],
+            } for q in sorted(mine, key=lambda q: q["start"])]
+            steps.sort(key=lambda s: s["start_ms"])
+            out.append({"runtime": begin["handler"], "id": None,
+                        "total_ms": round((ts - t0) * 1000, 2), "steps": steps})
+            begin = None
+    return out
+
+
 def summarize(all_runs):
     by_rt = {}
     for r in all_runs:
         by_rt.setdefault(r["runtime"], []).append(r)
     for rt, rs in sorted(by_rt.items()):
-        print(f"\n{rt}: {len(rs)} runs, ctr run median {statistics.median(r['total_ms'] for r in rs):.1f} ms")
+        what = {"pod": "pod ready", "ExecSync": "ExecSync"}.get(rt.split()[0], "ctr run")
+        print(f"\n{rt}: {len(rs)} runs, {what} median {statistics.median(r['total_ms'] for r in rs):.1f} ms")
         # Steps by label and occurrence (the 2nd `runsc state` of a run is a step of its own).
         table = {}
         order = []
@@ -283,11 +351,13 @@ def main():
         ap.error("no command")
     tracer = Tracer()
     try:
-        rc = subprocess.run(cmd).returncode
+        env = dict(os.environ, GVH_TRACE_MARKER=os.path.join(tracer.inst, "trace_marker"))
+        rc = subprocess.run(cmd, env=env).returncode
         time.sleep(0.3)  # a window for the reader to drain the last events
     finally:
         tracer.close()
     all_runs = runs(tracer.execs, tracer.exits, tracer.parent, tracer.syncs)
+    all_runs += pod_runs(tracer.marks, tracer.execs, tracer.exits, tracer.parent, tracer.syncs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(all_runs, f, indent=1)
