@@ -101,6 +101,89 @@ fn exec_runs_hardened_even_when_asking_for_root() {
     assert_clean_shutdown(c);
 }
 
+/// A tool call is one runsc process: the shim runs `runsc exec` attached (no `--detach`, which
+/// re-executes runsc as a second `runsc-exec` process to wait), learns the guest pid from a
+/// FIFO, and reports runsc's own exit as the exec's. Statuses, instant exits and a failed exec
+/// all come through, and nothing of the exec is left.
+#[test]
+fn an_exec_without_a_terminal_is_one_runsc_process_that_reports_its_status() {
+    let (c, image) = setup();
+    let id = unique_id("execone");
+    start_sleeper(&c, &image, &id);
+    // While an exec runs: exactly one runsc process for it, and no runsc-exec.
+    let exec_id = unique_id("long");
+    let out = c
+        .ctr()
+        .args(["task", "exec", "--detach", "--exec-id", &exec_id])
+        .arg(&id)
+        .args(["sleep", "600"])
+        .output()
+        .unwrap();
+    assert!(out.success(), "{out}");
+    let execs: Vec<_> = gvisor_hardened_tests::inspect::processes_mentioning(&id)
+        .into_iter()
+        .filter(|p| p.cmdline.split(' ').any(|w| w == "exec"))
+        .collect();
+    assert_eq!(execs.len(), 1, "{execs:?}");
+    let program = execs[0].cmdline.split(' ').next().unwrap_or_default();
+    assert!(
+        std::path::Path::new(program).file_name() == Some("runsc".as_ref()),
+        "{execs:?}"
+    );
+    assert!(!execs[0].cmdline.contains("--detach"), "{execs:?}");
+    let out = c
+        .ctr()
+        .args(["task", "kill", "--exec-id", &exec_id, "--signal", "KILL"])
+        .arg(&id)
+        .output()
+        .unwrap();
+    assert!(out.success(), "{out}");
+    poll_until(
+        "the killed exec's runsc exits",
+        Duration::from_secs(10),
+        || {
+            gvisor_hardened_tests::inspect::processes_mentioning(&exec_id)
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .unwrap();
+    // A status by signal comes through as containerd counts it.
+    let out = c
+        .exec(&id, &[], ["sh", "-c", "kill -9 $$"])
+        .output()
+        .unwrap();
+    assert_eq!(out.code(), 137, "{out}");
+    // Processes that end at once, many times over (runsc may be gone before the shim reads
+    // the guest pid): every one exits 0 with its output.
+    for k in 0..20 {
+        let out = c
+            .exec(&id, &[], ["echo", &format!("call-{k}")])
+            .output()
+            .unwrap();
+        assert_eq!(out.code(), 0, "{out}");
+        assert_eq!(out.stdout.trim(), format!("call-{k}"), "{out}");
+    }
+    // An exec that cannot start fails with runsc's reason.
+    let out = c.exec(&id, &[], ["/no/such/tool"]).output().unwrap();
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(
+        out.stderr.contains("/no/such/tool") || out.stderr.contains("no such file"),
+        "{out}"
+    );
+    // None of the execs' files (process specs, guest pid FIFOs) is left in the bundle.
+    let leftovers: Vec<_> = std::fs::read_dir(c.bundle_dir(&id))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("exec"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    remove(&c, &id);
+    assert_nothing_left(&c, &id, &Runtime::hardened());
+    assert_clean_shutdown(c);
+}
+
 #[test]
 fn exec_with_a_terminal_sees_a_tty() {
     let (c, image) = setup();

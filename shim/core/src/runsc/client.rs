@@ -275,7 +275,7 @@ impl Runsc {
         let sub = Subcommand::Exec {
             id: id.into(),
             process_json: opts.process_json.clone(),
-            pid_file: opts.pid_file.clone(),
+            pid_file: Some(opts.pid_file.clone()),
             internal_pid_file: opts.internal_pid_file.clone(),
             detach: opts.detach,
             console_socket: opts.console_socket.clone(),
@@ -351,14 +351,15 @@ impl Runsc {
         checked(&sub, out)
     }
 
-    async fn run_with_io(
+    /// Spawns runsc with the container's stdio; runsc's own errors go to its log, whose part
+    /// from this invocation `LogTail` finds afterwards.
+    fn spawn_with_io(
         &self,
-        sub: Subcommand,
+        sub: &Subcommand,
         io: ProcessIo,
-        timeout: Option<Duration>,
-    ) -> Result<(), RunscError> {
+    ) -> Result<(crate::reaper::Spawned, Option<LogTail>), RunscError> {
         let mut cmd = Command::new(&self.binary);
-        cmd.args(argv(&self.global, &sub));
+        cmd.args(argv(&self.global, sub));
         cmd.stdin(io.stdin.map_or_else(Stdio::null, Stdio::from));
         cmd.stdout(io.stdout.map_or_else(Stdio::null, Stdio::from));
         cmd.stderr(io.stderr.map_or_else(Stdio::null, Stdio::from));
@@ -369,6 +370,130 @@ impl Runsc {
             subcommand: sub.name(),
             source,
         })?;
+        Ok((spawned, log))
+    }
+
+    /// The error for a runsc that exited with `status`, from its log when it has one.
+    fn failure(sub: &Subcommand, status: ExitStatus, log: Option<LogTail>) -> RunscError {
+        let message = match log {
+            Some(tail) => tail.errors_since(),
+            None => "runsc's stderr went to the container's stdio and no runsc log is set".into(),
+        };
+        RunscError::from_failure(sub.name(), sub.id(), status, &message)
+    }
+
+    /// `runsc exec` without `--detach`, for an exec without a terminal: the runsc process
+    /// itself stays until the process exits and exits with its status. One runsc process per
+    /// exec, where `--detach` makes two (runsc re-executes itself as `runsc-exec` to wait, and
+    /// that second Go start-up was ~14 ms of a tool call's 55 here). runsc writes the guest pid
+    /// to `opts.internal_pid_file` once the process runs; that path is made a FIFO first, so
+    /// the write itself says "started" (runsc writes a pid file that is not a regular file in
+    /// place). Not for a terminal: runsc hands a pty to `--console-socket` only with
+    /// `--detach`.
+    pub async fn exec_attached(
+        &self,
+        id: &str,
+        opts: &ExecOpts,
+        io: ProcessIo,
+    ) -> Result<AttachedExec, RunscError> {
+        let sub = Subcommand::Exec {
+            id: id.into(),
+            process_json: opts.process_json.clone(),
+            pid_file: None,
+            internal_pid_file: opts.internal_pid_file.clone(),
+            detach: false,
+            console_socket: None,
+        };
+        let fifo_path = opts.internal_pid_file.clone().ok_or(RunscError::PidFile {
+            path: PathBuf::new(),
+            reason: "an attached exec needs an internal pid file".into(),
+        })?;
+        let io_err = |context| {
+            move |source| RunscError::Io {
+                subcommand: "exec",
+                context,
+                source,
+            }
+        };
+        nix::unistd::mkfifo(
+            &fifo_path,
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .map_err(|e| io_err("making the guest pid FIFO")(io::Error::from(e)))?;
+        // Read-write: this end never sees EOF, so readiness means runsc's write arrived. A pid
+        // is far below PIPE_BUF, so that one write is read whole.
+        let fifo = pipe::OpenOptions::new()
+            .read_write(true)
+            .open_receiver(&fifo_path)
+            .map_err(io_err("opening the guest pid FIFO"))?;
+        let (spawned, log) = self.spawn_with_io(&sub, io)?;
+        let pid = spawned.pid;
+        let mut exit = spawned.exit;
+        let mut buf = [0u8; 32];
+        enum First {
+            Written(io::Result<usize>),
+            Exited(ExitStatus),
+            TimedOut,
+        }
+        let first = {
+            let written = async {
+                loop {
+                    fifo.readable().await?;
+                    match fifo.try_read(&mut buf) {
+                        Ok(n) if n > 0 => return Ok(n),
+                        Ok(_) => continue,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            tokio::select! {
+                biased;
+                n = written => First::Written(n),
+                status = &mut exit => First::Exited(status),
+                _ = tokio::time::sleep(self.timeout) => First::TimedOut,
+            }
+        };
+        let parse = |n: usize, buf: &[u8]| -> Result<i32, RunscError> {
+            let text = String::from_utf8_lossy(&buf[..n]);
+            match text.trim().parse::<i32>() {
+                Ok(p) if p > 0 => Ok(p),
+                _ => Err(RunscError::PidFile {
+                    path: fifo_path.clone(),
+                    reason: format!("not a pid: {:?}", text.trim()),
+                }),
+            }
+        };
+        match first {
+            First::Written(n) => {
+                let n = n.map_err(io_err("reading the guest pid FIFO"))?;
+                Ok(AttachedExec {
+                    pid,
+                    guest_pid: parse(n, &buf)?,
+                    exit: Box::pin(exit),
+                })
+            }
+            // A process that ends at once (`true`) can take runsc with it before this side
+            // read: a pid in the FIFO means it started, and `status` is its exit.
+            First::Exited(status) => match fifo.try_read(&mut buf) {
+                Ok(n) if n > 0 => Ok(AttachedExec {
+                    pid,
+                    guest_pid: parse(n, &buf)?,
+                    exit: Box::pin(std::future::ready(status)),
+                }),
+                _ => Err(Self::failure(&sub, status, log)),
+            },
+            First::TimedOut => Err(kill_after_timeout(pid, &sub, self.timeout)),
+        }
+    }
+
+    async fn run_with_io(
+        &self,
+        sub: Subcommand,
+        io: ProcessIo,
+        timeout: Option<Duration>,
+    ) -> Result<(), RunscError> {
+        let (spawned, log) = self.spawn_with_io(&sub, io)?;
         let pid = spawned.pid;
         let status = match timeout {
             Some(t) => match tokio::time::timeout(t, spawned.exit).await {
@@ -380,17 +505,16 @@ impl Runsc {
         if status.success() {
             return Ok(());
         }
-        let message = match log {
-            Some(tail) => tail.errors_since(),
-            None => "runsc's stderr went to the container's stdio and no runsc log is set".into(),
-        };
-        Err(RunscError::from_failure(
-            sub.name(),
-            sub.id(),
-            status,
-            &message,
-        ))
+        Err(Self::failure(&sub, status, log))
     }
+}
+
+/// An exec started by [`Runsc::exec_attached`]: runsc's host process (which exits with the
+/// process's status), the process's pid inside the sandbox, and that exit.
+pub struct AttachedExec {
+    pub pid: i32,
+    pub guest_pid: i32,
+    pub exit: std::pin::Pin<Box<dyn std::future::Future<Output = ExitStatus> + Send>>,
 }
 
 /// Reads a pid file written by `runsc create` / `runsc exec` (`--pid-file`).

@@ -46,7 +46,9 @@ pub enum Subcommand {
     Exec {
         id: String,
         process_json: PathBuf,
-        pid_file: PathBuf,
+        /// runsc's host pid (with `--detach`, its `runsc-exec` child's); an attached exec's
+        /// runsc is the caller's own child and needs none.
+        pid_file: Option<PathBuf>,
         internal_pid_file: Option<PathBuf>,
         detach: bool,
         console_socket: Option<PathBuf>,
@@ -175,7 +177,9 @@ impl Subcommand {
                 console_socket,
             } => {
                 args.value("process", process_json.as_os_str());
-                args.value("pid-file", pid_file.as_os_str());
+                if let Some(path) = pid_file {
+                    args.value("pid-file", path.as_os_str());
+                }
                 if let Some(path) = internal_pid_file {
                     args.value("internal-pid-file", path.as_os_str());
                 }
@@ -320,7 +324,7 @@ mod tests {
             sub(Subcommand::Exec {
                 id: "c".into(),
                 process_json: "/b/e1.json".into(),
-                pid_file: "/b/e1.pid".into(),
+                pid_file: Some("/b/e1.pid".into()),
                 internal_pid_file: Some("/b/e1.ipid".into()),
                 detach: true,
                 console_socket: Some("/s".into()),
@@ -339,12 +343,29 @@ mod tests {
             sub(Subcommand::Exec {
                 id: "c".into(),
                 process_json: "/p.json".into(),
-                pid_file: "/p.pid".into(),
+                pid_file: Some("/p.pid".into()),
                 internal_pid_file: None,
                 detach: false,
                 console_socket: None,
             }),
             ["exec", "--process=/p.json", "--pid-file=/p.pid", "c"]
+        );
+        // An attached exec: no host pid file, the guest pid only.
+        assert_eq!(
+            sub(Subcommand::Exec {
+                id: "c".into(),
+                process_json: "/p.json".into(),
+                pid_file: None,
+                internal_pid_file: Some("/p.gpid".into()),
+                detach: false,
+                console_socket: None,
+            }),
+            [
+                "exec",
+                "--process=/p.json",
+                "--internal-pid-file=/p.gpid",
+                "c"
+            ]
         );
     }
 

@@ -221,7 +221,9 @@ impl RuntimeFactory for RunscFactory {
         bundle: &Path,
     ) -> Result<Arc<dyn SandboxRuntime>, RunscConfigError> {
         let client = self.client(policy, flags, namespace, bundle).await?;
-        Ok(Arc::new(RunscRuntime::new(client, self.reaper.clone())))
+        Ok(Arc::new(
+            RunscRuntime::new(client, self.reaper.clone()).with_attached_exec(),
+        ))
     }
 }
 
@@ -230,6 +232,13 @@ pub struct RunscRuntime {
     reaper: Reaper,
     /// Where `create` has runsc write the sandbox's pid; the bundle's `init.pid` by default.
     pid_file: Option<PathBuf>,
+    /// Execs without a terminal run as one attached `runsc exec` ([`Runsc::exec_attached`])
+    /// rather than `--detach`'s two processes.
+    attached_exec: bool,
+    /// The exits of attached execs, by runsc's pid, until `watch` takes them: the reaper
+    /// delivers an exit to the waiters registered when it happens, and a fast exec can be gone
+    /// before anyone asks.
+    attached: std::sync::Mutex<std::collections::HashMap<u32, ExitWatch>>,
 }
 
 impl RunscRuntime {
@@ -240,7 +249,17 @@ impl RunscRuntime {
             client,
             reaper,
             pid_file: None,
+            attached_exec: false,
+            attached: Default::default(),
         }
+    }
+
+    /// Execs without a terminal as one attached runsc process each (the containerd shim's
+    /// way). runsc-hardened keeps `--detach`: its exec guard and the engines' own `exec
+    /// --detach` were measured with that shape.
+    pub fn with_attached_exec(mut self) -> RunscRuntime {
+        self.attached_exec = true;
+        self
     }
 
     /// `create` writes the sandbox's pid to `path` rather than into the bundle, which under
@@ -281,6 +300,14 @@ impl SandboxRuntime for RunscRuntime {
     }
 
     fn watch(&self, pid: u32) -> Result<ExitWatch, ReaperError> {
+        let attached = self
+            .attached
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&pid);
+        if let Some(exit) = attached {
+            return Ok(exit);
+        }
         let exit = self.reaper.watch(pid as i32)?;
         Ok(Box::pin(async move { exit.await.unfold_runsc() }))
     }
@@ -320,6 +347,26 @@ impl SandboxRuntime for RunscRuntime {
             detach: true,
             console_socket: call.console_socket.map(Path::to_path_buf),
         };
+        if self.attached_exec && call.console_socket.is_none() {
+            let started = self.client.exec_attached(call.id, &opts, call.stdio).await;
+            // runsc read the process file before it started the process; the FIFO is read.
+            for f in [process_file, guest_pid_file] {
+                let _ = std::fs::remove_file(f);
+            }
+            let started = started?;
+            let exit = started.exit;
+            self.attached
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(
+                    started.pid as u32,
+                    Box::pin(async move { exit.await.unfold_runsc() }),
+                );
+            return Ok(ExecStarted {
+                pid: started.pid as u32,
+                guest_pid: started.guest_pid,
+            });
+        }
         let started = async {
             self.client.exec(call.id, &opts, call.stdio).await?;
             Ok(ExecStarted {
