@@ -214,21 +214,18 @@ def subcontainer_section(args, work, state, root, live):
             flags += ["--oci-seccomp"] if profile else []
             runsc = Runsc(args.runsc, state, args.platform, flags)
             r = results.setdefault(name, {k: [] for k in ("sandbox create", "sandbox start", "sub create", "sub start")})
-            live.append((runsc, sid))
-            t0 = time.monotonic()
-            runsc("create", "--bundle", sb, sid)
-            r["sandbox create"].append(ms(t0))
-            t0 = time.monotonic()
-            runsc("start", sid)
-            r["sandbox start"].append(ms(t0))
+            def timed(step, *call):
+                t0 = time.monotonic()
+                runsc(*call)
+                r[step].append(ms(t0))
+
             app = f"{sid}-app"
+            live.append((runsc, sid))
+            timed("sandbox create", "create", "--bundle", sb, sid)
+            timed("sandbox start", "start", sid)
             live.append((runsc, app))
-            t0 = time.monotonic()
-            runsc("create", "--bundle", cb, app)
-            r["sub create"].append(ms(t0))
-            t0 = time.monotonic()
-            runsc("start", app)
-            r["sub start"].append(ms(t0))
+            timed("sub create", "create", "--bundle", cb, app)
+            timed("sub start", "start", app)
             for cid in (app, sid):
                 runsc.delete(cid)
                 live.remove((runsc, cid))
