@@ -200,11 +200,13 @@ mod tests {
     use super::*;
 
     /// Reads what arrived on `terminal` within `wait` (a test helper's view of a terminal).
-    fn read_for(terminal: &mut File, wait: Duration) -> Vec<u8> {
+    /// Reads until `done` holds for what arrived (or the descriptor ends); the bound only
+    /// keeps a broken relay from hanging the test.
+    fn read_until(terminal: &mut File, done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
         let mut got = Vec::new();
-        let deadline = std::time::Instant::now() + wait;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let mut buf = [0u8; 4096];
-        while std::time::Instant::now() < deadline {
+        while !done(&got) && std::time::Instant::now() < deadline {
             let mut pfd = libc::pollfd {
                 fd: terminal.as_raw_fd(),
                 events: libc::POLLIN,
@@ -220,6 +222,27 @@ mod tests {
             }
         }
         got
+    }
+
+    /// What is already waiting on the descriptor, without waiting for more.
+    fn read_pending(terminal: &mut File) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let mut pfd = libc::pollfd {
+                fd: terminal.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll on one descriptor the test owns.
+            if unsafe { libc::poll(&mut pfd, 1, 0) } <= 0 {
+                return got;
+            }
+            match terminal.read(&mut buf) {
+                Ok(0) | Err(_) => return got,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
     }
 
     /// Real terminals, no root: runsc's part played by the test (a terminal whose master it
@@ -245,7 +268,10 @@ mod tests {
         let mut engines = received.join().unwrap();
 
         inside.write_all(b"0123456789abcdef").unwrap();
-        let shown = read_for(&mut engines, Duration::from_millis(500));
+        let notice = b"output limit of 10 bytes";
+        let shown = read_until(&mut engines, |got| {
+            got.windows(notice.len()).any(|w| w == notice)
+        });
         let shown = String::from_utf8_lossy(&shown);
         assert!(
             shown.starts_with("0123456789") && shown.contains("output limit of 10 bytes"),
@@ -254,7 +280,7 @@ mod tests {
         assert!(!shown.contains("abcdef"), "{shown:?}");
 
         engines.write_all(b"typed").unwrap();
-        assert_eq!(read_for(&mut inside, Duration::from_millis(500)), b"typed");
+        assert_eq!(read_until(&mut inside, |got| got.len() >= 5), b"typed");
 
         let size = libc::winsize {
             ws_row: 33,
@@ -278,6 +304,12 @@ mod tests {
         let report = copy.wait();
         assert_eq!(report.output_bytes, 10);
         assert!(report.output_truncated);
+        // Everything the copy ever delivered has arrived by now: nothing past the bound.
+        let rest = read_pending(&mut engines);
+        assert!(
+            !String::from_utf8_lossy(&rest).contains("abcdef"),
+            "{rest:?}"
+        );
         drop(engines);
     }
 
