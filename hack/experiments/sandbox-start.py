@@ -2,7 +2,7 @@
 """Where a runsc sandbox's start goes, for issue 21's warm pool: two questions.
 
     python3 hack/experiments/sandbox-start.py [--runsc PATH] [--runs N] [--platform P]
-        [--policy-injector PATH] [--only restore|subcontainer]
+        [--policy-injector PATH] [--only restore|subcontainer|idle] [--idle-seconds S]
 
 As root. Builds a busybox bundle in a temporary directory (read-only root, `sleep 600`, no
 network; hardened by `policy-injector harden` with the embedded default policy when
@@ -25,7 +25,12 @@ pool? Interleaved, N times each:
 
 Prints the medians and p95s (ms) of "ready" (until the runtime call returned) and "first
 exec", the checkpoint's time and size, and the sandbox's resident memory (PSS of the sentry and
-the gofer) after a boot and after a restore. Everything lives under the temporary directory and
+the gofer) after a boot and after a restore.
+
+"idle": what a warm pool costs while it waits. For 1, 5 and 10 booted idle sandboxes (each has
+run one `runsc exec ... true`, as a readiness check would): PSS per sandbox (sentry, gofer and
+the platform's stub processes; PSS splits shared pages among the sandboxes) and the CPU time
+they use in --idle-seconds (utime + stime of those processes, per sandbox and per minute). Everything lives under the temporary directory and
 is deleted at the end, sandboxes included. Findings: `hack/bench/README.md` ("Where a pod's
 start goes, through CRI").
 """
@@ -127,17 +132,7 @@ def pss_kib(pid):
 
 
 def sandbox_pss(cid, root):
-    """PSS of every process whose argv names this sandbox's id and state root (sentry, gofer)."""
-    total = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if cid.encode() in argv and root.encode() in b" ".join(argv):
-            total += pss_kib(pid)
-    return total
+    return sum(pss_kib(p) for p in sandbox_pids(cid, root))
 
 
 def ms(t0):
@@ -192,6 +187,68 @@ def restore_section(args, work, state, root, live):
         print(f"{kind:<22} {summary(r['ready']):>22} {summary(r['exec']):>24} {pss.get(kind, 0) / 1024:8.1f}")
 
 
+def sandbox_pids(cid, root):
+    """The processes whose argv names this sandbox's id and state root (sentry, gofer) and all
+    their descendants (the platform's stub processes, whose argv is gone)."""
+    named, parent = [], {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{pid}/stat") as f:
+                parent[pid] = f.read().rsplit(")", 1)[1].split()[1]
+        except OSError:
+            continue
+        if cid.encode() in argv and root.encode() in b" ".join(argv):
+            named.append(pid)
+    pids, grew = set(named), True
+    while grew:
+        more = {p for p, pp in parent.items() if pp in pids} - pids
+        pids |= more
+        grew = bool(more)
+    return sorted(pids)
+
+
+def cpu_ms(pids):
+    """utime + stime of `pids` (all their threads), in ms."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                # Fields after the command name, which may hold spaces: utime and stime are
+                # the 14th and 15th of the line.
+                rest = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(rest[11]) + int(rest[12])
+    return total * 1000 / tick
+
+
+def idle_section(args, work, state, root, live):
+    b, profile = bundle(work, "idle-bundle", root, {}, args.policy_injector)
+    flags = SHIM_FLAGS + (["--oci-seccomp"] if profile else [])
+    runsc = Runsc(args.runsc, state, args.platform, flags)
+    print(f"\nidle: {args.idle_seconds} s window; per sandbox")
+    print(f"{'sandboxes':>9} {'PSS MiB':>9} {'CPU ms in window':>17} {'CPU ms per minute':>18}")
+    for n in (1, 5, 10):
+        cids = [f"idle-{n}-{i}" for i in range(n)]
+        for cid in cids:
+            live.append((runsc, cid))
+            runsc("create", "--bundle", b, cid)
+            runsc("start", cid)
+            runsc("exec", cid, "/bin/true")
+        pids = [p for cid in cids for p in sandbox_pids(cid, state)]
+        pss = sum(pss_kib(p) for p in pids) / n
+        before = cpu_ms(pids)
+        time.sleep(args.idle_seconds)  # the measurement window itself, not a wait for an event
+        used = (cpu_ms(pids) - before) / n
+        print(f"{n:>9} {pss / 1024:9.1f} {used:17.1f} {used * 60 / args.idle_seconds:18.1f}")
+        for cid in cids:
+            runsc.delete(cid)
+            live.remove((runsc, cid))
+
+
 def subcontainer_section(args, work, state, root, live):
     variants = {
         "as the shim runs it": ([], True),
@@ -244,7 +301,8 @@ def main():
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--platform", default="systrap")
     ap.add_argument("--policy-injector")
-    ap.add_argument("--only", choices=["restore", "subcontainer"])
+    ap.add_argument("--only", choices=["restore", "subcontainer", "idle"])
+    ap.add_argument("--idle-seconds", type=float, default=60)
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="gvh-start-")
     state = os.path.join(work, "state")
@@ -258,6 +316,8 @@ def main():
             subcontainer_section(args, work, state, root, live)
         if args.only in (None, "restore"):
             restore_section(args, work, state, root, live)
+        if args.only in (None, "idle"):
+            idle_section(args, work, state, root, live)
     finally:
         for runsc, cid in reversed(live):
             runsc.delete(cid)
