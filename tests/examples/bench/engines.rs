@@ -1,7 +1,9 @@
 //! Docker and Podman: `ENGINE run --rm IMAGE true` through runsc-hardened against the same
 //! engine with plain runsc registered beside it, given the global flags runsc-hardened ends up
-//! passing under the default policy (`--network=none --oci-seccomp`), interleaved in one run;
-//! and the memory of the guard, runsc-hardened's one process per running container.
+//! passing under the default policy (`--network=none --oci-seccomp`), and against the engine's
+//! runc (no sandbox: the floor a user compares with), interleaved in one run; the same three
+//! for a tool call, `ENGINE exec NAME true` into a running container of each; and the memory
+//! of the guard, runsc-hardened's one process per running container.
 
 use std::time::Instant;
 
@@ -22,10 +24,13 @@ pub struct EngineLatency {
     pub engine: &'static str,
     pub hardened: Vec<f64>,
     pub baseline: Vec<f64>,
+    pub runc: Vec<f64>,
 }
 
 pub struct Engines {
     pub latency: Vec<EngineLatency>,
+    /// `ENGINE exec NAME true`, one running container per runtime; `engine` names the engine.
+    pub exec: Vec<EngineLatency>,
     /// Guards measured, and their memory per guard.
     pub guard: (usize, MemF),
 }
@@ -40,30 +45,37 @@ fn timed(cmd: EngineCommand) -> BenchResult<f64> {
     Ok(ms)
 }
 
-/// `warmup` untimed pairs, then `runs` pairs, the order flipped every round.
+/// runc as Debian installs it, the one both engines run by default.
+const RUNC: &str = "/usr/sbin/runc";
+
+/// `warmup` untimed rounds, then `runs` rounds of one run each, the order rotated every round
+/// so that none of the three always follows another.
 fn interleave(
     engine: &'static str,
     runs: usize,
     warmup: usize,
     mut hardened: impl FnMut() -> BenchResult<f64>,
     mut baseline: impl FnMut() -> BenchResult<f64>,
+    mut runc: impl FnMut() -> BenchResult<f64>,
 ) -> BenchResult<EngineLatency> {
     for _ in 0..warmup {
         hardened()?;
         baseline()?;
+        runc()?;
     }
     let mut l = EngineLatency {
         engine,
         hardened: Vec::new(),
         baseline: Vec::new(),
+        runc: Vec::new(),
     };
     for round in 0..runs {
-        if round % 2 == 0 {
-            l.hardened.push(hardened()?);
-            l.baseline.push(baseline()?);
-        } else {
-            l.baseline.push(baseline()?);
-            l.hardened.push(hardened()?);
+        for slot in 0..3 {
+            match (round + slot) % 3 {
+                0 => l.hardened.push(hardened()?),
+                1 => l.baseline.push(baseline()?),
+                _ => l.runc.push(runc()?),
+            }
         }
         eprint!("\r  {engine}: round {}/{runs}", round + 1);
     }
@@ -92,7 +104,30 @@ pub fn measure(runs: usize, warmup: usize, guards: usize) -> BenchResult<Engines
         warmup,
         || timed(docker_run(HARDENED)),
         || timed(docker_run(BASELINE)),
+        || timed(docker_run("runc")),
     )?;
+    let docker_exec = {
+        let names = ["exec-hardened", "exec-runsc", "exec-runc"];
+        for (name, runtime) in names.iter().zip([HARDENED, BASELINE, "runc"]) {
+            d.docker()
+                .args(["run", "-d", "--name", name, "--network", "none"])
+                .args(["--runtime", runtime, TEST_IMAGE_REF, "sleep", "600"])
+                .checked()?;
+        }
+        let exec = |name: &str| d.docker().args(["exec", name, "true"]);
+        let l = interleave(
+            "docker",
+            runs,
+            warmup,
+            || timed(exec(names[0])),
+            || timed(exec(names[1])),
+            || timed(exec(names[2])),
+        )?;
+        for name in names {
+            d.docker().args(["rm", "-f", name]).checked()?;
+        }
+        l
+    };
     let guard = guard_memory(&d, guards)?;
     let forced = d.shutdown();
     if !forced.is_clean() {
@@ -108,19 +143,60 @@ pub fn measure(runs: usize, warmup: usize, guards: usize) -> BenchResult<Engines
             .args(args)
             .args([TEST_IMAGE_REF, "true"])
     };
+    // Podman's default RLIMIT_NOFILE and RLIMIT_NPROC are above what this machine lets runc
+    // set without CAP_SYS_RESOURCE (runc fails with EPERM; runsc applies them inside its
+    // sandbox). Measured: `--ulimit host` is not enough, these work, and `true` needs neither.
+    let runc_args = || -> Vec<String> {
+        vec![
+            "--runtime".into(),
+            RUNC.into(),
+            "--ulimit".into(),
+            "nofile=1024:1024".into(),
+            "--ulimit".into(),
+            "nproc=1024:1024".into(),
+            "--cgroup-parent".into(),
+            format!("/{}", p.cgroup_parent()),
+        ]
+    };
     let podman = interleave(
         "podman",
         runs,
         warmup,
         || timed(podman_run(p.hardened_args(&policy))),
         || timed(podman_run(p.baseline_args())),
+        || timed(podman_run(runc_args())),
     )?;
+    let podman_exec = {
+        let names = ["exec-hardened", "exec-runsc", "exec-runc"];
+        let args = [p.hardened_args(&policy), p.baseline_args(), runc_args()];
+        for (name, args) in names.iter().zip(args) {
+            p.podman()
+                .args(["run", "-d", "--name", name, "--network", "none"])
+                .args(args)
+                .args([TEST_IMAGE_REF, "sleep", "600"])
+                .checked()?;
+        }
+        let exec = |name: &str| p.podman().args(["exec", name, "true"]);
+        let l = interleave(
+            "podman",
+            runs,
+            warmup,
+            || timed(exec(names[0])),
+            || timed(exec(names[1])),
+            || timed(exec(names[2])),
+        )?;
+        for name in names {
+            p.podman().args(["rm", "-f", "-t", "0", name]).checked()?;
+        }
+        l
+    };
     let forced = p.shutdown();
     if !forced.is_clean() {
         eprintln!("bench: podman teardown had to force: {forced}");
     }
     Ok(Engines {
         latency: vec![docker, podman],
+        exec: vec![docker_exec, podman_exec],
         guard,
     })
 }
@@ -163,26 +239,46 @@ fn guard_memory(d: &Dockerd, n: usize) -> BenchResult<(usize, MemF)> {
 }
 
 impl Engines {
-    fn ratios(l: &EngineLatency) -> Option<(f64, f64)> {
+    /// Median and p95 of `l`'s hardened runs over `other`'s.
+    fn ratios(l: &EngineLatency, other: &[f64]) -> Option<(f64, f64)> {
         let h = Summary::of(&l.hardened)?;
-        let b = Summary::of(&l.baseline)?;
+        let b = Summary::of(other)?;
         Some((ratio(h.median, b.median)?, ratio(h.p95, b.p95)?))
     }
 
-    pub fn markdown(&self) -> String {
+    /// One table row per engine: the three runtimes and the hardened runtime's ratios.
+    fn rows(ls: &[EngineLatency]) -> String {
         let mut s = String::from(
-            "**Docker and Podman** (`ENGINE run --rm --network none IMAGE true`, interleaved; baseline: plain runsc registered with `--network=none --oci-seccomp`)\n\n\
-             | engine | gvisor-hardened median / p95 ms | runsc median / p95 ms | ratio median / p95 (target <= 1.05) |\n|---|---|---|---|\n",
+            "| engine | gvisor-hardened median / p95 ms | runsc median / p95 ms | runc median / p95 ms | over runsc median / p95 | over runc median / p95 |\n|---|---|---|---|---|---|\n",
         );
-        for l in &self.latency {
-            let (h, b) = (Summary::of(&l.hardened), Summary::of(&l.baseline));
-            let (Some(h), Some(b)) = (h, b) else { continue };
-            let (rm, rp) = Self::ratios(l).unwrap_or((f64::NAN, f64::NAN));
+        for l in ls {
+            let (h, b, r) = (
+                Summary::of(&l.hardened),
+                Summary::of(&l.baseline),
+                Summary::of(&l.runc),
+            );
+            let (Some(h), Some(b), Some(r)) = (h, b, r) else {
+                continue;
+            };
+            let (bm, bp) = Self::ratios(l, &l.baseline).unwrap_or((f64::NAN, f64::NAN));
+            let (rm, rp) = Self::ratios(l, &l.runc).unwrap_or((f64::NAN, f64::NAN));
             s.push_str(&format!(
-                "| {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.3} / {:.3} |\n",
-                l.engine, h.median, h.p95, b.median, b.p95, rm, rp
+                "| {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.3} / {:.3} | {:.2} / {:.2} |\n",
+                l.engine, h.median, h.p95, b.median, b.p95, r.median, r.p95, bm, bp, rm, rp
             ));
         }
+        s
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut s = format!(
+            "**Docker and Podman** (`ENGINE run --rm --network none IMAGE true`, interleaved; runsc: plain runsc registered with `--network=none --oci-seccomp`, target over it <= {TARGET_RATIO}; runc: the engine's runc, no sandbox)\n\n{}",
+            Self::rows(&self.latency)
+        );
+        s.push_str(&format!(
+            "\n**Tool calls through the engines** (`ENGINE exec NAME true` into a running `sleep` container of each runtime, interleaved)\n\n{}",
+            Self::rows(&self.exec)
+        ));
         let (n, m) = self.guard;
         s.push_str(&format!(
             "\nGuard memory ({n} running containers): RSS {:.0} KiB, PSS {:.0} KiB, private {:.0} KiB per guard.\n",
@@ -191,25 +287,31 @@ impl Engines {
         s
     }
 
-    pub fn to_json(&self) -> Value {
-        let engines: Vec<Value> = self
-            .latency
-            .iter()
+    fn json_rows(ls: &[EngineLatency], command: &str) -> Vec<Value> {
+        ls.iter()
             .map(|l| {
-                let (median, p95) = Self::ratios(l).unzip();
+                let (median, p95) = Self::ratios(l, &l.baseline).unzip();
+                let (runc_median, runc_p95) = Self::ratios(l, &l.runc).unzip();
                 json!({
                     "engine": l.engine,
-                    "command": format!("{} run --rm --network none --runtime RUNTIME IMAGE true", l.engine),
+                    "command": format!("{} {command}", l.engine),
                     "hardened_ms": l.hardened.iter().map(|x| round3(*x)).collect::<Vec<_>>(),
                     "baseline_ms": l.baseline.iter().map(|x| round3(*x)).collect::<Vec<_>>(),
+                    "runc_ms": l.runc.iter().map(|x| round3(*x)).collect::<Vec<_>>(),
                     "hardened_summary_ms": Summary::of(&l.hardened).map(|s| s.to_json()),
                     "baseline_summary_ms": Summary::of(&l.baseline).map(|s| s.to_json()),
+                    "runc_summary_ms": Summary::of(&l.runc).map(|s| s.to_json()),
                     "ratio_hardened_over_runsc": {"median": median.map(round3), "p95": p95.map(round3), "target": TARGET_RATIO},
+                    "ratio_hardened_over_runc": {"median": runc_median.map(round3), "p95": runc_p95.map(round3)},
                 })
             })
-            .collect();
+            .collect()
+    }
+
+    pub fn to_json(&self) -> Value {
         json!({
-            "engines": engines,
+            "engines": Self::json_rows(&self.latency, "run --rm --network none --runtime RUNTIME IMAGE true"),
+            "exec": Self::json_rows(&self.exec, "exec NAME true (NAME: a running `sleep 600` of the runtime)"),
             "guard_memory_per_container": {"containers": self.guard.0, "kib": self.guard.1.to_json()},
         })
     }
