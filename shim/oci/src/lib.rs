@@ -214,8 +214,10 @@ impl Opened {
         let record = state.record()?;
         let policy = record.policy()?;
         let runsc = runtime::runsc_for(&record, &policy, &reaper)?;
+        // Execs without a terminal as one attached runsc process, as in the shim.
         let mut runtime =
-            gvisor_hardened_core::runtime::runsc::RunscRuntime::new(runsc.clone(), reaper);
+            gvisor_hardened_core::runtime::runsc::RunscRuntime::new(runsc.clone(), reaper)
+                .with_attached_exec();
         if let Some(path) = sandbox_pid_file {
             runtime = runtime.with_pid_file(path);
         }

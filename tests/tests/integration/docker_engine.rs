@@ -244,6 +244,74 @@ fn docker_exec_tty_stop_start_top_stats_update_and_pause_work_hardened() {
     assert_clean_docker_shutdown(d);
 }
 
+/// A `docker exec` without a terminal is one runsc process, started attached by its exec guard
+/// (no `--detach`, whose runsc re-executes itself to wait), as in the containerd shim:
+/// statuses, execs that end at once and an exec that cannot start all come through.
+#[test]
+fn a_docker_exec_without_a_terminal_is_one_attached_runsc_process() {
+    let d = setup(DockerOptions::default());
+    let name = unique_id("execone");
+    let id = d
+        .docker()
+        .args(["run", "-d", "--name", &name, "--runtime", HARDENED])
+        .args(["--network", "none", TEST_IMAGE_REF, "sleep", "600"])
+        .checked()
+        .unwrap()
+        .stdout_trimmed()
+        .to_string();
+    d.docker()
+        .args(["exec", "-d", &name, "sleep", "600"])
+        .checked()
+        .unwrap();
+    // The exec guard reports the exec started only once runsc has started it.
+    let execs: Vec<_> = inspect::processes_mentioning(&id)
+        .into_iter()
+        .filter(|p| {
+            let mut words = p.cmdline.split(' ');
+            let program = words.next().unwrap_or_default();
+            std::path::Path::new(program).file_name() == Some("runsc".as_ref())
+                && words.any(|w| w == "exec")
+        })
+        .collect();
+    assert_eq!(execs.len(), 1, "{execs:?}");
+    assert!(!execs[0].cmdline.contains("--detach"), "{execs:?}");
+
+    let status = |args: &[&str]| {
+        let out = d.docker().arg("exec").args(args).output().unwrap();
+        (out.code(), out)
+    };
+    let (code, out) = status(&[&name, "sh", "-c", "kill -9 $$"]);
+    assert_eq!(code, 137, "{out}");
+    for k in 0..20 {
+        let (code, out) = status(&[&name, "echo", &format!("call-{k}")]);
+        assert_eq!(code, 0, "{out}");
+        assert_eq!(out.stdout.trim(), format!("call-{k}"), "{out}");
+    }
+    // Docker prints runsc's reason on stdout.
+    let (code, out) = status(&[&name, "/no/such/tool"]);
+    assert_eq!(code, 126, "{out}");
+    assert!(
+        out.stdout
+            .contains("failed to load /no/such/tool: no such file"),
+        "{out}"
+    );
+    // Each exec that ran has its end audited with the status Docker reported (the detached
+    // sleep's is still to come; the one runsc refused never started).
+    let exits: Vec<i64> = d
+        .dir()
+        .audit_lines()
+        .into_iter()
+        .filter(|l| l["container_id"] == id.as_str() && l["event"] == "exec-exit")
+        .map(|l| l["exit_status"].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(exits.len(), 21, "{exits:?}");
+    assert_eq!(exits[0], 137, "{exits:?}");
+    assert!(exits[1..].iter().all(|&c| c == 0), "{exits:?}");
+    d.docker().args(["rm", "-f", &name]).checked().unwrap();
+    d.assert_container_gone(&id);
+    assert_clean_docker_shutdown(d);
+}
+
 #[test]
 fn host_socket_privileged_and_host_network_are_refused_with_the_rules_name() {
     let d = setup(DockerOptions::default());

@@ -254,9 +254,9 @@ impl RunscRuntime {
         }
     }
 
-    /// Execs without a terminal as one attached runsc process each (the containerd shim's
-    /// way). runsc-hardened keeps `--detach`: its exec guard and the engines' own `exec
-    /// --detach` were measured with that shape.
+    /// Execs without a terminal as one attached runsc process each, rather than `--detach`'s
+    /// runsc that re-executes itself to wait (both front ends: the shim, and runsc-hardened's
+    /// exec guard, whose subreaper owns the attached runsc as it owned the detached one's).
     pub fn with_attached_exec(mut self) -> RunscRuntime {
         self.attached_exec = true;
         self
