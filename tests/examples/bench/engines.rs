@@ -83,6 +83,40 @@ fn interleave(
     Ok(l)
 }
 
+/// `ENGINE exec NAME true` into a running `sleep` container of each runtime (given by its
+/// `run` arguments: hardened, plain runsc, runc), interleaved; the containers are removed with
+/// `remove` after.
+fn tool_calls(
+    engine: &'static str,
+    runs: usize,
+    warmup: usize,
+    command: impl Fn() -> EngineCommand,
+    runtimes: [Vec<String>; 3],
+    remove: &[&str],
+) -> BenchResult<EngineLatency> {
+    let names = ["exec-hardened", "exec-runsc", "exec-runc"];
+    for (name, args) in names.iter().zip(runtimes) {
+        command()
+            .args(["run", "-d", "--name", name, "--network", "none"])
+            .args(args)
+            .args([TEST_IMAGE_REF, "sleep", "600"])
+            .checked()?;
+    }
+    let exec = |name: &str| command().args(["exec", name, "true"]);
+    let l = interleave(
+        engine,
+        runs,
+        warmup,
+        || timed(exec(names[0])),
+        || timed(exec(names[1])),
+        || timed(exec(names[2])),
+    )?;
+    for name in names {
+        command().args(remove).arg(name).checked()?;
+    }
+    Ok(l)
+}
+
 pub fn measure(runs: usize, warmup: usize, guards: usize) -> BenchResult<Engines> {
     let d = Dockerd::start(DockerOptions::default())?;
     d.import_test_image()?;
@@ -106,28 +140,15 @@ pub fn measure(runs: usize, warmup: usize, guards: usize) -> BenchResult<Engines
         || timed(docker_run(BASELINE)),
         || timed(docker_run("runc")),
     )?;
-    let docker_exec = {
-        let names = ["exec-hardened", "exec-runsc", "exec-runc"];
-        for (name, runtime) in names.iter().zip([HARDENED, BASELINE, "runc"]) {
-            d.docker()
-                .args(["run", "-d", "--name", name, "--network", "none"])
-                .args(["--runtime", runtime, TEST_IMAGE_REF, "sleep", "600"])
-                .checked()?;
-        }
-        let exec = |name: &str| d.docker().args(["exec", name, "true"]);
-        let l = interleave(
-            "docker",
-            runs,
-            warmup,
-            || timed(exec(names[0])),
-            || timed(exec(names[1])),
-            || timed(exec(names[2])),
-        )?;
-        for name in names {
-            d.docker().args(["rm", "-f", name]).checked()?;
-        }
-        l
-    };
+    let runtime = |r: &str| vec!["--runtime".to_string(), r.to_string()];
+    let docker_exec = tool_calls(
+        "docker",
+        runs,
+        warmup,
+        || d.docker(),
+        [runtime(HARDENED), runtime(BASELINE), runtime("runc")],
+        &["rm", "-f"],
+    )?;
     let guard = guard_memory(&d, guards)?;
     let forced = d.shutdown();
     if !forced.is_clean() {
@@ -166,30 +187,14 @@ pub fn measure(runs: usize, warmup: usize, guards: usize) -> BenchResult<Engines
         || timed(podman_run(p.baseline_args())),
         || timed(podman_run(runc_args())),
     )?;
-    let podman_exec = {
-        let names = ["exec-hardened", "exec-runsc", "exec-runc"];
-        let args = [p.hardened_args(&policy), p.baseline_args(), runc_args()];
-        for (name, args) in names.iter().zip(args) {
-            p.podman()
-                .args(["run", "-d", "--name", name, "--network", "none"])
-                .args(args)
-                .args([TEST_IMAGE_REF, "sleep", "600"])
-                .checked()?;
-        }
-        let exec = |name: &str| p.podman().args(["exec", name, "true"]);
-        let l = interleave(
-            "podman",
-            runs,
-            warmup,
-            || timed(exec(names[0])),
-            || timed(exec(names[1])),
-            || timed(exec(names[2])),
-        )?;
-        for name in names {
-            p.podman().args(["rm", "-f", "-t", "0", name]).checked()?;
-        }
-        l
-    };
+    let podman_exec = tool_calls(
+        "podman",
+        runs,
+        warmup,
+        || p.podman(),
+        [p.hardened_args(&policy), p.baseline_args(), runc_args()],
+        &["rm", "-f", "-t", "0"],
+    )?;
     let forced = p.shutdown();
     if !forced.is_clean() {
         eprintln!("bench: podman teardown had to force: {forced}");
