@@ -199,26 +199,35 @@ mod tests {
 
     use super::*;
 
-    /// Reads what arrived on `terminal` within `wait` (a test helper's view of a terminal).
+    /// One read of what `terminal` has within `wait_ms`: `None` when nothing came in that
+    /// time, `Some(empty)` when the descriptor ended.
+    fn read_ready(terminal: &mut File, wait_ms: i32) -> Option<Vec<u8>> {
+        let mut pfd = libc::pollfd {
+            fd: terminal.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one descriptor the test owns.
+        if unsafe { libc::poll(&mut pfd, 1, wait_ms) } <= 0 {
+            return None;
+        }
+        let mut buf = [0u8; 4096];
+        Some(match terminal.read(&mut buf) {
+            Ok(n) => buf[..n].to_vec(),
+            Err(_) => Vec::new(),
+        })
+    }
+
     /// Reads until `done` holds for what arrived (or the descriptor ends); the bound only
     /// keeps a broken relay from hanging the test.
     fn read_until(terminal: &mut File, done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
         let mut got = Vec::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut buf = [0u8; 4096];
         while !done(&got) && std::time::Instant::now() < deadline {
-            let mut pfd = libc::pollfd {
-                fd: terminal.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: poll on one descriptor the test owns.
-            if unsafe { libc::poll(&mut pfd, 1, 50) } <= 0 {
-                continue;
-            }
-            match terminal.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
+            match read_ready(terminal, 50) {
+                None => continue,
+                Some(bytes) if bytes.is_empty() => break,
+                Some(bytes) => got.extend_from_slice(&bytes),
             }
         }
         got
@@ -227,22 +236,10 @@ mod tests {
     /// What is already waiting on the descriptor, without waiting for more.
     fn read_pending(terminal: &mut File) -> Vec<u8> {
         let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            let mut pfd = libc::pollfd {
-                fd: terminal.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: poll on one descriptor the test owns.
-            if unsafe { libc::poll(&mut pfd, 1, 0) } <= 0 {
-                return got;
-            }
-            match terminal.read(&mut buf) {
-                Ok(0) | Err(_) => return got,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-            }
+        while let Some(bytes) = read_ready(terminal, 0).filter(|b| !b.is_empty()) {
+            got.extend_from_slice(&bytes);
         }
+        got
     }
 
     /// Real terminals, no root: runsc's part played by the test (a terminal whose master it
