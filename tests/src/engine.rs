@@ -180,11 +180,19 @@ impl EngineDir {
                 "exec {i}: {events:?}"
             );
         }
-        lines
-            .iter()
-            .filter(|l| l["event"] == "exec-exit")
-            .map(|l| l["exit_status"].as_i64().unwrap_or(-1))
-            .collect()
+        exit_statuses(&lines)
+    }
+
+    /// The exit statuses in container `id`'s `exec-exit` records, in order, without
+    /// [`exec_exits`](Self::exec_exits)' check of the records around them (an exec runsc
+    /// refused has no `exec-start`, a running one no `exec-exit` yet).
+    pub fn exec_exit_statuses(&self, id: &str) -> Vec<i64> {
+        let lines: Vec<serde_json::Value> = self
+            .audit_lines()
+            .into_iter()
+            .filter(|l| l["container_id"] == id)
+            .collect();
+        exit_statuses(&lines)
     }
 
     /// The first audit record of `event` for container `id`.
@@ -193,6 +201,15 @@ impl EngineDir {
             .into_iter()
             .find(|l| l["container_id"] == id && l["event"] == event)
     }
+}
+
+/// The `exit_status` of each `exec-exit` record among `lines`, in order.
+fn exit_statuses(lines: &[serde_json::Value]) -> Vec<i64> {
+    lines
+        .iter()
+        .filter(|l| l["event"] == "exec-exit")
+        .map(|l| l["exit_status"].as_i64().unwrap_or(-1))
+        .collect()
 }
 
 /// What container `id` left behind: processes and mounts mentioning it (the guard names its

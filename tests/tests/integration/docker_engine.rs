@@ -297,13 +297,7 @@ fn a_docker_exec_without_a_terminal_is_one_attached_runsc_process() {
     );
     // Each exec that ran has its end audited with the status Docker reported (the detached
     // sleep's is still to come; the one runsc refused never started).
-    let exits: Vec<i64> = d
-        .dir()
-        .audit_lines()
-        .into_iter()
-        .filter(|l| l["container_id"] == id.as_str() && l["event"] == "exec-exit")
-        .map(|l| l["exit_status"].as_i64().unwrap_or(-1))
-        .collect();
+    let exits = d.dir().exec_exit_statuses(&id);
     assert_eq!(exits.len(), 21, "{exits:?}");
     assert_eq!(exits[0], 137, "{exits:?}");
     assert!(exits[1..].iter().all(|&c| c == 0), "{exits:?}");
