@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a runsc sandbox's start goes, for issue 21's warm pool: two questions.
+"""Where a runsc sandbox's start goes, and what a booted one costs, for issue 21's warm pool.
 
     python3 hack/experiments/sandbox-start.py [--runsc PATH] [--runs N] [--platform P]
         [--policy-injector PATH] [--only restore|subcontainer|idle] [--idle-seconds S]
@@ -30,9 +30,11 @@ the gofer) after a boot and after a restore.
 "idle": what a warm pool costs while it waits. For 1, 5 and 10 booted idle sandboxes (each has
 run one `runsc exec ... true`, as a readiness check would): PSS per sandbox (sentry, gofer and
 the platform's stub processes; PSS splits shared pages among the sandboxes) and the CPU time
-they use in --idle-seconds (utime + stime of those processes, per sandbox and per minute). Everything lives under the temporary directory and
-is deleted at the end, sandboxes included. Findings: `hack/bench/README.md` ("Where a pod's
-start goes, through CRI").
+they use in --idle-seconds (utime + stime of those processes, per sandbox and per minute).
+
+Everything lives under the temporary directory and is deleted at the end, sandboxes included.
+Findings: `hack/bench/README.md` ("Where a pod's start goes, through CRI"); idle:
+`shim/README.md` ("A warm pool").
 """
 
 import argparse
@@ -187,6 +189,13 @@ def restore_section(args, work, state, root, live):
         print(f"{kind:<22} {summary(r['ready']):>22} {summary(r['exec']):>24} {pss.get(kind, 0) / 1024:8.1f}")
 
 
+def stat_fields(pid):
+    """The fields of /proc/PID/stat after the command name (which may hold spaces): the
+    state first, then the parent pid, ...; utime and stime are [11] and [12]."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def sandbox_pids(cid, root):
     """The processes whose argv names this sandbox's id and state root (sentry, gofer) and all
     their descendants (the platform's stub processes, whose argv is gone)."""
@@ -195,8 +204,7 @@ def sandbox_pids(cid, root):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
-            with open(f"/proc/{pid}/stat") as f:
-                parent[pid] = f.read().rsplit(")", 1)[1].split()[1]
+            parent[pid] = stat_fields(pid)[1]
         except OSError:
             continue
         if cid.encode() in argv and root.encode() in b" ".join(argv):
@@ -215,10 +223,7 @@ def cpu_ms(pids):
     total = 0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                # Fields after the command name, which may hold spaces: utime and stime are
-                # the 14th and 15th of the line.
-                rest = f.read().rsplit(")", 1)[1].split()
+            rest = stat_fields(pid)
         except OSError:
             continue
         total += int(rest[11]) + int(rest[12])
