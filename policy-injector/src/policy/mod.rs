@@ -4,6 +4,7 @@ mod egress;
 mod evidence;
 mod issue;
 mod locate;
+mod pool;
 pub mod runsc_flags;
 mod sections;
 mod validate;
@@ -18,6 +19,10 @@ pub use egress::{
     MAX_MAX_CONNECTIONS,
 };
 pub use evidence::{ArtifactsPolicy, OutputPolicy, MIN_IDLE_TIMEOUT};
+pub use pool::{
+    PoolPolicy, DEFAULT_POOL_MEMORY_LIMIT, DEFAULT_POOL_REFILL_PER_MINUTE,
+    MAX_POOL_REFILL_PER_MINUTE, MAX_POOL_SIZE, MIN_POOL_MEMORY_LIMIT,
+};
 pub use sections::*;
 pub use workspace::{WorkspaceExitAction, WorkspacePolicy};
 
@@ -136,6 +141,8 @@ pub struct Policy {
     pub runsc: RunscPolicy,
     pub audit: AuditPolicy,
     pub output: OutputPolicy,
+    /// Warm sandboxes for CRI pods (`[pool]`); off by default, and no annotation reaches it.
+    pub pool: PoolPolicy,
     pub log: LogPolicy,
 }
 
@@ -165,6 +172,7 @@ impl Default for Policy {
             runsc: RunscPolicy::default(),
             audit: AuditPolicy::default(),
             output: OutputPolicy::default(),
+            pool: PoolPolicy::default(),
             log: LogPolicy::default(),
         }
     }

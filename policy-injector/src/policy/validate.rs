@@ -99,6 +99,7 @@ pub(crate) fn validate(p: &Policy) -> Result<(), Issue> {
     super::evidence::validate(p)?;
     super::workspace::validate(p)?;
     super::egress::validate(p)?;
+    super::pool::validate(p)?;
     if !["error", "warn", "info", "debug", "trace"].contains(&p.log.level.as_str()) {
         return Err(invalid(
             "log.level",

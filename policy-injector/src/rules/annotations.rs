@@ -163,6 +163,8 @@ fn tighten_one(name: &str, value: &str, pass: &mut Pass<'_>) -> Result<(), Strin
             crate::egress::check_narrowing(&policy_list, &wanted)?;
             pass.tightening.egress = Some(wanted);
         }
+        // No pool key, on purpose: whether sandboxes are booted ahead of time on a node is the
+        // operator's choice ([pool] in the policy), never a pod's.
         other => {
             return Err(format!(
                 "unknown {}{other} annotation (known: memory, cpu, pids, max-runtime, idle-timeout, network, egress)",
@@ -303,6 +305,27 @@ mod tests {
             let r = rejections(&spec);
             assert_eq!(r.len(), 1, "{key}={value}");
             assert!(r[0].field.ends_with(key), "{}", r[0].field);
+        }
+    }
+
+    #[test]
+    fn an_annotation_cannot_turn_the_pool_on() {
+        // The pool is the operator's: only a policy file sets [pool]. There is no pool
+        // annotation, so the generic unknown-key rule refuses every spelling of one.
+        for (key, value) in [
+            ("gvisor-hardened.dev/pool", "on"),
+            ("gvisor-hardened.dev/pool-size", "4"),
+            ("gvisor-hardened.dev/pool.size", "4"),
+            ("gvisor-hardened.dev/pool-memory-limit", "1Gi"),
+            ("gvisor-hardened.dev/pool-refill-per-minute", "60"),
+        ] {
+            let mut spec = base_spec();
+            spec["annotations"] = json!({ key: value });
+            let r = rejections(&spec);
+            assert_eq!(r.len(), 1, "{key}={value}");
+            assert_eq!(r[0].rule, Rule::Annotations);
+            assert!(r[0].field.ends_with(key), "{}", r[0].field);
+            assert!(r[0].reason.contains("unknown"), "{}", r[0].reason);
         }
     }
 
