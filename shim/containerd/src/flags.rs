@@ -19,6 +19,11 @@ pub enum Action {
     Version,
     /// `-info` (containerd 2.x): read the runtime options on stdin, print a RuntimeInfo.
     Info,
+    /// `pool-fill <key dir>`: the warm pool's filler (`gvisor_hardened_core::pool::fill`),
+    /// started detached by a shim that created a pooled pod sandbox.
+    PoolFill(String),
+    /// `pool-drain <policy runsc.root>`: deletes every unclaimed warm sandbox under it.
+    PoolDrain(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,8 +44,10 @@ pub enum FlagsError {
     Unknown(String),
     #[error("flag -{0} needs a value")]
     MissingValue(String),
-    #[error("unknown action {0:?} (expected start, delete or none)")]
+    #[error("unknown action {0:?} (expected start, delete, pool-fill, pool-drain or none)")]
     UnknownAction(String),
+    #[error("{0} needs a directory argument")]
+    MissingDirectory(&'static str),
     #[error("argument is not valid UTF-8: {0:?}")]
     NotUtf8(OsString),
 }
@@ -99,15 +106,29 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Flags, FlagsErr
         }
     }
 
-    flags.action = match positional.first().map(String::as_str) {
-        // containerd's shim package checks -v, then -info, before looking at the action.
-        _ if version => Action::Version,
-        _ if info => Action::Info,
-        None => Action::Serve,
-        Some("start") => Action::Start,
-        Some("delete") => Action::Delete,
-        Some(other) => return Err(FlagsError::UnknownAction(other.to_string())),
-    };
+    flags.action =
+        match positional.first().map(String::as_str) {
+            // containerd's shim package checks -v, then -info, before looking at the action.
+            _ if version => Action::Version,
+            _ if info => Action::Info,
+            None => Action::Serve,
+            Some("start") => Action::Start,
+            Some("delete") => Action::Delete,
+            Some(gvisor_hardened_core::pool::FILL_ARG) => Action::PoolFill(
+                positional
+                    .get(1)
+                    .cloned()
+                    .ok_or(FlagsError::MissingDirectory(
+                        gvisor_hardened_core::pool::FILL_ARG,
+                    ))?,
+            ),
+            Some(gvisor_hardened_core::pool::DRAIN_ARG) => {
+                Action::PoolDrain(positional.get(1).cloned().ok_or(
+                    FlagsError::MissingDirectory(gvisor_hardened_core::pool::DRAIN_ARG),
+                )?)
+            }
+            Some(other) => return Err(FlagsError::UnknownAction(other.to_string())),
+        };
     Ok(flags)
 }
 
@@ -117,6 +138,22 @@ mod tests {
 
     fn p(args: &[&str]) -> Result<Flags, FlagsError> {
         parse(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn pool_modes_take_their_directory_and_refuse_none() {
+        assert_eq!(
+            p(&["pool-fill", "/r/.pool/k8s.io/abc"]).unwrap().action,
+            Action::PoolFill("/r/.pool/k8s.io/abc".into())
+        );
+        assert_eq!(
+            p(&["pool-drain", "/r"]).unwrap().action,
+            Action::PoolDrain("/r".into())
+        );
+        assert_eq!(
+            p(&["pool-fill"]),
+            Err(FlagsError::MissingDirectory("pool-fill"))
+        );
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! containerd-shim-gvisor-hardened-v1: containerd's runtime `io.containerd.gvisor-hardened.v1`.
 //!
 //! Every task runs under gVisor's runsc, and every spec is hardened by policy-injector before
-//! runsc sees it. The binary has four modes, chosen by containerd's argv: `start` (launch or
+//! runsc sees it. The binary's mode is chosen by its argv: `start` (launch or
 //! reuse the pod's server), `delete` (clean up after a dead shim), `-info` (containerd 2.x asks
-//! what the runtime supports), and the server itself.
+//! what the runtime supports), the warm pool's `pool-fill` and `pool-drain`, and the server
+//! itself.
 
 use std::process::ExitCode;
 
-use containerd_shim_gvisor_hardened::actions::{delete, info, start};
+use containerd_shim_gvisor_hardened::actions::{delete, info, pool, start};
 use containerd_shim_gvisor_hardened::{flags, server};
 use gvisor_hardened_core::core_dumps;
 
@@ -44,6 +45,8 @@ fn main() -> ExitCode {
             let bytes = resp.write_to_bytes()?;
             start::reply(&bytes).map_err(Into::into)
         }),
+        flags::Action::PoolFill(dir) => pool::fill(&dir),
+        flags::Action::PoolDrain(root) => pool::drain(&root),
         // One thread serves a pod's task calls: the work is waiting on runsc and the kernel, and
         // a second worker thread costs memory in every shim.
         flags::Action::Serve => tokio::runtime::Builder::new_current_thread()

@@ -83,6 +83,20 @@ pub enum AuditEvent {
     IdleTimeout,
     Exit,
     Delete,
+    /// A warm sandbox was booted into the pool (`crate::pool`), before any pod asked for it.
+    PoolSandboxBooted,
+    /// A pod's sandbox container took a warm sandbox instead of booting one.
+    PoolSandboxClaimed,
+}
+
+/// The `pool` member of pool records: which warm sandbox, of which pool, and (on a claim) the
+/// hash of the record of its boot, so a pod's trail reaches back to the boot of its sandbox.
+#[derive(Debug, Clone, Serialize)]
+pub struct PoolAudit<'a> {
+    pub key: &'a str,
+    pub sandbox: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boot_record: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -163,6 +177,9 @@ pub struct AuditRecord<'a> {
     /// (`[mounts.workspace]`): carried back, neutralised, quarantined.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workspace: Option<&'a crate::workspace::WorkspaceReport>,
+    /// Pool records: the warm sandbox and its pool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolAudit<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -210,6 +227,7 @@ impl<'a> AuditRecord<'a> {
             output: None,
             artifacts: None,
             workspace: None,
+            pool: None,
             error: None,
         }
     }

@@ -32,6 +32,7 @@ pub mod idle;
 pub mod log_level;
 pub mod output_limit;
 pub mod policy_source;
+pub mod pool;
 pub mod prepare;
 pub use gvisor_hardened_proc::reaper;
 pub mod rootfs;

@@ -288,6 +288,19 @@ impl Inputs {
         })
     }
 
+    /// A pod's later container joins a sandbox runsc knows by another id than the pod's (a
+    /// claimed warm sandbox): runsc finds the sandbox by this annotation. The audit subject
+    /// keeps the pod's own sandbox id.
+    pub fn join_runsc_sandbox(&mut self, runsc_id: &str) {
+        if let Some(ann) = self
+            .spec
+            .get_mut("annotations")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            ann.insert(CRI_SANDBOX_ID.to_string(), runsc_id.into());
+        }
+    }
+
     /// The spec as read, for a front end that inspects it before hardening (engine detection).
     pub fn spec(&self) -> &Value {
         &self.spec

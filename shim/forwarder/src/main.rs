@@ -7,7 +7,9 @@
 //! 127.0.0.1:3128 and 512; past N open connections a new one is closed at once and reported to
 //! the shim with REFUSED, so it never waits unanswered in the backlog), or
 //! `gvisor-hardened-forwarder --await-listener ADDR [--timeout SECS] -- PROGRAM ARGS...` in front
-//! of a workload (`await_listener.rs`). No environment
+//! of a workload (`await_listener.rs`), or `gvisor-hardened-forwarder --hold`, the root process
+//! of a warm pool sandbox, which only waits to be killed, or `--hostname NAME`, which sets the
+//! claimed sandbox's hostname to its pod's. No environment
 //! is read and nothing secret is passed: the workload can read this process's cmdline.
 //!
 //! Threads, not an event loop: std has no poll(2), and a sandbox runs this for its whole life,
@@ -336,11 +338,38 @@ fn parse_args() -> Result<(SocketAddr, usize), String> {
     Ok((listen, max))
 }
 
+/// The warm pool's claim: the sandbox's hostname (one for all its containers, fixed by the
+/// spec that booted it) becomes the pod's. Run by the shim with `runsc exec` in the warm
+/// sandbox's own root container, before any of the pod's code runs.
+fn set_hostname(name: &str) -> ! {
+    extern "C" {
+        fn sethostname(name: *const std::ffi::c_char, len: usize) -> i32;
+    }
+    // SAFETY: `name` is `len` valid bytes for the duration of the call, which only reads them.
+    let rc = unsafe { sethostname(name.as_ptr().cast(), name.len()) };
+    if rc != 0 {
+        eprintln!("sethostname: {}", io::Error::last_os_error());
+        exit(1);
+    }
+    exit(0)
+}
+
 fn main() {
     // The workload's launcher mode: not the forwarder at all (see await_listener.rs).
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some("--await-listener") {
         await_listener::run(&argv[2..]);
+    }
+    // The warm pool's holder: the root process of a sandbox booted before its pod exists. It
+    // only keeps the sandbox open until the pod's sandbox is killed; it reads nothing and
+    // opens nothing, so a claimed sandbox carries no state of it.
+    if argv.get(1).map(String::as_str) == Some("--hostname") {
+        set_hostname(argv.get(2).map(String::as_str).unwrap_or_default());
+    }
+    if argv.get(1).map(String::as_str) == Some("--hold") {
+        loop {
+            thread::park();
+        }
     }
     // SAFETY: fds 0 and 1 are this process's stdio, owned by nothing else in this program
     // (std's own Stdout is never used, so no buffered copy races with these).

@@ -57,6 +57,34 @@ impl HostProcess {
         self.pid
     }
 
+    /// Resolves when the process has exited: for a process that is not this one's child (a
+    /// claimed warm sandbox), whose exit the reaper never sees. Its status is not known here.
+    pub async fn exited(&self) {
+        let watched = self.fd.try_clone().ok().and_then(|fd| {
+            // SAFETY: the AsyncFd owns `fd` (a duplicate of the pidfd), which stays open and
+            // names the same process until the AsyncFd is dropped.
+            unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+            }
+            .ok()
+        });
+        match watched {
+            Some(fd) => {
+                let _ = fd.readable().await;
+            }
+            // Not registrable with the runtime's reactor: a blocking thread waits on the fd.
+            None => {
+                if let Ok(fd) = self.fd.try_clone() {
+                    let copy = HostProcess { pid: self.pid, fd };
+                    let _ = tokio::task::spawn_blocking(move || {
+                        while !copy.wait_exited(std::time::Duration::from_secs(3600)) {}
+                    })
+                    .await;
+                }
+            }
+        }
+    }
+
     /// Sends `signal`; an error once the process has exited (ESRCH), whatever now holds its
     /// pid.
     pub fn signal(&self, signal: i32) -> std::io::Result<()> {
@@ -85,6 +113,15 @@ impl HostProcess {
         };
         matches!(poll(&mut fds, Some(&zero)), Ok(0))
     }
+}
+
+/// Field 22 of `/proc/PID/stat`: when `pid` started, in clock ticks after boot. With the pid,
+/// it names one process for good.
+pub fn start_time_of(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // The first field after the parenthesis is field 3.
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
 /// Field 4 of `/proc/PID/stat`: the parent's pid.

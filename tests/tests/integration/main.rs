@@ -50,4 +50,5 @@ mod shim_protect_mask;
 mod shim_smoke;
 mod shim_task_api;
 mod shim_ttrpc;
+mod warm_pool;
 mod workspace_git;

@@ -19,15 +19,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 use super::evidence::Evidence;
-use super::{Container, CreateParams, PodRole};
+use super::{Container, CreateParams, PodRole, PoolClaim};
 use crate::env::ShimEnv;
 use crate::error::{Result, ShimError};
 use crate::process::state::Op;
 use crate::process::Process;
 use crate::stdio;
-use gvisor_hardened_core::audit::AuditEvent;
+use gvisor_hardened_core::audit::{AuditEvent, PoolAudit};
 use gvisor_hardened_core::bundle;
 use gvisor_hardened_core::cgroup::CgroupError;
+use gvisor_hardened_core::pool;
 use gvisor_hardened_core::prepare::{Inputs, Request, CRI_SANDBOX_ID};
 use gvisor_hardened_core::runtime::{CreateCall, ExitWatch};
 
@@ -51,7 +52,7 @@ impl Container {
         pod: &HashMap<String, Arc<Container>>,
     ) -> Result<Arc<Container>> {
         // 1. Inputs.
-        let inputs = Inputs::read(&Request {
+        let mut inputs = Inputs::read(&Request {
             id: &p.id,
             namespace: &env.namespace,
             bundle: &p.bundle,
@@ -67,6 +68,18 @@ impl Container {
             })?),
             None => None,
         };
+        let cri_sandbox = sandbox.is_none()
+            && inputs
+                .annotations
+                .get(CRI_CONTAINER_TYPE)
+                .map(String::as_str)
+                == Some("sandbox");
+        if let Some(sb) = &sandbox {
+            if sb.runsc_id != sb.id {
+                // The pod's sandbox is a claimed warm one: runsc knows it by the pool's id.
+                inputs.join_runsc_sandbox(&sb.runsc_id);
+            }
+        }
         let pod_namespace_paths = match sandbox.as_ref().map(|s| &s.pod) {
             Some(PodRole::Sandbox { namespace_paths }) => {
                 namespace_paths.get().cloned().unwrap_or_default()
@@ -87,6 +100,32 @@ impl Container {
             )
             .map_err(|e| ShimError::Internal(format!("container {}: {e}", p.id)))?;
         }
+        // A pod sandbox under a pooled policy takes a warm sandbox when one is ready; a pool
+        // that cannot be used is a cold start, never a failed one (the spec is hardened either
+        // way).
+        let pool = if cri_sandbox && prepared.policy.policy.pool.enabled() {
+            pool_of(&env, &p, &prepared)
+        } else {
+            None
+        };
+        let claimed = pool.as_ref().and_then(|kd| match pool::claim(kd) {
+            Ok(c) => c,
+            Err(e) => {
+                log::warn!("container {}: {e}; booting a sandbox instead", p.id);
+                None
+            }
+        });
+        let resources = prepared
+            .spec
+            .pointer("/linux/resources")
+            .cloned()
+            .unwrap_or_default();
+        let hostname = prepared
+            .spec
+            .get("hostname")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         let evidence = Evidence::new(
             &prepared.policy.policy,
             &prepared.lifetime,
@@ -96,6 +135,13 @@ impl Container {
         let container = Arc::new(Container {
             env: env.clone(),
             id: p.id.clone(),
+            runsc_id: claimed
+                .as_ref()
+                .map_or_else(|| p.id.clone(), |c| c.entry.id.clone()),
+            pool_claim: claimed.as_ref().map(|c| PoolClaim {
+                key: c.key.clone(),
+                entry: c.entry.clone(),
+            }),
             bundle: p.bundle.clone(),
             runtime: prepared.runtime,
             cgroups_path: prepared.cgroups_path,
@@ -134,13 +180,113 @@ impl Container {
         });
 
         // 6-7. Side effects on the host, undone on failure.
-        match container.launch().await {
+        let launched = match claimed {
+            Some(c) => container.launch_claimed(c, &resources, &hostname).await,
+            None => container.launch().await,
+        };
+        // Whether claimed from or not: the pool is refilled (or filled the first time) behind
+        // this pod, by a filler of its own.
+        if let Some(kd) = &pool {
+            match std::env::current_exe() {
+                Ok(exe) => {
+                    if let Err(e) = pool::start_filler(&exe, kd) {
+                        log::warn!("pool {}: cannot start its filler: {e}", kd.key);
+                    }
+                }
+                Err(e) => log::warn!("pool {}: cannot find the shim binary: {e}", kd.key),
+            }
+        }
+        match launched {
             Ok(()) => Ok(container),
             Err(e) => {
                 container.undo_create(&e).await;
                 Err(e)
             }
         }
+    }
+
+    /// A pod sandbox that claimed a warm sandbox: nothing is booted or mounted (the pause
+    /// image's rootfs is not used; the warm sandbox's root process holds the sandbox open as the
+    /// pause process would). The sandbox moves into the pod's cgroups, with the pod's limits,
+    /// before the pod's first container can be created in it.
+    async fn launch_claimed(
+        self: &Arc<Self>,
+        claimed: pool::Claimed,
+        resources: &serde_json::Value,
+        hostname: &str,
+    ) -> Result<()> {
+        self.env
+            .host
+            .ensure_no_cgroups(&self.cgroups_path, &self.id)?;
+        let pid = claimed.entry.pid as u32;
+        let _ = self.sandbox_process.set(Arc::new(claimed.process));
+        self.env
+            .host
+            .adopt_cgroups(pid, &self.cgroups_path, &self.id, resources)?;
+        pool::adopt::retarget_runsc_cgroup(
+            &claimed.key.runsc_root(),
+            &claimed.entry.id,
+            &pool::spec::pool_cgroups_path(&claimed.entry.id),
+            &self.cgroups_path,
+        )
+        .map_err(|e| ShimError::Internal(format!("container {}: {e}", self.id)))?;
+        self.name_claimed_sandbox(&claimed.entry.id, hostname)
+            .await?;
+        let mut rec = self.record(AuditEvent::PoolSandboxClaimed);
+        rec.pid = Some(pid);
+        rec.pool = Some(PoolAudit {
+            key: &claimed.key.key,
+            sandbox: &claimed.entry.id,
+            boot_record: Some(&claimed.entry.boot_record),
+        });
+        self.audit.append_queued(&rec).await?;
+        self.init.set_pid(pid);
+        self.finish_launch(pid).await
+    }
+
+    /// Gives the claimed sandbox its pod's hostname. gVisor has one hostname per sandbox, set
+    /// from the spec that booted it, and the pool's template has none: the holder sets it,
+    /// exec'd in the sandbox's root container with CAP_SYS_ADMIN and nothing else, before any
+    /// of the pod's code runs in it.
+    async fn name_claimed_sandbox(&self, runsc_id: &str, hostname: &str) -> Result<()> {
+        let process = serde_json::json!({
+            "args": [pool::spec::HOLD_PATH, "--hostname", hostname],
+            "env": ["PATH=/"],
+            "cwd": "/",
+            "user": {"uid": 0, "gid": 0},
+            "capabilities": {
+                "bounding": ["CAP_SYS_ADMIN"],
+                "effective": ["CAP_SYS_ADMIN"],
+                "permitted": ["CAP_SYS_ADMIN"],
+            },
+            "noNewPrivileges": true,
+        });
+        let started = self
+            .runtime
+            .exec(gvisor_hardened_core::runtime::ExecCall {
+                id: runsc_id,
+                exec_id: "gvh-pool-hostname",
+                bundle: &self.bundle,
+                process: &process,
+                console_socket: None,
+                stdio: Default::default(),
+            })
+            .await?;
+        let exit = self
+            .runtime
+            .watch(started.pid)
+            .map_err(|source| ShimError::Reaper {
+                what: format!("setting the hostname of {} (pid {})", self.id, started.pid),
+                source,
+            })?
+            .await;
+        if exit.containerd_code() != 0 {
+            return Err(ShimError::Internal(format!(
+                "container {}: setting the claimed sandbox's hostname to {hostname:?} failed ({exit:?})",
+                self.id
+            )));
+        }
+        Ok(())
     }
 
     async fn launch(self: &Arc<Self>) -> Result<()> {
@@ -178,6 +324,12 @@ impl Container {
             .await?;
         stdio::take_console(console, &self.init.io, &self.init.stdio).await?;
         self.init.set_pid(pid);
+        self.finish_launch(pid).await
+    }
+
+    /// What every created container goes through once runsc has its sandbox: the exit watch,
+    /// the state change, TaskCreate.
+    async fn finish_launch(self: &Arc<Self>, pid: u32) -> Result<()> {
         let exit = match &self.pod {
             PodRole::Member(sandbox) => {
                 // The pod's sandbox process and cgroups are the first container's; this one's
@@ -223,17 +375,29 @@ impl Container {
     /// The first container of a sandbox: its exit is the sandbox process's exit, its cgroups are
     /// the sandbox's.
     fn watch_sandbox(self: &Arc<Self>, pid: u32) -> Result<ExitWatch> {
-        // Before the watch: until the reaper has seen its exit, the pid is our child's.
-        if let Some(p) = self.runtime.host_process(pid) {
-            let _ = self.sandbox_process.set(p);
-        }
-        let exit = self
-            .runtime
-            .watch(pid)
-            .map_err(|source| ShimError::Reaper {
-                what: format!("the sandbox of {} (pid {pid})", self.id),
-                source,
+        let exit = if self.pool_claim.is_some() {
+            // A claimed warm sandbox is not our child: its end is seen through its pidfd, its
+            // status is not ours to collect. Killed is what ends it (the pod's stop, or the
+            // cgroups' OOM or process ceiling, which the exit path tells apart).
+            let process = self.sandbox_process.get().cloned().ok_or_else(|| {
+                ShimError::Internal(format!("the claimed sandbox of {} has no pidfd", self.id))
             })?;
+            Box::pin(async move {
+                process.exited().await;
+                gvisor_hardened_core::reaper::ExitStatus::killed()
+            }) as ExitWatch
+        } else {
+            // Before the watch: until the reaper has seen its exit, the pid is our child's.
+            if let Some(p) = self.runtime.host_process(pid) {
+                let _ = self.sandbox_process.set(p);
+            }
+            self.runtime
+                .watch(pid)
+                .map_err(|source| ShimError::Reaper {
+                    what: format!("the sandbox of {} (pid {pid})", self.id),
+                    source,
+                })?
+        };
         // The counters at create are the baseline: an OOM kill or a pids-limit hit shows up as
         // growth by the time the sandbox exits (runsc keeps its cgroups until delete).
         match self.env.host.sandbox_cgroups(pid) {
@@ -274,10 +438,18 @@ impl Container {
                 &self.id,
             );
         }
-        if let Err(e) = self.runtime.delete(&self.id).await {
+        if let Err(e) = self.runtime.delete(&self.runsc_id).await {
             if !e.is_gone() {
                 log::warn!("container {}: cleanup delete: {e}", self.id);
             }
+        }
+        if let Some(claim) = &self.pool_claim {
+            // A claimed warm sandbox is not our child: make sure it is gone even if runsc
+            // could not delete it, and that it is never offered again.
+            if let Some(p) = self.sandbox_process.get() {
+                let _ = p.signal(libc::SIGKILL);
+            }
+            claim.key.forget(&claim.entry.id);
         }
         // A refused pre-existing cgroup is not ours to remove.
         if !matches!(err, ShimError::Cgroup(CgroupError::Exists { .. })) {
@@ -300,6 +472,51 @@ impl Container {
         rec.error = Some(err.to_string());
         self.seal_best_effort(&rec).await;
         log::error!("container {}: create failed: {err}", self.id);
+    }
+}
+
+/// The pool of this pod sandbox's key, its template written for the filler; `None` (a cold
+/// start) when it cannot be set up.
+fn pool_of(
+    env: &ShimEnv,
+    p: &CreateParams,
+    prepared: &gvisor_hardened_core::prepare::Prepared,
+) -> Option<pool::KeyDir> {
+    let hold = std::path::Path::new(policy_injector::egress::DEFAULT_FORWARDER);
+    let ready = gvisor_hardened_core::egress::install::ensure_embedded_at(hold)
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            let runsc = &prepared.policy.policy.runsc.path;
+            let runsc_binary = pool::fill::resolve_binary(runsc)
+                .ok_or_else(|| format!("runsc {runsc:?} is not in PATH"))?;
+            let global_args = prepared.runtime.global_args();
+            let inputs = pool::fill::TemplateInputs {
+                namespace: &env.namespace,
+                config_path: p.options.config_path.as_deref(),
+                node_policy: &env.node_policy,
+                policy: &prepared.policy,
+                runsc_binary: &runsc_binary,
+                runsc: &prepared.runsc,
+                global_args: &global_args,
+                hold_binary: hold,
+                hardened_spec: &prepared.spec,
+            };
+            let (kd, template) = inputs
+                .template()
+                .ok_or_else(|| "the hardened spec has no process".to_string())?;
+            kd.create().map_err(|e| e.to_string())?;
+            kd.write_template(&template).map_err(|e| e.to_string())?;
+            Ok(kd)
+        });
+    match ready {
+        Ok(kd) => Some(kd),
+        Err(e) => {
+            log::warn!(
+                "container {}: warm pool unusable: {e}; booting a sandbox",
+                p.id
+            );
+            None
+        }
     }
 }
 

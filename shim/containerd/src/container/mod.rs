@@ -51,6 +51,12 @@ pub fn validate_id(what: &'static str, id: &str) -> Result<()> {
         .map_err(|e| ShimError::InvalidArgument(e.to_string()))
 }
 
+/// A claimed warm sandbox: its pool, and its entry (runsc id, pid, boot record).
+pub struct PoolClaim {
+    pub key: gvisor_hardened_core::pool::KeyDir,
+    pub entry: gvisor_hardened_core::pool::Entry,
+}
+
 /// Where a container stands in its pod. All containers of a pod share one runsc sandbox.
 pub enum PodRole {
     /// The sandbox's first container (a pod's pause container, or a plain `ctr run`): its
@@ -67,6 +73,12 @@ pub enum PodRole {
 pub struct Container {
     env: Arc<ShimEnv>,
     id: String,
+    /// The id runsc knows this container by: its own, except for a pod sandbox that claimed a
+    /// warm sandbox from the pool, whose runsc id is the pool's.
+    runsc_id: String,
+    /// The warm sandbox this pod sandbox claimed (`gvisor_hardened_core::pool`): not booted by
+    /// this shim, not its child, deleted with the pod and never returned.
+    pool_claim: Option<PoolClaim>,
     bundle: PathBuf,
     runtime: Arc<dyn SandboxRuntime>,
     policy: LoadedPolicy,

@@ -19,7 +19,7 @@ impl Container {
     /// and gVisor's own attach it (`ctr task ps` shows it). An exec's guest pid is the pid
     /// `runsc ps` lists for it.
     pub async fn pids(&self) -> Result<PidsResponse> {
-        let pids = self.runtime.ps(&self.id).await?;
+        let pids = self.runtime.ps(&self.runsc_id).await?;
         let execs: HashMap<u32, String> = self
             .execs
             .lock()
@@ -53,7 +53,7 @@ impl Container {
         // A pod's later container has no cgroups of its own (runsc keeps one set per sandbox):
         // the sentry's own accounting of it is the best there is.
         let any = if self.is_member() {
-            let event = self.runtime.stats(&self.id).await?;
+            let event = self.runtime.stats(&self.runsc_id).await?;
             super::metrics::sentry_metrics_any(&event)?
         } else {
             let cgroups = self.sandbox_cgroups()?;
@@ -99,7 +99,7 @@ impl Container {
         self.init
             .check(Op::Pause)
             .map_err(|e| self.state_error(&self.init, e))?;
-        self.runtime.pause(&self.id).await?;
+        self.runtime.pause(&self.runsc_id).await?;
         self.init
             .apply(Op::Pause)
             .map_err(|e| self.state_error(&self.init, e))?;
@@ -111,7 +111,7 @@ impl Container {
         self.init
             .check(Op::Resume)
             .map_err(|e| self.state_error(&self.init, e))?;
-        self.runtime.resume(&self.id).await?;
+        self.runtime.resume(&self.runsc_id).await?;
         self.init
             .apply(Op::Resume)
             .map_err(|e| self.state_error(&self.init, e))?;

@@ -31,9 +31,12 @@ impl Container {
         } else {
             None
         };
-        if let Err(e) = self.runtime.start(&self.id, stdio).await {
-            self.init.io.close();
-            return Err(e.into());
+        // A claimed warm sandbox was started by the filler: its root process already runs.
+        if self.pool_claim.is_none() {
+            if let Err(e) = self.runtime.start(&self.id, stdio).await {
+                self.init.io.close();
+                return Err(e.into());
+            }
         }
         // The exit path waits for the start lock, so the init cannot have stopped meanwhile.
         self.init

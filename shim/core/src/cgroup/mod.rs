@@ -3,6 +3,7 @@
 //! file: runsc keeps the cgroups until `runsc delete`, so every counter can be read after the
 //! sandbox exit — read them *before* deleting.
 
+pub mod adopt;
 pub mod exit_cause;
 pub mod files;
 pub mod oom;

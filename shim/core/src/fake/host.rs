@@ -66,6 +66,21 @@ impl Host for Fake {
             id,
         }))
     }
+
+    fn adopt_cgroups(
+        &self,
+        pid: u32,
+        _cgroups_path: &str,
+        id: &str,
+        _resources: &serde_json::Value,
+    ) -> Result<(), CgroupError> {
+        // The fake world boots no warm sandboxes: nothing is ever claimed from it.
+        self.call(format!("adopt-cgroups {id} {pid}"));
+        Err(CgroupError::NotFound {
+            pid: pid as i32,
+            reason: "the fake world has no warm pool".into(),
+        })
+    }
 }
 
 struct FakeCgroups {

@@ -48,6 +48,18 @@ impl Host for LinuxHost {
             pid as i32,
         )?)?))
     }
+
+    fn adopt_cgroups(
+        &self,
+        pid: u32,
+        cgroups_path: &str,
+        id: &str,
+        resources: &serde_json::Value,
+    ) -> Result<(), CgroupError> {
+        let from = SandboxCgroup::of_pid(pid as i32)?;
+        let to = SandboxCgroup::for_spec(cgroups_path, id)?;
+        crate::cgroup::adopt::adopt(&from, &to, resources)
+    }
 }
 
 impl SandboxCgroups for ExitProbe {

@@ -31,6 +31,16 @@ pub trait Host: Send + Sync {
     fn remove_cgroups(&self, cgroups_path: &str, id: &str) -> Result<(), CgroupError>;
     /// The cgroups of the running sandbox `pid`, with its counters read now as the baseline.
     fn sandbox_cgroups(&self, pid: u32) -> Result<Arc<dyn SandboxCgroups>, CgroupError>;
+    /// Moves the running sandbox `pid` (a claimed warm sandbox) into the cgroups a spec with
+    /// `cgroups_path` would have given it, with `resources` (OCI `LinuxResources`) applied
+    /// there first (`crate::cgroup::adopt`).
+    fn adopt_cgroups(
+        &self,
+        pid: u32,
+        cgroups_path: &str,
+        id: &str,
+        resources: &serde_json::Value,
+    ) -> Result<(), CgroupError>;
 }
 
 /// One sandbox's cgroups, found while it runs. runsc keeps them until `runsc delete`, so every

@@ -1,0 +1,424 @@
+//! The filler: boots warm sandboxes for one key until the pool holds `[pool] size` of them,
+//! within the memory bound and the refill rate, and deletes the ones that died.
+//!
+//! It is not a daemon. A shim that creates or claims a pod sandbox of a pooled policy starts
+//! one (`containerd-shim-gvisor-hardened-v1 pool-fill <key dir>`, detached); the first to take
+//! the key's lock fills, any other exits at once; the filler exits when the pool is full or a
+//! bound stops it. So a node with no pooled pods runs nothing.
+
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::Value;
+
+use super::store::{Entry, KeyDir, PoolError, Template};
+use super::{memory, spec};
+use crate::audit::{AuditEvent, AuditRecord, PolicyRef, PoolAudit, Subject, Trail};
+use crate::policy_source::{self, LoadedPolicy};
+use crate::reaper::Reaper;
+use crate::runsc::client::{read_pid_file, ProcessIo, Runsc};
+use crate::runtime::runsc::RunscFactory;
+
+/// What one filler run did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct FillReport {
+    pub booted: usize,
+    pub removed_dead: usize,
+    pub ready: usize,
+    /// Why it stopped short of `size`, if it did.
+    pub stopped: Option<String>,
+    /// Another filler held the key's lock.
+    pub already_filling: bool,
+}
+
+/// Fills the pool of `kd`. Only one filler per key works at a time (an flock on the key's
+/// lock file, released when this process ends).
+pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> {
+    let lock_path = kd.lock_path();
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|source| PoolError::Io {
+            path: lock_path.clone(),
+            what: "opening the fill lock",
+            source,
+        })?;
+    if rustix::fs::flock(
+        lock.as_fd(),
+        rustix::fs::FlockOperation::NonBlockingLockExclusive,
+    )
+    .is_err()
+    {
+        return Ok(FillReport {
+            already_filling: true,
+            ..Default::default()
+        });
+    }
+    let template = kd.template()?;
+    let policy = policy_source::load(template.config_path.as_deref(), &template.node_policy)
+        .map_err(|e| PoolError::Boot {
+            key: kd.key.clone(),
+            reason: e.to_string(),
+        })?;
+    if policy.sha256 != template.policy_sha256 {
+        return Err(PoolError::PolicyChanged {
+            key: kd.key.clone(),
+            want: template.policy_sha256.clone(),
+            got: policy.sha256.clone(),
+        });
+    }
+    let policy = with_template_runsc(policy, &template);
+    let pool = policy.policy.pool.clone();
+    let factory = RunscFactory::new(reaper.clone());
+    let mut report = FillReport::default();
+    let (removed, failed) = prune(kd, &factory, &policy, &template).await;
+    report.removed_dead = removed;
+    if !failed.is_empty() {
+        report.stopped = Some(format!(
+            "cannot delete dead sandboxes: {}",
+            failed.join("; ")
+        ));
+        return Ok(report);
+    }
+    let interval = Duration::from_secs(60) / pool.refill_per_minute.max(1);
+    let mut last_boot: Option<Instant> = None;
+    loop {
+        let ready = kd.entries(&kd.ready());
+        report.ready = ready.len();
+        if ready.len() >= pool.size as usize {
+            break;
+        }
+        let held: u64 = ready.iter().map(|e| memory::sandbox_pss(e.pid)).sum();
+        // The next sandbox is assumed to cost what the ready ones cost on average (they share
+        // runsc's pages, so the first is the dearest).
+        let next = if ready.is_empty() {
+            0
+        } else {
+            held / ready.len() as u64
+        };
+        if held + next > pool.memory_limit_bytes() {
+            report.stopped = Some(format!(
+                "memory bound: the warm sandboxes hold {held} bytes of PSS, one more would pass {}",
+                pool.memory_limit_bytes()
+            ));
+            break;
+        }
+        if let Some(t) = last_boot {
+            // The refill rate: boots are spread out, so a burst of claims is not answered
+            // by a burst of boots competing with the pods that claimed.
+            if let Some(wait) = interval.checked_sub(t.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
+        }
+        last_boot = Some(Instant::now());
+        match boot(kd, &factory, &policy, &template).await {
+            Ok(entry) => {
+                kd.publish(&entry)?;
+                report.booted += 1;
+            }
+            Err(e) => {
+                report.stopped = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    drop(lock);
+    Ok(report)
+}
+
+/// The policy with runsc at the path the claiming shim resolved: a filler or a drain started
+/// from another environment (another PATH) must run the same runsc binary.
+fn with_template_runsc(mut policy: LoadedPolicy, template: &Template) -> LoadedPolicy {
+    policy.policy.runsc.path = template.runsc_binary.display().to_string();
+    policy
+}
+
+/// `name` as `Command` would find it: itself when it holds a slash, else the first executable
+/// of that name in `PATH`.
+pub fn resolve_binary(name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if name.contains('/') {
+        return Some(std::path::PathBuf::from(name));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+fn new_id() -> String {
+    let ms = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    format!("pool-{ms}-{}", std::process::id())
+}
+
+async fn client_for(
+    factory: &RunscFactory,
+    policy: &LoadedPolicy,
+    template: &Template,
+    kd: &KeyDir,
+    bundle: &Path,
+) -> Result<Runsc, PoolError> {
+    let client = factory
+        .client(&policy.policy, &template.runsc, &template.namespace, bundle)
+        .await
+        .map_err(|e| PoolError::Boot {
+            key: kd.key.clone(),
+            reason: e.to_string(),
+        })?;
+    let got = spec::keyed_args(
+        &client
+            .global()
+            .to_args()
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>(),
+    );
+    // The runsc binary may have changed under the key (another release supports other
+    // flags): a sandbox booted with other flags must not be claimed under this key.
+    if got != template.global_args {
+        return Err(PoolError::FlagsChanged {
+            key: kd.key.clone(),
+            want: template.global_args.clone(),
+            got,
+        });
+    }
+    Ok(client)
+}
+
+/// The subject of a warm sandbox's records: no pod yet, the pool's runsc id.
+fn subject(template: &Template, policy: &LoadedPolicy, id: &str) -> Subject {
+    Subject {
+        namespace: template.namespace.clone(),
+        container_id: id.to_string(),
+        image: None,
+        pod: None,
+        policy: PolicyRef {
+            path: policy.source.display_path(),
+            sha256: policy.sha256.clone(),
+            mode: format!("{:?}", policy.policy.mode).to_lowercase(),
+        },
+    }
+}
+
+/// Boots one warm sandbox and records it; on failure leaves nothing behind.
+async fn boot(
+    kd: &KeyDir,
+    factory: &RunscFactory,
+    policy: &LoadedPolicy,
+    template: &Template,
+) -> Result<Entry, PoolError> {
+    let id = new_id();
+    let bundle = kd.bundles().join(&id);
+    let fail = |reason: String| PoolError::Boot {
+        key: kd.key.clone(),
+        reason: format!("{id}: {reason}"),
+    };
+    std::fs::create_dir_all(bundle.join("rootfs")).map_err(|e| fail(e.to_string()))?;
+    let spec = spec::boot_spec(
+        &template.spec,
+        &id,
+        &template.hold_binary.display().to_string(),
+    );
+    let config = serde_json::to_vec_pretty(&spec).expect("a spec serialises");
+    let booted = async {
+        crate::bundle::write(&bundle, crate::bundle::CONFIG, &config)
+            .map_err(|e| fail(e.to_string()))?;
+        let client = client_for(factory, policy, template, kd, &bundle).await?;
+        let pid_file = bundle.join(crate::bundle::INIT_PID_FILE);
+        client
+            .create(&id, &bundle, &pid_file, None, ProcessIo::default())
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        client
+            .start(&id, None)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let pid = read_pid_file(&pid_file).map_err(|e| fail(e.to_string()))?;
+        let start_time = gvisor_hardened_proc::host_process::start_time_of(pid)
+            .ok_or_else(|| fail(format!("sandbox pid {pid} is gone right after its start")))?;
+        let subject = subject(template, policy, &id);
+        let trail = Trail::for_policy(&policy.policy.audit, &policy.sha256, &subject)
+            .map_err(|e| fail(e.to_string()))?;
+        let args: Vec<String> = client
+            .global()
+            .to_args()
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let config_sha256 = sha256_hex(&config);
+        let mut rec = AuditRecord::new(AuditEvent::PoolSandboxBooted, &subject);
+        rec.runsc_args = Some(&args);
+        rec.config_sha256 = Some(&config_sha256);
+        rec.pid = Some(pid as u32);
+        rec.pool = Some(PoolAudit {
+            key: &kd.key,
+            sandbox: &id,
+            boot_record: None,
+        });
+        let hash = trail.append(&rec).map_err(|e| fail(e.to_string()))?;
+        Ok::<_, PoolError>(Entry {
+            id: id.clone(),
+            pid,
+            start_time,
+            bundle: bundle.clone(),
+            boot_record: hash.to_string(),
+            booted_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+        })
+    }
+    .await;
+    if booted.is_err() {
+        if let Ok(client) = client_for(factory, policy, template, kd, &bundle).await {
+            let _ = client.delete(&id, true).await;
+        }
+        remove_pool_cgroups(&id);
+        kd.forget(&id);
+    }
+    booted
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What `runsc delete` may leave of a warm sandbox's own cgroup.
+fn remove_pool_cgroups(id: &str) {
+    if let Ok(cg) = crate::cgroup::SandboxCgroup::for_spec(&spec::pool_cgroups_path(id), id) {
+        let _ = cg.remove_empty();
+    }
+}
+
+/// Deletes the warm sandboxes that died (found in `ready/`, or moved to `dead/` by a claimant
+/// that found them dead) and those a drain moved there, so a dead one is never claimed and
+/// its place is refilled. How many it deleted, and why it could not delete the others (their
+/// entries stay in `dead/` for the next filler).
+async fn prune(
+    kd: &KeyDir,
+    factory: &RunscFactory,
+    policy: &LoadedPolicy,
+    template: &Template,
+) -> (usize, Vec<String>) {
+    let mut dead: Vec<Entry> = kd.entries(&kd.dead());
+    for e in kd.entries(&kd.ready()) {
+        if !super::claim::alive(&e) && kd.take(&e.id, &kd.dead()).unwrap_or(false) {
+            dead.push(e);
+        }
+    }
+    let mut removed = 0;
+    let mut failed = Vec::new();
+    for e in &dead {
+        let deleted = match client_for(factory, policy, template, kd, &e.bundle).await {
+            Ok(client) => match client.delete(&e.id, true).await {
+                Ok(()) => Ok(()),
+                Err(err) if err.is_gone() => Ok(()),
+                Err(err) => Err(err.to_string()),
+            },
+            Err(err) => Err(err.to_string()),
+        };
+        match deleted {
+            Ok(()) => {
+                remove_pool_cgroups(&e.id);
+                kd.forget(&e.id);
+                removed += 1;
+            }
+            Err(err) => failed.push(format!("{}: {err}", e.id)),
+        }
+    }
+    (removed, failed)
+}
+
+/// The keys with a template under a namespace's pool directory.
+pub fn keys(namespace_dir: &Path) -> Vec<KeyDir> {
+    let Ok(rd) = std::fs::read_dir(namespace_dir) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .map(|e| KeyDir::at(e.path()))
+        .filter(|kd| kd.template_path().is_file())
+        .collect()
+}
+
+/// Deletes every warm sandbox of `kd` that no pod claimed, and the key's directory if nothing
+/// claimed is left in it: a node's pool turned off, or a test's end. Returns how many were
+/// deleted.
+pub async fn drain(kd: &KeyDir, reaper: Reaper) -> Result<usize, PoolError> {
+    let template = kd.template()?;
+    let policy = policy_source::load(template.config_path.as_deref(), &template.node_policy)
+        .map_err(|e| PoolError::Boot {
+            key: kd.key.clone(),
+            reason: e.to_string(),
+        })?;
+    let policy = with_template_runsc(policy, &template);
+    let factory = RunscFactory::new(reaper);
+    let mut n = 0;
+    for e in kd.entries(&kd.ready()) {
+        if kd.take(&e.id, &kd.dead())? {
+            n += 1;
+        }
+    }
+    let (removed, failed) = prune(kd, &factory, &policy, &template).await;
+    if !failed.is_empty() {
+        return Err(PoolError::Boot {
+            key: kd.key.clone(),
+            reason: format!("cannot delete warm sandboxes: {}", failed.join("; ")),
+        });
+    }
+    if kd.entries(&kd.claimed()).is_empty() {
+        let _ = std::fs::remove_dir_all(&kd.dir);
+    }
+    Ok(n.max(removed))
+}
+
+/// The template of a pod's sandbox: what a filler needs to boot warm sandboxes it can claim.
+pub struct TemplateInputs<'a> {
+    pub namespace: &'a str,
+    pub config_path: Option<&'a str>,
+    pub node_policy: &'a Path,
+    pub policy: &'a LoadedPolicy,
+    /// The runsc binary the shim runs, resolved ([`resolve_binary`]).
+    pub runsc_binary: &'a Path,
+    pub runsc: &'a policy_injector::RunscFlags,
+    pub global_args: &'a [String],
+    pub hold_binary: &'a Path,
+    pub hardened_spec: &'a Value,
+}
+
+impl TemplateInputs<'_> {
+    /// The key directory and template, or `None` when the spec is not a pod sandbox's.
+    pub fn template(&self) -> Option<(KeyDir, Template)> {
+        let spec = spec::template(self.hardened_spec)?;
+        let global_args = spec::keyed_args(self.global_args);
+        let key = spec::key(
+            &self.runsc_binary.display().to_string(),
+            &global_args,
+            &self.policy.sha256,
+            &spec,
+        );
+        let kd = KeyDir::new(&self.policy.policy.runsc.root, self.namespace, &key);
+        Some((
+            kd,
+            Template {
+                key,
+                namespace: self.namespace.to_string(),
+                config_path: self.config_path.map(str::to_string),
+                node_policy: self.node_policy.to_path_buf(),
+                policy_sha256: self.policy.sha256.clone(),
+                runsc_binary: self.runsc_binary.to_path_buf(),
+                runsc: self.runsc.clone(),
+                global_args,
+                hold_binary: self.hold_binary.to_path_buf(),
+                spec,
+            },
+        ))
+    }
+}

@@ -1,0 +1,231 @@
+//! Pure: what a warm sandbox is booted from, and which pods may claim it.
+//!
+//! A warm sandbox is booted before its pod exists, from a *template*: the hardened spec of a
+//! pod's sandbox container of the same RuntimeClass with everything that names that pod taken
+//! out (annotations, cgroup path, hostname, namespace paths, bind mounts) and its process
+//! replaced by one that only holds the sandbox open. The key is a hash of what runsc fixes
+//! when it boots a sandbox and a claim cannot change afterwards: the runsc binary, its global
+//! flags, the policy, and the template itself (which carries the resource shape the sentry
+//! sizes itself by). Pods whose hardened sandbox spec differs in any of these get another key,
+//! so they never share a pool.
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// Where the holding process is mounted inside a warm sandbox (a read-only bind of the
+/// forwarder binary, which has a `--hold` mode).
+pub const HOLD_PATH: &str = "/.gvisor-hardened-hold";
+
+/// The warm sandbox's cgroup, until a claim moves it into its pod's.
+pub fn pool_cgroups_path(pool_id: &str) -> String {
+    format!("/gvisor-hardened-pool/{pool_id}")
+}
+
+/// Global runsc arguments that name one bundle, not the sandbox's configuration: left out of
+/// the key (the claiming shim logs to its own bundle).
+fn per_bundle(arg: &str) -> bool {
+    ["--log=", "--debug-log=", "--log-format="]
+        .iter()
+        .any(|p| arg.starts_with(p))
+}
+
+/// The global arguments a key is made of.
+pub fn keyed_args(global_args: &[String]) -> Vec<String> {
+    global_args
+        .iter()
+        .filter(|a| !per_bundle(a))
+        .cloned()
+        .collect()
+}
+
+/// The pool key: hex sha256 over the runsc binary, its keyed global arguments, the policy's
+/// hash and the template, truncated to 32 hex digits (a directory name).
+pub fn key(
+    runsc_binary: &str,
+    global_args: &[String],
+    policy_sha256: &str,
+    template: &Value,
+) -> String {
+    let canonical = json!({
+        "runsc": runsc_binary,
+        "args": keyed_args(global_args),
+        "policy": policy_sha256,
+        "template": template,
+    });
+    let digest = Sha256::digest(canonical.to_string().as_bytes());
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The template of a pod's hardened sandbox spec: its pod-specific parts removed, the process
+/// replaced by the holder. `None` when the spec is not a CRI pod sandbox's.
+pub fn template(hardened: &Value) -> Option<Value> {
+    let mut t = hardened.clone();
+    let obj = t.as_object_mut()?;
+    obj.remove("annotations");
+    obj.remove("hostname");
+    obj.remove("hooks");
+    obj.insert("root".into(), json!({"path": "rootfs", "readonly": true}));
+    let process = obj.get_mut("process")?.as_object_mut()?;
+    process.insert("args".into(), json!([HOLD_PATH, "--hold"]));
+    process.insert("env".into(), json!(["PATH=/"]));
+    process.insert("cwd".into(), json!("/"));
+    process.insert("terminal".into(), json!(false));
+    process.remove("consoleSize");
+    if let Some(mounts) = obj.get_mut("mounts").and_then(Value::as_array_mut) {
+        // Binds name the pod's files on the host (its /dev/shm, resolv.conf): not the pool's.
+        mounts.retain(|m| !policy_injector::is_bind_mount(m));
+    }
+    if let Some(linux) = obj.get_mut("linux").and_then(Value::as_object_mut) {
+        linux.remove("cgroupsPath");
+        if let Some(nss) = linux.get_mut("namespaces").and_then(Value::as_array_mut) {
+            for ns in nss.iter_mut().filter_map(Value::as_object_mut) {
+                // The pod's network namespace is dialled from by the egress proxy on the host;
+                // the sentry runs with --network=none and needs none of its own.
+                ns.remove("path");
+            }
+        }
+    }
+    Some(t)
+}
+
+/// The spec a warm sandbox `pool_id` boots with: the template, the holder bound in from
+/// `hold_binary`, its own cgroup, and the annotations that make runsc treat it as a pod's
+/// sandbox.
+pub fn boot_spec(template: &Value, pool_id: &str, hold_binary: &str) -> Value {
+    let mut spec = template.clone();
+    if let Some(obj) = spec.as_object_mut() {
+        obj.insert(
+            "annotations".into(),
+            json!({
+                "io.kubernetes.cri.container-type": "sandbox",
+                "io.kubernetes.cri.sandbox-id": pool_id,
+            }),
+        );
+        let mounts = obj.entry("mounts").or_insert_with(|| json!([]));
+        if let Some(m) = mounts.as_array_mut() {
+            m.push(json!({
+                "destination": HOLD_PATH,
+                "type": "bind",
+                "source": hold_binary,
+                "options": ["rbind", "ro", "nosuid", "nodev"],
+            }));
+        }
+        if let Some(linux) = obj.get_mut("linux").and_then(Value::as_object_mut) {
+            linux.insert("cgroupsPath".into(), json!(pool_cgroups_path(pool_id)));
+        }
+    }
+    spec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pause_spec(pod: &str, memory: u64) -> Value {
+        json!({
+            "ociVersion": "1.0.2",
+            "hostname": pod,
+            "process": {"args": ["/pause"], "env": ["PATH=/bin"], "cwd": "/", "user": {"uid": 65535, "gid": 65535}},
+            "root": {"path": format!("/run/containerd/{pod}/rootfs"), "readonly": true},
+            "mounts": [
+                {"destination": "/proc", "type": "proc", "source": "proc"},
+                {"destination": "/dev/shm", "type": "bind", "source": format!("/run/containerd/{pod}/shm"), "options": ["rbind"]},
+            ],
+            "annotations": {"io.kubernetes.cri.sandbox-id": pod, "io.kubernetes.cri.container-type": "sandbox"},
+            "linux": {
+                "cgroupsPath": format!("/kubepods/pod-{pod}/{pod}"),
+                "resources": {"memory": {"limit": memory}},
+                "namespaces": [{"type": "network", "path": format!("/var/run/netns/cni-{pod}")}, {"type": "pid"}],
+            },
+        })
+    }
+
+    #[test]
+    fn two_pods_of_one_shape_get_one_key() {
+        let a = template(&pause_spec("a", 1 << 30)).unwrap();
+        let b = template(&pause_spec("b", 1 << 30)).unwrap();
+        assert_eq!(a, b);
+        let args = vec![
+            "--root=/r".to_string(),
+            "--log=/b/a/runsc.log.json".to_string(),
+        ];
+        let args_b = vec![
+            "--root=/r".to_string(),
+            "--log=/b/b/runsc.log.json".to_string(),
+        ];
+        assert_eq!(key("runsc", &args, "p", &a), key("runsc", &args_b, "p", &b));
+    }
+
+    #[test]
+    fn another_memory_size_flag_or_policy_gets_another_key() {
+        let args = vec!["--root=/r".to_string(), "--platform=systrap".to_string()];
+        let base = key(
+            "runsc",
+            &args,
+            "p",
+            &template(&pause_spec("a", 1 << 30)).unwrap(),
+        );
+        let memory = key(
+            "runsc",
+            &args,
+            "p",
+            &template(&pause_spec("a", 2 << 30)).unwrap(),
+        );
+        let ptrace = vec!["--root=/r".to_string(), "--platform=ptrace".to_string()];
+        let flag = key(
+            "runsc",
+            &ptrace,
+            "p",
+            &template(&pause_spec("a", 1 << 30)).unwrap(),
+        );
+        let policy = key(
+            "runsc",
+            &args,
+            "q",
+            &template(&pause_spec("a", 1 << 30)).unwrap(),
+        );
+        let binary = key(
+            "/other/runsc",
+            &args,
+            "p",
+            &template(&pause_spec("a", 1 << 30)).unwrap(),
+        );
+        for other in [&memory, &flag, &policy, &binary] {
+            assert_ne!(&base, other);
+        }
+    }
+
+    #[test]
+    fn the_template_keeps_nothing_that_names_the_pod() {
+        let t = template(&pause_spec("pod-7f3a", 1 << 30)).unwrap();
+        assert!(!t.to_string().contains("pod-7f3a"), "{t}");
+        assert_eq!(t["process"]["args"], json!([HOLD_PATH, "--hold"]));
+        // The hardened user stays: the holder runs as the pod's sandbox process would.
+        assert_eq!(t["process"]["user"]["uid"], 65535);
+        assert_eq!(t["mounts"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_boot_spec_is_a_pod_sandbox_in_its_own_cgroup_with_the_holder_read_only() {
+        let t = template(&pause_spec("a", 1 << 30)).unwrap();
+        let s = boot_spec(&t, "pool-1", "/opt/hold");
+        assert_eq!(
+            s["annotations"]["io.kubernetes.cri.container-type"],
+            "sandbox"
+        );
+        assert_eq!(s["annotations"]["io.kubernetes.cri.sandbox-id"], "pool-1");
+        assert_eq!(s["linux"]["cgroupsPath"], "/gvisor-hardened-pool/pool-1");
+        let hold = s["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["destination"] == HOLD_PATH)
+            .unwrap();
+        assert!(hold["options"].as_array().unwrap().contains(&json!("ro")));
+    }
+
+    #[test]
+    fn a_spec_without_a_process_has_no_template() {
+        assert_eq!(template(&json!({"root": {"path": "r"}})), None);
+    }
+}
