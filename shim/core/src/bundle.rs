@@ -19,6 +19,9 @@ pub const INIT_PID_FILE: &str = "init.pid";
 /// runsc's JSON log (`--log`): its error messages for commands whose stdio is the container's.
 pub const RUNSC_LOG: &str = "runsc.log.json";
 pub const BUNDLE_STATE: &str = "gvisor-hardened.json";
+/// A pod sandbox that claimed a warm sandbox: the runsc id it runs under and its pool
+/// (`crate::pool::claim::ClaimRecord`), for the `delete` action after a shim that died.
+pub const POOL_CLAIM: &str = "gvisor-hardened-pool-claim.json";
 /// A config.json beyond this size is refused before parsing: no legitimate spec comes close.
 pub const MAX_SPEC_BYTES: u64 = 4 << 20;
 /// An exec's process spec or an update's resources beyond this size is refused before parsing,
@@ -151,7 +154,12 @@ pub fn restore_original_config(bundle: &Path) {
 /// Removes the files the shim added that containerd does not expect to find (everything but the
 /// configs, which stay for whoever inspects the bundle until containerd removes it).
 pub fn remove_shim_files(bundle: &Path) {
-    for name in [INIT_PID_FILE, BUNDLE_STATE, crate::host_tree::EMPTY_FILE] {
+    for name in [
+        INIT_PID_FILE,
+        BUNDLE_STATE,
+        POOL_CLAIM,
+        crate::host_tree::EMPTY_FILE,
+    ] {
         let _ = std::fs::remove_file(bundle.join(name));
     }
 }

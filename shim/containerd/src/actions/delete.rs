@@ -33,12 +33,17 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
             .ok()
             .and_then(|pid| u32::try_from(pid).ok());
     let mut problems = Vec::new();
+    // A pod sandbox that claimed a warm sandbox runs under the pool's runsc id.
+    let claim = gvisor_hardened_core::pool::claim::ClaimRecord::read(&bundle);
+    let runsc_id = claim
+        .as_ref()
+        .map_or_else(|| flags.id.clone(), |c| c.runsc_id.clone());
     if let Some(state) = &state {
         // --force kills a sandbox that still runs; a missing container is already clean.
         let args = gvisor_hardened_core::runsc::command::argv(
             &gvisor_hardened_core::runsc::flags::GlobalFlags::for_cleanup(&state.runsc_root),
             &gvisor_hardened_core::runsc::command::Subcommand::Delete {
-                id: flags.id.clone(),
+                id: runsc_id,
                 force: true,
             },
         );
@@ -52,6 +57,9 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
             }
             Err(e) => problems.push(format!("running {}: {e}", state.runsc_binary)),
         }
+    }
+    if let Some(claim) = &claim {
+        claim.forget();
     }
     if let Some(state) = &state {
         // runsc delete removes the sandbox's cgroups; after a crash mid-create it may not

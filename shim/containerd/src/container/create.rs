@@ -220,6 +220,13 @@ impl Container {
             .ensure_no_cgroups(&self.cgroups_path, &self.id)?;
         let pid = claimed.entry.pid as u32;
         let _ = self.sandbox_process.set(Arc::new(claimed.process));
+        // First: from here on a shim that dies leaves a sandbox only this record names.
+        pool::claim::ClaimRecord {
+            runsc_id: claimed.entry.id.clone(),
+            key_dir: claimed.key.dir.clone(),
+        }
+        .write(&self.bundle)
+        .map_err(|e| ShimError::Internal(format!("container {}: {e}", self.id)))?;
         self.env
             .host
             .adopt_cgroups(pid, &self.cgroups_path, &self.id, resources)?;

@@ -49,6 +49,31 @@ pub fn claim(kd: &KeyDir) -> Result<Option<Claimed>, PoolError> {
     Ok(None)
 }
 
+/// What a pod sandbox's bundle keeps of its claim, so that the `delete` action run after its
+/// shim died can find the sandbox runsc knows by the pool's id, and forget the claim.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ClaimRecord {
+    pub runsc_id: String,
+    pub key_dir: std::path::PathBuf,
+}
+
+impl ClaimRecord {
+    pub fn write(&self, bundle: &Path) -> Result<(), crate::bundle::BundleError> {
+        let bytes = serde_json::to_vec(self).expect("a claim record serialises");
+        crate::bundle::write(bundle, crate::bundle::POOL_CLAIM, &bytes)
+    }
+
+    pub fn read(bundle: &Path) -> Option<ClaimRecord> {
+        let bytes = std::fs::read(bundle.join(crate::bundle::POOL_CLAIM)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Forgets the claimed sandbox's entry and bundle in its pool (it is deleted by now).
+    pub fn forget(&self) {
+        KeyDir::at(self.key_dir.clone()).forget(&self.runsc_id);
+    }
+}
+
 /// Starts a filler for `kd` (the shim binary's `pool-fill` mode) in a session of its own, not
 /// waited for: it exits when the pool is full, or at once when another filler works on it.
 pub fn start_filler(shim: &Path, kd: &KeyDir) -> std::io::Result<()> {
@@ -69,4 +94,23 @@ pub fn start_filler(shim: &Path, kd: &KeyDir) -> std::io::Result<()> {
     }
     // The shim's reaper collects its exit (it reaps every child); nobody waits here.
     cmd.spawn().map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_record_survives_in_the_bundle_for_the_delete_action() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(ClaimRecord::read(dir.path()), None);
+        let rec = ClaimRecord {
+            runsc_id: "pool-1".into(),
+            key_dir: "/r/.pool/k8s.io/abc".into(),
+        };
+        rec.write(dir.path()).unwrap();
+        assert_eq!(ClaimRecord::read(dir.path()), Some(rec));
+        crate::bundle::remove_shim_files(dir.path());
+        assert_eq!(ClaimRecord::read(dir.path()), None);
+    }
 }
