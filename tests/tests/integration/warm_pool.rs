@@ -4,9 +4,13 @@
 //! - a later pod claims a warm sandbox (the audit names the boot record of the sandbox it got),
 //!   runs hardened in the pod's own cgroup, and its containers see nothing of the pool step;
 //! - a claimed sandbox serves one pod, is deleted with it and never returns to the pool;
+//! - twenty pods at once never share a warm sandbox, and those left without one start cold;
 //! - a warm sandbox that died is never claimed and is replaced;
-//! - two policies never share a pool; an empty pool is a cold start;
-//! - draining the pool and stopping containerd leave nothing behind.
+//! - two policies never share a pool; an empty pool is a cold start, and is not refilled
+//!   faster than the policy's rate;
+//! - the filler stops at the pool's memory bound;
+//! - draining the pool (which stops a filler waiting out the refill rate) and stopping
+//!   containerd leave nothing behind.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -88,10 +92,11 @@ fn wait_ready(cri: &CriContainerd, handler: &str, n: usize) -> Vec<serde_json::V
         },
     );
     found.unwrap_or_else(|_| {
-        let log = key_dir(cri, handler)
-            .and_then(|d| std::fs::read_to_string(d.join("fill.log")).ok())
-            .unwrap_or_default();
-        panic!("{handler}: {} ready, not {n}; fill.log:\n{log}", last.len())
+        panic!(
+            "{handler}: {} ready, not {n}; the pools:\n{}",
+            last.len(),
+            pool_state(cri)
+        )
     })
 }
 
@@ -133,10 +138,12 @@ fn claim_of(cri: &CriContainerd, pod_id: &str) -> Option<serde_json::Value> {
 }
 
 /// What a container of the pod sees of its sandbox: hostname, its root's entries, its
-/// environment's names, its processes and its scratch.
+/// environment's names, its processes and its scratch. The processes are counted by the
+/// shell's own glob, with no child of it running: `ls /proc | grep -c` counted 3 or 4 as the
+/// pipeline's processes raced its listing.
 fn view(cri: &CriContainerd, id: &str) -> String {
     let script =
-        "hostname; ls -a /; env | cut -d= -f1 | sort; ls /proc | grep -c '^[0-9]'; ls -a /tmp";
+        "hostname; ls -a /; env | cut -d= -f1 | sort; set -- /proc/[0-9]*; echo $#; ls -a /tmp";
     let out = cri
         .client()
         .exec_sync(id, &["sh", "-c", script], 20)
@@ -208,6 +215,79 @@ fn drain(cri: &CriContainerd) -> String {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The audit records of `event`.
+fn records(cri: &CriContainerd, event: &str) -> Vec<serde_json::Value> {
+    audit(cri)
+        .into_iter()
+        .filter(|r| r["event"] == event)
+        .collect()
+}
+
+fn ids_of(entries: &[serde_json::Value]) -> Vec<String> {
+    entries
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Field 22 of `/proc/PID/stat` (when it started): with the pid, it names one process.
+fn start_time(pid: i64) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// Whether the warm sandbox of `entry` still runs (the process it was booted as).
+fn entry_alive(entry: &serde_json::Value) -> bool {
+    let pid = entry["pid"].as_i64().unwrap();
+    inspect::is_alive(pid as i32) && start_time(pid) == entry["start_time"].as_u64()
+}
+
+/// PSS in KiB of every process in the memory cgroup of `pid`, as the filler counts a warm
+/// sandbox (sentry, gofer, stubs).
+fn sandbox_pss_kib(pid: i64) -> u64 {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let path = cgroups
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, path)| path))
+        .unwrap_or_else(|| panic!("no memory cgroup of {pid}: {cgroups}"));
+    let procs = std::fs::read_to_string(format!("/sys/fs/cgroup/memory{path}/cgroup.procs"))
+        .unwrap_or_default();
+    procs
+        .split_whitespace()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Pss:"))?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Removes `pods` (with the containers each ran), all at once, and checks each left nothing.
+fn remove_pods(cri: &CriContainerd, pods: &[(Pod, Vec<String>)]) {
+    std::thread::scope(|s| {
+        for (pod, _) in pods {
+            s.spawn(move || cri.remove_pod(pod).unwrap());
+        }
+    });
+    for (pod, containers) in pods {
+        assert_pod_gone(cri, pod, containers);
+    }
+}
+
+/// Drains the pool; the warm sandboxes `ids` are gone after it.
+fn drain_and_check(cri: &CriContainerd, key: &Path, ids: &[String]) {
+    let drained = drain(cri);
+    assert!(drained.contains("deleted"), "{drained}");
+    for id in ids {
+        assert_warm_sandbox_gone(cri, key, id);
+    }
 }
 
 #[test]
@@ -292,14 +372,310 @@ fn a_pod_claims_a_warm_sandbox_runs_hardened_in_its_own_cgroup_and_takes_it_away
     assert_pod_gone(&cri, &cold, &[cold_app]);
 
     // Draining deletes the warm sandboxes; containerd then stops with nothing left.
-    let ids: Vec<String> = wait_ready(&cri, handler, 2)
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_string())
-        .collect();
-    let drained = drain(&cri);
-    assert!(drained.contains("deleted"), "{drained}");
-    for id in &ids {
-        assert_warm_sandbox_gone(&cri, &key, id);
+    let ids = ids_of(&wait_ready(&cri, handler, 2));
+    drain_and_check(&cri, &key, &ids);
+    assert_clean_cri_shutdown(cri);
+}
+
+#[test]
+fn twenty_pods_at_once_never_share_a_warm_sandbox_and_the_rest_start_cold() {
+    let cri = start(
+        "size = 4\nrefill_per_minute = 600\nmemory_limit = \"1Gi\"",
+        "size = 1",
+    );
+    let handler = HARDENED_HANDLER;
+    let cold = cri.run_pod("cold", handler).unwrap();
+    wait_ready(&cri, handler, 4);
+    let key = key_dir(&cri, handler).unwrap();
+
+    // 20 RunPodSandbox at once, each pod then running hardened: 4 warm sandboxes (and what the
+    // filler boots during the burst) for 20 claimants.
+    let pods: Vec<(Pod, Vec<String>)> = std::thread::scope(|s| {
+        let cri = &cri;
+        let started: Vec<_> = (0..20)
+            .map(|i| {
+                s.spawn(move || {
+                    let pod = cri.run_pod(&format!("p{i}"), handler).unwrap();
+                    let app = cri.run_container(&pod, &sleeper("app")).unwrap();
+                    let id = cri.client().exec_sync(&app, &["id", "-u"], 30).unwrap();
+                    assert_eq!(id.stdout.trim(), "65534", "pod {}: {id:?}", pod.id);
+                    (pod, vec![app])
+                })
+            })
+            .collect();
+        started.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+
+    // No warm sandbox served two pods: each claim names another one, each one a booted warm
+    // sandbox; a pod that claimed runs in the sandbox that was booted, a pod that did not runs
+    // in one of its own, and no two pods share a sandbox process.
+    let booted = records(&cri, "pool-sandbox-booted");
+    let mut claimed = Vec::new();
+    for (pod, _) in &pods {
+        let pid = pod.pid.expect("no sandbox pid of a pod");
+        let booted_as = booted.iter().find(|b| b["pid"] == pid);
+        match claim_of(&cri, &pod.id) {
+            Some(c) => {
+                let sandbox = c["pool"]["sandbox"].as_str().unwrap().to_string();
+                assert!(!claimed.contains(&sandbox), "{sandbox} claimed twice");
+                let boot = booted
+                    .iter()
+                    .find(|b| b["container_id"] == sandbox.as_str())
+                    .unwrap_or_else(|| panic!("claimed {sandbox} was never booted"));
+                assert_eq!(c["pool"]["key"], boot["pool"]["key"]);
+                assert_eq!(
+                    booted_as,
+                    Some(boot),
+                    "pod {} does not run in {sandbox}",
+                    pod.id
+                );
+                claimed.push(sandbox);
+            }
+            None => assert!(
+                booted_as.is_none(),
+                "pod {} runs in a warm sandbox it did not claim: {booted_as:?}",
+                pod.id
+            ),
+        }
     }
+    gvisor_hardened_tests::audit_tools::assert_chain_intact_and_records_fit_the_schema(
+        &cri.layout().audit_log(),
+    );
+    let pids: std::collections::BTreeSet<i32> = pods.iter().filter_map(|(p, _)| p.pid).collect();
+    assert_eq!(pids.len(), pods.len(), "two pods share a sandbox process");
+    assert!(!claimed.is_empty(), "no pod claimed:\n{}", pool_state(&cri));
+    println!(
+        "{} of {} pods claimed a warm sandbox; {} warm sandboxes booted",
+        claimed.len(),
+        pods.len(),
+        booted.len()
+    );
+
+    // Each claimed sandbox goes with its pod.
+    remove_pods(&cri, &pods);
+    for sandbox in &claimed {
+        assert_warm_sandbox_gone(&cri, &key, sandbox);
+    }
+    cri.remove_pod(&cold).unwrap();
+    assert_pod_gone(&cri, &cold, &[]);
+
+    // The pool is full again (so no filler is at work) before it is drained.
+    let ids = ids_of(&wait_ready(&cri, handler, 4));
+    drain_and_check(&cri, &key, &ids);
+    assert_clean_cri_shutdown(cri);
+}
+
+#[test]
+fn a_warm_sandbox_that_died_is_never_claimed_and_is_replaced() {
+    let cri = start("size = 2\nrefill_per_minute = 600", "size = 1");
+    let handler = HARDENED_HANDLER;
+    let cold = cri.run_pod("cold", handler).unwrap();
+    let ready = wait_ready(&cri, handler, 2);
+    let key = key_dir(&cri, handler).unwrap();
+
+    // The oldest warm sandbox, the next to be claimed, dies.
+    let dead = ready[0]["id"].as_str().unwrap().to_string();
+    let pid = ready[0]["pid"].as_i64().unwrap();
+    assert!(
+        entry_alive(&ready[0]),
+        "{dead} died before the test killed it"
+    );
+    // SAFETY: kill(2) of the warm sandbox's process, checked by its start time just above.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    poll_until(
+        "the killed sandbox to exit",
+        Duration::from_secs(10),
+        || (!inspect::is_alive(pid as i32)).then_some(()),
+    )
+    .unwrap();
+
+    // The next pod passes over it and takes the other one.
+    let warm = cri.run_pod("warm", handler).unwrap();
+    let claim = claim_of(&cri, &warm.id)
+        .unwrap_or_else(|| panic!("pod {} claimed nothing:\n{}", warm.id, pool_state(&cri)));
+    assert_ne!(
+        claim["pool"]["sandbox"],
+        dead.as_str(),
+        "a dead sandbox was claimed"
+    );
+    assert_eq!(claim["pool"]["sandbox"], ready[1]["id"], "{claim}");
+
+    // The filler deletes the dead one (runsc state, cgroups, processes, bundle) and refills.
+    let mut last = Vec::new();
+    poll_until("two live warm sandboxes again", FILL_TIMEOUT, || {
+        last = entries(&key.join("ready"));
+        (last.len() == 2
+            && last
+                .iter()
+                .all(|e| e["id"] != dead.as_str() && entry_alive(e)))
+        .then_some(())
+    })
+    .unwrap_or_else(|_| panic!("{last:#?}\n{}", pool_state(&cri)));
+    assert_warm_sandbox_gone(&cri, &key, &dead);
+    let log = std::fs::read_to_string(key.join("fill.log")).unwrap();
+    assert!(log.contains("removed 1 dead"), "{log}");
+
+    remove_pods(&cri, &[(warm, Vec::new()), (cold, Vec::new())]);
+    let ids = ids_of(&wait_ready(&cri, handler, 2));
+    drain_and_check(&cri, &key, &ids);
+    assert_clean_cri_shutdown(cri);
+}
+
+#[test]
+fn policies_with_other_flags_never_share_a_pool() {
+    let pool = "size = 1\nrefill_per_minute = 600";
+    let cri = start(pool, pool);
+    let handlers = [HARDENED_HANDLER, HARDENED_TOOL_HANDLER];
+    let cold: Vec<Pod> = handlers
+        .iter()
+        .map(|h| cri.run_pod(&format!("cold-{h}"), h).unwrap())
+        .collect();
+    let ready: Vec<Vec<serde_json::Value>> =
+        handlers.iter().map(|h| wait_ready(&cri, h, 1)).collect();
+    let keys: Vec<PathBuf> = handlers.iter().map(|h| key_dir(&cri, h).unwrap()).collect();
+    assert_ne!(keys[0], keys[1], "two policies share a pool");
+    let templates: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|k| serde_json::from_slice(&std::fs::read(k.join("template.json")).unwrap()).unwrap())
+        .collect();
+    // The tool policy boots runsc with the default's flags but is another policy with another
+    // resource shape (memory, CPUs, processes), which the sentry sizes itself by at boot.
+    assert_ne!(templates[0]["policy_sha256"], templates[1]["policy_sha256"]);
+    assert_ne!(
+        templates[0]["spec"]["linux"]["resources"],
+        templates[1]["spec"]["linux"]["resources"]
+    );
+
+    // Each handler's pod claims from its own key's pool and nothing the other pool ever held.
+    let mut pods = Vec::new();
+    for (i, h) in handlers.iter().enumerate() {
+        let other = 1 - i;
+        let pod = cri.run_pod(&format!("warm-{h}"), h).unwrap();
+        let claim = claim_of(&cri, &pod.id)
+            .unwrap_or_else(|| panic!("{h}: claimed nothing:\n{}", pool_state(&cri)));
+        let sandbox = claim["pool"]["sandbox"].as_str().unwrap();
+        let key_name = keys[i].file_name().unwrap().to_str().unwrap();
+        assert_eq!(sandbox, ready[i][0]["id"], "{h}: {claim}");
+        assert_eq!(claim["pool"]["key"], key_name, "{h}: {claim}");
+        let boots: Vec<serde_json::Value> = records(&cri, "pool-sandbox-booted")
+            .into_iter()
+            .filter(|b| b["container_id"] == sandbox)
+            .collect();
+        assert_eq!(boots.len(), 1, "{boots:#?}");
+        assert_eq!(boots[0]["pool"]["key"], key_name);
+        let other_held: Vec<String> = ["ready", "claimed", "dead"]
+            .iter()
+            .flat_map(|d| ids_of(&entries(&keys[other].join(d))))
+            .chain(ids_of(&ready[other]))
+            .collect();
+        assert!(!other_held.contains(&sandbox.to_string()), "{other_held:?}");
+        pods.push((pod, Vec::new()));
+    }
+
+    pods.extend(cold.into_iter().map(|p| (p, Vec::new())));
+    remove_pods(&cri, &pods);
+    // One drain empties both pools.
+    let ids: Vec<Vec<String>> = handlers
+        .iter()
+        .map(|h| ids_of(&wait_ready(&cri, h, 1)))
+        .collect();
+    drain_and_check(&cri, &keys[0], &ids[0]);
+    for id in &ids[1] {
+        assert_warm_sandbox_gone(&cri, &keys[1], id);
+    }
+    assert_clean_cri_shutdown(cri);
+}
+
+#[test]
+fn the_filler_stops_at_the_memory_bound() {
+    let cri = start(
+        "size = 8\nmemory_limit = \"64Mi\"\nrefill_per_minute = 600",
+        "size = 1",
+    );
+    let handler = HARDENED_HANDLER;
+    let cold = cri.run_pod("cold", handler).unwrap();
+    let mut log = String::new();
+    let key = poll_until(
+        "the filler to stop at the memory bound",
+        FILL_TIMEOUT,
+        || {
+            let key = key_dir(&cri, handler)?;
+            log = std::fs::read_to_string(key.join("fill.log")).unwrap_or_default();
+            log.contains("memory bound").then_some(key)
+        },
+    )
+    .unwrap_or_else(|_| panic!("fill.log:\n{log}"));
+
+    let ready = entries(&key.join("ready"));
+    assert!(
+        !ready.is_empty() && ready.len() < 8,
+        "{} ready\n{log}",
+        ready.len()
+    );
+    let pss: Vec<u64> = ready
+        .iter()
+        .map(|e| sandbox_pss_kib(e["pid"].as_i64().unwrap()))
+        .collect();
+    // The filler boots the next sandbox while the ready ones plus their average fit under the
+    // bound, so the last one booted may take the total past it by what it costs itself beyond
+    // that average: at most the dearest sandbox's PSS.
+    let total: u64 = pss.iter().sum();
+    let dearest = pss.iter().copied().max().unwrap();
+    println!(
+        "{} warm sandboxes, PSS {pss:?} KiB, {total} KiB in all",
+        ready.len()
+    );
+    assert!(
+        total <= 64 * 1024 + dearest,
+        "{total} KiB of PSS in {} warm sandboxes ({pss:?})\n{log}",
+        ready.len()
+    );
+
+    remove_pods(&cri, &[(cold, Vec::new())]);
+    drain_and_check(&cri, &key, &ids_of(&ready));
+    assert_clean_cri_shutdown(cri);
+}
+
+#[test]
+fn an_empty_pool_is_a_cold_start() {
+    let cri = start("size = 1\nrefill_per_minute = 1", "size = 1");
+    let handler = HARDENED_HANDLER;
+    let cold = cri.run_pod("cold", handler).unwrap();
+    let ready = wait_ready(&cri, handler, 1);
+    let key = key_dir(&cri, handler).unwrap();
+
+    // Pod A takes the one warm sandbox; at one boot a minute, none is ready for pod B.
+    let a = cri.run_pod("a", handler).unwrap();
+    let claim = claim_of(&cri, &a.id)
+        .unwrap_or_else(|| panic!("pod a claimed nothing:\n{}", pool_state(&cri)));
+    assert_eq!(claim["pool"]["sandbox"], ready[0]["id"]);
+    let b = cri.run_pod("b", handler).unwrap();
+    assert!(
+        claim_of(&cri, &b.id).is_none(),
+        "pod b claimed from an empty pool:\n{}",
+        pool_state(&cri)
+    );
+    assert!(
+        records(&cri, "pool-sandbox-booted")
+            .iter()
+            .all(|r| Some(r["pid"].as_i64().unwrap() as i32) != b.pid),
+        "pod b runs in a warm sandbox"
+    );
+    let app = cri.run_container(&b, &sleeper("app")).unwrap();
+    let id = cri.client().exec_sync(&app, &["id", "-u"], 10).unwrap();
+    assert_eq!(id.stdout.trim(), "65534", "{id:?}");
+
+    // Nor was one booted behind pod A: the filler its claim started waits out the minute.
+    assert_eq!(
+        records(&cri, "pool-sandbox-booted").len(),
+        1,
+        "{}",
+        pool_state(&cri)
+    );
+    remove_pods(&cri, &[(a, Vec::new()), (b, vec![app]), (cold, Vec::new())]);
+    assert_warm_sandbox_gone(&cri, &key, ready[0]["id"].as_str().unwrap());
+    // The drain stops that waiting filler; nothing of the pool is left.
+    drain(&cri);
+    assert!(!key.exists(), "{}", pool_state(&cri));
     assert_clean_cri_shutdown(cri);
 }

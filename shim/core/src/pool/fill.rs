@@ -5,10 +5,14 @@
 //! one (`containerd-shim-gvisor-hardened-v1 pool-fill <key dir>`, detached); the first to take
 //! the key's lock fills, any other exits at once; the filler exits when the pool is full or a
 //! bound stops it. So a node with no pooled pods runs nothing.
+//!
+//! The refill rate holds across fillers (the key's last boot is kept on disk): a filler
+//! started by a claim waits out the rest of the interval, holding the lock. A drain asks it
+//! to stop (SIGTERM); it does so between boots, never in the middle of one.
 
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
@@ -35,17 +39,15 @@ pub struct FillReport {
 /// Fills the pool of `kd`. Only one filler per key works at a time (an flock on the key's
 /// lock file, released when this process ends).
 pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> {
-    let lock_path = kd.lock_path();
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
+    // Before the lock: once a drain can see this filler holds it, SIGTERM must not kill it in
+    // the middle of a boot.
+    let mut stop = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|source| PoolError::Io {
-            path: lock_path.clone(),
-            what: "opening the fill lock",
+            path: kd.dir.clone(),
+            what: "handling SIGTERM",
             source,
         })?;
+    let lock = open_lock(kd)?;
     if rustix::fs::flock(
         lock.as_fd(),
         rustix::fs::FlockOperation::NonBlockingLockExclusive,
@@ -57,6 +59,7 @@ pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> 
             ..Default::default()
         });
     }
+    write_holder(&lock);
     let template = kd.template()?;
     let policy = policy_source::load(template.config_path.as_deref(), &template.node_policy)
         .map_err(|e| PoolError::Boot {
@@ -84,7 +87,6 @@ pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> 
         return Ok(report);
     }
     let interval = Duration::from_secs(60) / pool.refill_per_minute.max(1);
-    let mut last_boot: Option<Instant> = None;
     loop {
         let ready = kd.entries(&kd.ready());
         report.ready = ready.len();
@@ -106,14 +108,21 @@ pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> 
             ));
             break;
         }
-        if let Some(t) = last_boot {
-            // The refill rate: boots are spread out, so a burst of claims is not answered
-            // by a burst of boots competing with the pods that claimed.
-            if let Some(wait) = interval.checked_sub(t.elapsed()) {
-                tokio::time::sleep(wait).await;
+        // The refill rate: boots are spread out, so a burst of claims is not answered by a
+        // burst of boots competing with the pods that claimed. Each claim starts a filler, so
+        // the last boot is the key's, not this process's.
+        let wait = kd
+            .since_last_boot()
+            .map_or(Duration::ZERO, |since| interval.saturating_sub(since));
+        tokio::select! {
+            biased;
+            _ = stop.recv() => {
+                report.stopped = Some("asked to stop (SIGTERM)".to_string());
+                break;
             }
+            () = tokio::time::sleep(wait) => {}
         }
-        last_boot = Some(Instant::now());
+        kd.record_boot()?;
         match boot(kd, &factory, &policy, &template).await {
             Ok(entry) => {
                 kd.publish(&entry)?;
@@ -127,6 +136,68 @@ pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> 
     }
     drop(lock);
     Ok(report)
+}
+
+fn open_lock(kd: &KeyDir) -> Result<std::fs::File, PoolError> {
+    let path = kd.lock_path();
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|source| PoolError::Io {
+            path,
+            what: "opening the fill lock",
+            source,
+        })
+}
+
+/// Writes this process's pid and start time into the lock it holds, for a drain to stop it by.
+fn write_holder(lock: &std::fs::File) {
+    use std::os::unix::fs::FileExt;
+    let pid = std::process::id() as i32;
+    let Some(start) = gvisor_hardened_proc::host_process::start_time_of(pid) else {
+        return;
+    };
+    let _ = lock
+        .set_len(0)
+        .and_then(|()| lock.write_all_at(format!("{pid} {start}\n").as_bytes(), 0));
+}
+
+/// The pid and start time in a lock file's text.
+fn parse_holder(text: &str) -> Option<(i32, u64)> {
+    let mut words = text.split_whitespace();
+    Some((words.next()?.parse().ok()?, words.next()?.parse().ok()?))
+}
+
+/// Takes the key's fill lock for a drain. A filler that holds it is asked to stop (SIGTERM
+/// through a pidfd, checked against the start time it wrote into the lock file) and waited for:
+/// it ends after the boot it is in, if any, and writes its last log line before it exits. A
+/// filler that holds the lock but has not written its pid yet is not signalled; the lock is
+/// then taken when it ends on its own.
+fn lock_out_filler(kd: &KeyDir) -> Result<std::fs::File, PoolError> {
+    use gvisor_hardened_proc::host_process::{start_time_of, HostProcess};
+    use rustix::fs::{flock, FlockOperation};
+    let lock = open_lock(kd)?;
+    if flock(lock.as_fd(), FlockOperation::NonBlockingLockExclusive).is_ok() {
+        return Ok(lock);
+    }
+    let holder = std::fs::read_to_string(kd.lock_path())
+        .ok()
+        .and_then(|t| parse_holder(&t))
+        .and_then(|(pid, start)| HostProcess::open_checked(pid, Some(start), start_time_of));
+    if let Some(filler) = holder {
+        if filler.signal(libc::SIGTERM).is_ok() {
+            filler.wait_exited(Duration::from_secs(60));
+        }
+    }
+    flock(lock.as_fd(), FlockOperation::LockExclusive).map_err(|e| PoolError::Io {
+        path: kd.lock_path(),
+        what: "taking the fill lock",
+        source: e.into(),
+    })?;
+    Ok(lock)
 }
 
 /// The policy with runsc at the path the claiming shim resolved: a filler or a drain started
@@ -352,6 +423,9 @@ pub fn keys(namespace_dir: &Path) -> Vec<KeyDir> {
 /// claimed is left in it: a node's pool turned off, or a test's end. Returns how many were
 /// deleted.
 pub async fn drain(kd: &KeyDir, reaper: Reaper) -> Result<usize, PoolError> {
+    // Held until the key is gone: no filler boots while it is drained, or after, into a
+    // directory that no longer exists.
+    let _lock = lock_out_filler(kd)?;
     let template = kd.template()?;
     let policy = policy_source::load(template.config_path.as_deref(), &template.node_policy)
         .map_err(|e| PoolError::Boot {
@@ -420,5 +494,37 @@ impl TemplateInputs<'_> {
                 spec,
             },
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_file_names_its_holder_by_pid_and_start_time() {
+        assert_eq!(parse_holder("4242 987654\n"), Some((4242, 987654)));
+        assert_eq!(parse_holder(""), None);
+        assert_eq!(parse_holder("4242"), None);
+    }
+
+    #[test]
+    fn a_drain_takes_a_free_lock_at_once_and_holds_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let kd = KeyDir::new(tmp.path().to_str().unwrap(), "default", "k");
+        kd.create().unwrap();
+        let held = lock_out_filler(&kd).unwrap();
+        let other = open_lock(&kd).unwrap();
+        assert!(rustix::fs::flock(
+            other.as_fd(),
+            rustix::fs::FlockOperation::NonBlockingLockExclusive
+        )
+        .is_err());
+        drop(held);
+        assert!(rustix::fs::flock(
+            other.as_fd(),
+            rustix::fs::FlockOperation::NonBlockingLockExclusive
+        )
+        .is_ok());
     }
 }

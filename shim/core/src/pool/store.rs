@@ -6,7 +6,10 @@
 //! <key>/claimed/<id>.json  entries taken by a pod (renamed from ready/: one claimant wins)
 //! <key>/dead/<id>.json     entries a claimant found dead, for the filler to delete
 //! <key>/bundles/<id>/      the warm sandbox's bundle (config.json, empty rootfs, runsc log)
-//! <key>/fill.lock          held by the one filler of this key (flock)
+//! <key>/fill.lock          held by the one filler of this key (flock); holds its pid and start
+//!                          time, so a drain can ask it to stop
+//! <key>/last-boot          its mtime is when a filler of this key last began a boot: the
+//!                          refill rate holds across fillers, one of which each claim starts
 //! ```
 //!
 //! The state lives beside runsc's own state (its root), so a private containerd with its own
@@ -165,6 +168,26 @@ impl KeyDir {
     pub fn lock_path(&self) -> PathBuf {
         self.dir.join("fill.lock")
     }
+    pub fn last_boot_path(&self) -> PathBuf {
+        self.dir.join("last-boot")
+    }
+
+    /// Notes that a boot begins now (before it, so a failed boot counts against the rate too).
+    pub fn record_boot(&self) -> Result<(), PoolError> {
+        let path = self.last_boot_path();
+        std::fs::File::create(&path)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()))
+            .map_err(io(&path, "recording a boot"))
+    }
+
+    /// How long ago a filler of this key last began a boot; `None` if none has. A time in the
+    /// future (the clock was set back) counts as now.
+    pub fn since_last_boot(&self) -> Option<std::time::Duration> {
+        let at = std::fs::metadata(self.last_boot_path())
+            .and_then(|m| m.modified())
+            .ok()?;
+        Some(at.elapsed().unwrap_or_default())
+    }
 
     /// Creates the layout (root-only: the entries name processes to adopt).
     pub fn create(&self) -> Result<(), PoolError> {
@@ -312,6 +335,25 @@ mod tests {
             kd.runsc_root(),
             Path::new("/run/gvisor-hardened/runsc/k8s.io")
         );
+    }
+
+    #[test]
+    fn the_last_boot_is_kept_beside_the_entries_for_the_next_filler() {
+        let tmp = tempfile::tempdir().unwrap();
+        let kd = KeyDir::new(tmp.path().to_str().unwrap(), "default", "k");
+        kd.create().unwrap();
+        assert_eq!(kd.since_last_boot(), None);
+        let hour = std::time::Duration::from_secs(3600);
+        std::fs::File::create(kd.last_boot_path())
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - hour)
+            .unwrap();
+        assert!(kd.since_last_boot().is_some_and(|d| d >= hour));
+        kd.record_boot().unwrap();
+        let next_filler = KeyDir::at(kd.dir.clone());
+        assert!(next_filler
+            .since_last_boot()
+            .is_some_and(|d| d < std::time::Duration::from_secs(60)));
     }
 
     #[test]
