@@ -152,6 +152,42 @@ fn view(cri: &CriContainerd, id: &str) -> String {
     out.stdout
 }
 
+/// The distinct nice values of the threads of process `pid` (field 19 of each task's stat).
+fn nice_of_threads(pid: i64) -> Vec<i64> {
+    let mut found: Vec<i64> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.split_whitespace().nth(19 - 3)?.parse().ok()
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// The sandbox pid of a warm sandbox of `handler` other than `taken` (waiting for one to be
+/// ready again after a claim).
+fn refilled_or_ready_pid(cri: &CriContainerd, handler: &str, taken: &str) -> i64 {
+    let mut pid = None;
+    poll_until(
+        "a warm sandbox other than the claimed one",
+        FILL_TIMEOUT,
+        || {
+            let dir = key_dir(cri, handler)?;
+            pid = entries(&dir.join("ready"))
+                .iter()
+                .find(|e| e["id"] != taken)
+                .and_then(|e| e["pid"].as_i64());
+            pid.map(|_| ())
+        },
+    )
+    .unwrap();
+    pid.unwrap()
+}
+
 fn sleeper(name: &str) -> k8s_cri::v1::ContainerConfig {
     container_config(name, TEST_IMAGE_REF, &["sleep", "600"])
 }
@@ -351,6 +387,20 @@ fn a_pod_claims_a_warm_sandbox_runs_hardened_in_its_own_cgroup_and_takes_it_away
     assert!(
         memory_line.contains(parent) && !memory_line.contains("gvisor-hardened-pool"),
         "the claimed sandbox is not in its pod's cgroup: {memory_line}"
+    );
+    // Warm sandboxes wait and boot at the lowest CPU priority; a claimed one runs at the
+    // normal priority, every thread of it.
+    let claimed_pid = ready[0]["pid"].as_i64().unwrap();
+    let waiting_pid = refilled_or_ready_pid(&cri, handler, &taken);
+    assert_eq!(
+        nice_of_threads(waiting_pid),
+        vec![19],
+        "a warm sandbox not at nice 19"
+    );
+    assert_eq!(
+        nice_of_threads(claimed_pid),
+        vec![0],
+        "a claimed sandbox not at nice 0"
     );
     let (cold_view, warm_view) = (view(&cri, &cold_app), view(&cri, &warm_app));
     assert_eq!(

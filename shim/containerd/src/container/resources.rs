@@ -53,6 +53,15 @@ impl Container {
         // A pod's later container has no cgroups of its own (runsc keeps one set per sandbox):
         // the sentry's own accounting of it is the best there is.
         let any = if self.is_member() {
+            // Once it has exited, runsc has nothing to say about it, and a `runsc events` run
+            // while containerd deletes the task would recreate the bundle directory (runsc
+            // makes its log file's directory) after containerd removed it.
+            if self.init_ended.is_cancelled() {
+                return Err(ShimError::NotFound(format!(
+                    "container {} has exited: no stats",
+                    self.id
+                )));
+            }
             let event = self.runtime.stats(&self.runsc_id).await?;
             super::metrics::sentry_metrics_any(&event)?
         } else {

@@ -4,7 +4,8 @@
 //!
 //! The new cgroups get the spec's limits *before* any process moves, so the sandbox is never
 //! without them; then every process moves, the controllers one by one, until the old cgroup is
-//! empty; then the old cgroup goes. runsc records only the old path and finds nothing there at
+//! empty; then the old cgroup goes, and the sandbox's threads get the normal CPU priority
+//! back (warm sandboxes are booted at the lowest). runsc records only the old path and finds nothing there at
 //! `runsc delete`; the shim removes the new one as it removes every sandbox's.
 
 use std::path::Path;
@@ -51,7 +52,32 @@ pub fn adopt(
     for (old, new) in pairs(from, to) {
         move_all(old, new)?;
     }
-    from.remove_empty()
+    from.remove_empty()?;
+    if let Some(dir) = pairs(to, to).first().map(|(d, _)| *d) {
+        normal_priority(dir);
+    }
+    Ok(())
+}
+
+/// Every thread of the processes in cgroup `dir` back at nice 0: the pool boots warm
+/// sandboxes at the lowest CPU priority (`crate::pool::claim::start_filler`), so refills never
+/// take CPU from running sandboxes; a sandbox a pod claimed runs as any other. Best effort: a
+/// thread that exited meanwhile needs nothing.
+fn normal_priority(dir: &Path) {
+    let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+        return;
+    };
+    for pid in procs.split_whitespace() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for tid in tasks.flatten() {
+            if let Ok(tid) = tid.file_name().to_string_lossy().parse::<libc::id_t>() {
+                // SAFETY: setpriority with integer arguments only.
+                unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, 0) };
+            }
+        }
+    }
 }
 
 /// Creates `dir` and the levels above it that are missing. A v1 cpuset level starts with no

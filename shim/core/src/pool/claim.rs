@@ -74,14 +74,15 @@ impl ClaimRecord {
     }
 }
 
-/// Starts a filler for `kd` (the shim binary's `pool-fill` mode) in a session of its own, not
-/// waited for: it exits when the pool is full, or at once when another filler works on it.
+/// Starts a filler for `kd` (the shim binary's `pool-fill` mode) in a session of its own, at
+/// nice 19, in `/`, not waited for: it exits when the pool is full, or at once when another filler works on it.
 pub fn start_filler(shim: &Path, kd: &KeyDir) -> std::io::Result<()> {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     let mut cmd = Command::new(shim);
     cmd.arg(super::FILL_ARG)
         .arg(&kd.dir)
+        .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -89,6 +90,10 @@ pub fn start_filler(shim: &Path, kd: &KeyDir) -> std::io::Result<()> {
     unsafe {
         cmd.pre_exec(|| {
             libc::setsid();
+            // The lowest CPU priority, inherited by runsc and the sandboxes it boots: a refill
+            // never takes CPU from the pods that are starting or running. A claim gives the
+            // claimed sandbox's threads the normal priority back (`cgroup::adopt`).
+            libc::setpriority(libc::PRIO_PROCESS, 0, 19);
             Ok(())
         });
     }
