@@ -5,6 +5,13 @@
 //! well, and each ready pod then takes three tool calls (`ExecSync true`, what an agent's
 //! `kubectl exec` amounts to), timed apart from the pod.
 //!
+//! A third handler, `gvisor-hardened-warm`, runs the same policy with the warm pool on
+//! (`[pool] size = 2`): its pod sandbox claims a booted sandbox (`gvisor_hardened_core::pool`).
+//! Before each timed pod the bench waits, untimed, until that pool is full again, so every
+//! warm pod finds a warm sandbox and no refill competes with the pod being timed (what a
+//! refill costs the node is measured apart, in `hack/experiments/sandbox-start.py`). Warm pods
+//! that found the pool empty anyway are counted.
+//!
 //! containerd's Go shim driving runsc, the baseline of the other figures, is not a contender
 //! here because it cannot carry a pod: measured, its second container's StartContainer hangs
 //! (runsc hands `runsc start`'s stdio to the subcontainer, and the Go shim waits for that pipe
@@ -16,6 +23,7 @@ use std::time::Instant;
 
 use gvisor_hardened_tests::cri::{
     container_config, CriContainerd, CriOptions, HARDENED_HANDLER as DEFAULT_HANDLER, RUNC_HANDLER,
+    SHIPPED_DEFAULT_POLICY,
 };
 use gvisor_hardened_tests::TEST_IMAGE_REF;
 use serde_json::{json, Value};
@@ -23,8 +31,14 @@ use serde_json::{json, Value};
 use crate::contenders::BenchResult;
 use crate::stats::{ratio, Summary};
 
-pub const HANDLERS: [(&str, &str); 2] = [
-    (DEFAULT_HANDLER, "gvisor-hardened (ours)"),
+/// The default policy with the warm pool on.
+pub const WARM_HANDLER: &str = "gvisor-hardened-warm";
+/// Warm sandboxes kept for [`WARM_HANDLER`].
+const POOL_SIZE: usize = 2;
+
+pub const HANDLERS: [(&str, &str); 3] = [
+    (DEFAULT_HANDLER, "gvisor-hardened, cold (ours)"),
+    (WARM_HANDLER, "gvisor-hardened, warm pool (ours)"),
     (RUNC_HANDLER, "Go shim + runc"),
 ];
 
@@ -35,6 +49,9 @@ pub struct Pods {
     pub steps: Vec<(String, Vec<Vec<f64>>)>,
     /// Per handler, the milliseconds of every tool call (`ExecSync true`) into a ready pod.
     pub execs: Vec<(String, Vec<f64>)>,
+    /// Warm pods timed, and how many of them found no warm sandbox (a cold start).
+    pub warm_pods: usize,
+    pub warm_cold_starts: usize,
     pub failed: Vec<String>,
 }
 
@@ -77,6 +94,7 @@ const EXECS_PER_POD: usize = 3;
 /// What one pod measured: RunPodSandbox to the second container started, each CRI call of
 /// that (in [`STEPS`] order), and the pod's tool calls.
 struct PodTimes {
+    id: String,
     ready: f64,
     steps: Vec<f64>,
     execs: Vec<f64>,
@@ -139,17 +157,77 @@ fn one_pod(cri: &CriContainerd, handler: &str, marker: &mut Marker) -> Result<Po
     }
     cri.remove_pod(&pod).map_err(|e| e.to_string())?;
     Ok(PodTimes {
+        id: pod.id.clone(),
         ready: ms,
         steps,
         execs,
     })
 }
 
+/// The ready warm sandboxes of [`WARM_HANDLER`]'s pool (0 before its first pod wrote the
+/// pool's template).
+fn warm_ready(cri: &CriContainerd) -> usize {
+    let Some(policy) = cri.policy_path(WARM_HANDLER) else {
+        return 0;
+    };
+    let policy = policy.display().to_string();
+    let ns = cri
+        .layout()
+        .runsc_root_base()
+        .join(".pool")
+        .join(gvisor_hardened_tests::cri::CRI_NAMESPACE);
+    std::fs::read_dir(ns)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|d| {
+            std::fs::read_to_string(d.join("template.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .is_some_and(|t| t["config_path"] == policy.as_str())
+        })
+        .map(|d| {
+            std::fs::read_dir(d.join("ready"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                .count()
+        })
+        .sum()
+}
+
+/// Whether pod sandbox `id` claimed a warm sandbox (its `pool-sandbox-claimed` record).
+fn claimed(cri: &CriContainerd, id: &str) -> bool {
+    cri.audit_log().lines().any(|l| {
+        serde_json::from_str::<Value>(l)
+            .is_ok_and(|r| r["event"] == "pool-sandbox-claimed" && r["container_id"] == id)
+    })
+}
+
 pub fn measure(shim: &std::path::Path, rounds: usize) -> BenchResult<Pods> {
-    let cri = CriContainerd::start(CriOptions {
+    let mut opts = CriOptions {
         log_level: "info".into(),
         ..CriOptions::with_shim(shim)
-    })?;
+    };
+    // GVH_BENCH_POOL_REFILL: boots per minute, the policy's default (30) unless set; the
+    // refill after a claim waits one interval, so it does not overlap the claiming pod's own
+    // container starts (an experiment knob: 600 shows what overlapping costs).
+    let refill: u32 = std::env::var("GVH_BENCH_POOL_REFILL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    opts.policies = vec![
+        (DEFAULT_HANDLER.to_string(), SHIPPED_DEFAULT_POLICY.to_string()),
+        (
+            WARM_HANDLER.to_string(),
+            format!(
+                "{SHIPPED_DEFAULT_POLICY}\n[pool]\nsize = {POOL_SIZE}\nmemory_limit = \"512Mi\"\nrefill_per_minute = {refill}\n"
+            ),
+        ),
+    ];
+    let cri = CriContainerd::start(opts)?;
     let mut samples: Vec<(String, Vec<f64>)> = HANDLERS
         .iter()
         .map(|(h, _)| (h.to_string(), Vec::new()))
@@ -163,6 +241,7 @@ pub fn measure(shim: &std::path::Path, rounds: usize) -> BenchResult<Pods> {
         .map(|(h, _)| (h.to_string(), Vec::new()))
         .collect();
     let mut failed = Vec::new();
+    let (mut warm_pods, mut warm_cold_starts) = (0, 0);
     let mut marker = Marker::from_env();
     // One untimed pod per handler first: image layers, page cache and the runsc feature cache.
     for (h, _) in HANDLERS {
@@ -174,8 +253,26 @@ pub fn measure(shim: &std::path::Path, rounds: usize) -> BenchResult<Pods> {
         for k in 0..HANDLERS.len() {
             let i = (round + k) % HANDLERS.len();
             let h = HANDLERS[i].0;
+            // Untimed: the pool refilled after the last warm pod, so the refill's boots neither
+            // compete with the pod timed next nor leave a warm pod without a warm sandbox.
+            let full = gvisor_hardened_tests::poll_until(
+                "the warm pool to be full",
+                std::time::Duration::from_secs(60),
+                || (warm_ready(&cri) >= POOL_SIZE).then_some(()),
+            );
+            if full.is_err() {
+                failed.push(format!(
+                    "round {round}: the warm pool did not refill within 60 s"
+                ));
+            }
             match one_pod(&cri, h, &mut marker) {
                 Ok(times) => {
+                    if h == WARM_HANDLER {
+                        warm_pods += 1;
+                        if !claimed(&cri, &times.id) {
+                            warm_cold_starts += 1;
+                        }
+                    }
                     samples[i].1.push(times.ready);
                     for (column, v) in steps[i].1.iter_mut().zip(times.steps) {
                         column.push(v);
@@ -186,6 +283,14 @@ pub fn measure(shim: &std::path::Path, rounds: usize) -> BenchResult<Pods> {
             }
         }
     }
+    // The warm sandboxes left in the pool go before containerd does.
+    let drained = std::process::Command::new(shim)
+        .arg("pool-drain")
+        .arg(cri.layout().runsc_root_base())
+        .output();
+    if !drained.as_ref().is_ok_and(|o| o.status.success()) {
+        failed.push(format!("pool-drain: {drained:?}"));
+    }
     let report = cri.shutdown();
     if !report.is_clean() {
         eprintln!("bench: CRI containerd shutdown had to force: {report}");
@@ -194,6 +299,8 @@ pub fn measure(shim: &std::path::Path, rounds: usize) -> BenchResult<Pods> {
         samples,
         steps,
         execs,
+        warm_pods,
+        warm_cold_starts,
         failed,
     })
 }
@@ -220,24 +327,30 @@ impl Pods {
             .and_then(|(_, s)| Summary::of(s))
     }
 
-    /// Median of each CRI call per handler, ours against runc's.
+    /// Median of each CRI call per handler: ours cold and warm against runc's.
     fn steps_markdown(&self) -> String {
-        let (Some(ours), Some(runc)) = (
+        let (Some(cold), Some(warm), Some(runc)) = (
             self.step_columns(DEFAULT_HANDLER),
+            self.step_columns(WARM_HANDLER),
             self.step_columns(RUNC_HANDLER),
         ) else {
             return String::new();
         };
         let mut out = String::from(
-            "\nPer CRI call (medians, ms):\n\n| call | gvisor-hardened | runc | difference |\n|---|---:|---:|---:|\n",
+            "\nPer CRI call (medians, ms):\n\n| call | cold | warm pool | runc | warm - runc |\n|---|---:|---:|---:|---:|\n",
         );
         for (k, name) in STEPS.iter().enumerate() {
-            if let (Some(a), Some(b)) = (Summary::of(&ours[k]), Summary::of(&runc[k])) {
+            if let (Some(a), Some(w), Some(b)) = (
+                Summary::of(&cold[k]),
+                Summary::of(&warm[k]),
+                Summary::of(&runc[k]),
+            ) {
                 out.push_str(&format!(
-                    "| {name} | {:.1} | {:.1} | {:+.1} |\n",
+                    "| {name} | {:.1} | {:.1} | {:.1} | {:+.1} |\n",
                     a.median,
+                    w.median,
                     b.median,
-                    a.median - b.median
+                    w.median - b.median
                 ));
             }
         }
@@ -257,6 +370,8 @@ impl Pods {
                 "exec_sync_true": self.exec_summary(h).map(|x| x.to_json()),
                 "exec_sync_samples_ms": self.execs.iter().find(|(x, _)| x == h).map(|(_, s)| s),
             }))).collect::<serde_json::Map<_, _>>(),
+            "warm_pods": self.warm_pods,
+            "warm_cold_starts": self.warm_cold_starts,
             "failed": self.failed,
         })
     }
@@ -266,7 +381,7 @@ impl Pods {
         let mut out = String::from(
             "**Pods**: RunPodSandbox + 2 containers started, through CRI (handlers interleaved; stop and remove not timed). \
              containerd's Go shim driving runsc cannot carry a two-container pod (its StopPodSandbox never answers), so runc is the only baseline here:\n\n\
-             | handler | runs | median ms | p95 ms | median vs runc |\n|---|---:|---:|---:|---:|\n",
+             | handler | runs | median ms | p95 ms | median vs runc | p95 vs runc |\n|---|---:|---:|---:|---:|---:|\n",
         );
         for (h, label) in HANDLERS {
             if let Some(s) = self.summary(h) {
@@ -275,12 +390,21 @@ impl Pods {
                     .and_then(|g| ratio(s.median, g.median))
                     .map(|r| format!("{r:.2}"))
                     .unwrap_or_else(|| "-".into());
+                let p95 = runc
+                    .as_ref()
+                    .and_then(|g| ratio(s.p95, g.p95))
+                    .map(|r| format!("{r:.2}"))
+                    .unwrap_or_else(|| "-".into());
                 out.push_str(&format!(
-                    "| {label} | {} | {:.0} | {:.0} | {r} |\n",
+                    "| {label} | {} | {:.0} | {:.0} | {r} | {p95} |\n",
                     s.n, s.median, s.p95
                 ));
             }
         }
+        out.push_str(&format!(
+            "\nWarm pods that found the pool empty (cold starts): {} of {}.\n",
+            self.warm_cold_starts, self.warm_pods
+        ));
         out.push_str(&self.steps_markdown());
         if let (Some(a), Some(b)) = (
             self.exec_summary(DEFAULT_HANDLER),

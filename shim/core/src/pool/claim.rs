@@ -32,6 +32,7 @@ pub fn claim(kd: &KeyDir) -> Result<Option<Claimed>, PoolError> {
             continue;
         }
         if let Some(process) = open(&e) {
+            kd.record_claim();
             return Ok(Some(Claimed {
                 key: kd.clone(),
                 entry: e,

@@ -8,8 +8,9 @@
 //! <key>/bundles/<id>/      the warm sandbox's bundle (config.json, empty rootfs, runsc log)
 //! <key>/fill.lock          held by the one filler of this key (flock); holds its pid and start
 //!                          time, so a drain can ask it to stop
-//! <key>/last-boot          its mtime is when a filler of this key last began a boot: the
-//!                          refill rate holds across fillers, one of which each claim starts
+//! <key>/last-boot          its mtime is when a filler of this key last began a boot or a pod
+//!                          last claimed: the refill rate holds across fillers (one of which
+//!                          each claim starts) and a refill waits an interval after a claim
 //! ```
 //!
 //! The state lives beside runsc's own state (its root), so a private containerd with its own
@@ -178,6 +179,13 @@ impl KeyDir {
         std::fs::File::create(&path)
             .and_then(|f| f.set_modified(std::time::SystemTime::now()))
             .map_err(io(&path, "recording a boot"))
+    }
+
+    /// Notes a claim: it counts like a boot for the refill rate, so the refill it triggers
+    /// waits one interval and does not overlap the claiming pod's own container starts
+    /// (measured overlapping: the pod's first container started 35 ms later, at nice 19 too).
+    pub fn record_claim(&self) {
+        let _ = self.record_boot();
     }
 
     /// How long ago a filler of this key last began a boot; `None` if none has. A time in the
