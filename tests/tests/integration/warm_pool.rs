@@ -729,3 +729,46 @@ fn an_empty_pool_is_a_cold_start() {
     assert!(!key.exists(), "{}", pool_state(&cri));
     assert_clean_cri_shutdown(cri);
 }
+
+#[test]
+fn a_claimed_pod_whose_shim_died_is_cleaned_up_by_the_delete_action() {
+    let cri = start("size = 1\nrefill_per_minute = 600", "size = 1");
+    let handler = HARDENED_HANDLER;
+    let cold = cri.run_pod("cold", handler).unwrap();
+    let ready = wait_ready(&cri, handler, 1);
+    let key = key_dir(&cri, handler).unwrap();
+    let taken = ready[0]["id"].as_str().unwrap().to_string();
+    let pod = cri.run_pod("orphan", handler).unwrap();
+    assert_eq!(
+        claim_of(&cri, &pod.id).map(|c| c["pool"]["sandbox"].clone()),
+        Some(serde_json::json!(taken))
+    );
+    // No app container: after a pod's shim is killed, CRI keeps reporting the pod's app
+    // containers running (cold pods too, seen 2026-12-06), and RemovePodSandbox refuses.
+
+    // The pod's shim dies: only the claim record in the pod sandbox's bundle still names the
+    // warm sandbox runsc knows by the pool's id. containerd's delete action must find it.
+    let shims = shim_processes(&cri, &pod.id);
+    assert_eq!(shims.len(), 1, "{shims:#?}");
+    // SAFETY: kill(2) with integer arguments, at the shim this test's containerd started.
+    assert_eq!(unsafe { libc::kill(shims[0].pid, libc::SIGKILL) }, 0);
+    poll_until(
+        "the killed shim to be gone",
+        Duration::from_secs(10),
+        || shim_processes(&cri, &pod.id).is_empty().then_some(()),
+    )
+    .unwrap();
+    // What the kubelet does with a pod whose sandbox died: stop and remove it.
+    cri.remove_pod(&pod).unwrap();
+    assert_pod_gone(&cri, &pod, &[]);
+    assert_warm_sandbox_gone(&cri, &key, &taken);
+
+    cri.remove_pod(&cold).unwrap();
+    assert_pod_gone(&cri, &cold, &[]);
+    let left: Vec<String> = wait_ready(&cri, handler, 1)
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    drain_and_check(&cri, &key, &left);
+    assert_clean_cri_shutdown(cri);
+}
