@@ -60,12 +60,7 @@ pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> 
         });
     }
     write_holder(&lock);
-    let template = kd.template()?;
-    let policy = policy_source::load(template.config_path.as_deref(), &template.node_policy)
-        .map_err(|e| PoolError::Boot {
-            key: kd.key.clone(),
-            reason: e.to_string(),
-        })?;
+    let (template, policy) = template_and_policy(kd)?;
     if policy.sha256 != template.policy_sha256 {
         return Err(PoolError::PolicyChanged {
             key: kd.key.clone(),
@@ -73,7 +68,6 @@ pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> 
             got: policy.sha256.clone(),
         });
     }
-    let policy = with_template_runsc(policy, &template);
     let pool = policy.policy.pool.clone();
     let factory = RunscFactory::new(reaper.clone());
     let mut report = FillReport::default();
@@ -198,6 +192,18 @@ fn lock_out_filler(kd: &KeyDir) -> Result<std::fs::File, PoolError> {
         source: e.into(),
     })?;
     Ok(lock)
+}
+
+/// The key's template and the policy it names, loaded now, with runsc at the template's path.
+fn template_and_policy(kd: &KeyDir) -> Result<(Template, LoadedPolicy), PoolError> {
+    let template = kd.template()?;
+    let policy = policy_source::load(template.config_path.as_deref(), &template.node_policy)
+        .map_err(|e| PoolError::Boot {
+            key: kd.key.clone(),
+            reason: e.to_string(),
+        })?;
+    let policy = with_template_runsc(policy, &template);
+    Ok((template, policy))
 }
 
 /// The policy with runsc at the path the claiming shim resolved: a filler or a drain started
@@ -426,13 +432,8 @@ pub async fn drain(kd: &KeyDir, reaper: Reaper) -> Result<usize, PoolError> {
     // Held until the key is gone: no filler boots while it is drained, or after, into a
     // directory that no longer exists.
     let _lock = lock_out_filler(kd)?;
-    let template = kd.template()?;
-    let policy = policy_source::load(template.config_path.as_deref(), &template.node_policy)
-        .map_err(|e| PoolError::Boot {
-            key: kd.key.clone(),
-            reason: e.to_string(),
-        })?;
-    let policy = with_template_runsc(policy, &template);
+    // The policy as it is now, changed or not: a drain deletes what the old one booted.
+    let (template, policy) = template_and_policy(kd)?;
     let factory = RunscFactory::new(reaper);
     let mut n = 0;
     for e in kd.entries(&kd.ready()) {
