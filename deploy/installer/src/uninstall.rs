@@ -9,7 +9,10 @@
 //!    otherwise (an operator edited it since) remove only our tables; a drop-in is deleted.
 //! 3. Restart containerd if the config changed and check over CRI that it is ready without
 //!    our handlers.
-//! 4. Remove the shim, the policies, the backup and the state. Last, because pods that still
+//! 4. Delete the warm sandboxes of every installed policy with a warm pool (`[pool]`), with
+//!    the shim's `pool-drain`, while its binary is still there and containerd no longer sends
+//!    pods to it. Best effort: a failure is logged, the uninstall goes on.
+//! 5. Remove the shim, the policies, the backup and the state. Last, because pods that still
 //!    run under our shim need its binary until containerd has let go of the handlers.
 //!
 //! Without a state file (lost, or a node configured by an older run) it falls back to removing
@@ -34,7 +37,44 @@ pub struct UninstallReport {
     pub unlabelled: bool,
 }
 
+/// The runsc roots (`[runsc] root`) of the policies among `texts` whose warm pool is on: where
+/// `pool-drain` finds their warm sandboxes. A policy that does not parse has none to drain.
+pub fn pooled_runsc_roots<'a>(texts: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut roots: Vec<String> = texts
+        .into_iter()
+        .filter_map(|t| policy_injector::Policy::from_toml_str(t).ok())
+        .filter(|p| p.pool.enabled())
+        .map(|p| p.runsc.root)
+        .collect();
+    roots.sort();
+    roots.dedup();
+    roots
+}
+
 impl Node {
+    /// Step 4: `<host exec> <shim> pool-drain <root>` for each pooled policy's runsc root.
+    fn drain_pools(&self, st: &InstallState) {
+        let texts: Vec<String> = st
+            .files
+            .iter()
+            .filter(|f| f.path.extension().is_some_and(|e| e == "toml"))
+            .filter_map(|f| std::fs::read_to_string(self.layout.on_host(&f.path)).ok())
+            .collect();
+        for root in pooled_runsc_roots(texts.iter().map(String::as_str)) {
+            let mut argv = self.containerd.host_exec.clone();
+            argv.push(self.layout.shim_path.display().to_string());
+            argv.push("pool-drain".into());
+            argv.push(root.clone());
+            match command::run(&argv) {
+                Ok(out) => (self.log)(&format!("warm pool under {root}: {}", out.trim())),
+                Err(e) => (self.log)(&format!(
+                    "warm pool under {root} not drained ({e}); delete its sandboxes with `{} pool-drain {root}`",
+                    self.layout.shim_path.display()
+                )),
+            }
+        }
+    }
+
     pub fn uninstall(&self) -> Result<UninstallReport, UninstallError> {
         // 1: unlabel; a refusal is reported once the rest is undone.
         let mut label_error = None;
@@ -94,7 +134,10 @@ impl Node {
             (self.log)("CRI is ready without our handlers");
         }
 
-        // 4: files.
+        // 4: warm pools.
+        self.drain_pools(&st);
+
+        // 5: files.
         let mut files_removed = 0;
         for f in &st.files {
             if files::remove_if_exists(&self.layout.on_host(&f.path))
@@ -274,5 +317,25 @@ impl Node {
             handlers,
             files,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_policies_with_a_warm_pool_are_drained_each_root_once() {
+        let off = "version = 1\n";
+        let on = "version = 1\n[pool]\nsize = 2\n";
+        let on_elsewhere = "version = 1\n[pool]\nsize = 1\n[runsc]\nroot = \"/run/other\"\n";
+        assert_eq!(pooled_runsc_roots([off]), Vec::<String>::new());
+        assert_eq!(
+            pooled_runsc_roots([off, on, on, on_elsewhere, "not toml ["]),
+            vec![
+                policy_injector::Policy::default().runsc.root,
+                "/run/other".to_string()
+            ]
+        );
     }
 }

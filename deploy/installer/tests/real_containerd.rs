@@ -165,6 +165,23 @@ fn install_is_verified_over_cri_is_idempotent_and_uninstall_restores_the_bytes(r
     assert_eq!(un.config, "restored");
     assert!(un.restarted && un.unlabelled);
     assert_eq!(un.files_removed, 5);
+    // The tool policy has a warm pool: its sandboxes were drained with the installed shim,
+    // before the shim went.
+    let calls = fs::read_to_string(format!("{}.calls", node.layout.shim_path.display()))
+        .unwrap_or_default();
+    // (containerd 2.x also runs it with `-info`.)
+    let drains: Vec<&str> = calls
+        .lines()
+        .filter(|l| l.starts_with("pool-drain"))
+        .collect();
+    assert_eq!(
+        drains,
+        [format!(
+            "pool-drain {}",
+            policy_injector::Policy::default().runsc.root
+        )],
+        "{calls}"
+    );
     assert_eq!(fs::read(ctd.config_path()).unwrap(), original.as_bytes());
     assert!(!node.layout.shim_path.exists());
     assert!(!node.layout.forwarder_path.parent().unwrap().exists());

@@ -14,7 +14,8 @@ use gvisor_hardened_installer::sources::Sources;
 
 use super::containerd::PrivateContainerd;
 
-pub const TOOL_POLICY: &str = "# stricter class for tool calls\nversion = 1\n[resources]\nmemory = \"512Mi\"\ncpu = \"1\"\nprocesses = 64\n[lifetime]\nmax_runtime = \"10m\"\n";
+/// With a warm pool, so uninstall drains it (through the stand-in shim, which records that).
+pub const TOOL_POLICY: &str = "# stricter class for tool calls\nversion = 1\n[resources]\nmemory = \"512Mi\"\ncpu = \"1\"\nprocesses = 64\n[lifetime]\nmax_runtime = \"10m\"\n[pool]\nsize = 1\n";
 /// The agent class as shipped (egress allowlist empty).
 pub const AGENT_POLICY: &str =
     include_str!("../../../kustomize/runtimeclasses/policies/gvisor-hardened-agent.toml");
@@ -33,7 +34,8 @@ pub fn node(ctd: &PrivateContainerd, labeller: Option<Labeller>) -> Node {
     fs::create_dir_all(src.join("policies")).unwrap();
     fs::write(
         src.join("shim"),
-        b"#!/bin/sh\necho stand-in shim >&2\nexit 1\n",
+        // Records how it was run (`<shim>.calls` beside it): uninstall's pool drain.
+        b"#!/bin/sh\necho \"$@\" >> \"$0.calls\"\necho stand-in shim >&2\nexit 1\n",
     )
     .unwrap();
     fs::write(src.join("forwarder"), b"stand-in forwarder\n").unwrap();
