@@ -33,6 +33,7 @@ pub mod log_level;
 pub mod output_limit;
 pub mod policy_source;
 pub mod pool;
+pub use gvisor_hardened_proc::proc_stat;
 pub mod prepare;
 pub use gvisor_hardened_proc::reaper;
 pub mod rootfs;

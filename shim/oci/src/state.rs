@@ -26,6 +26,7 @@ use gvisor_hardened_core::artifacts::{StartRecord, WritableMount, WrittenManifes
 use gvisor_hardened_core::atomic_file::{self, Options};
 use gvisor_hardened_core::audit::{open_locked, Subject};
 use gvisor_hardened_core::exit::{Exit, ExitCause};
+use gvisor_hardened_core::proc_stat::ProcStat;
 use gvisor_hardened_core::sandbox::host_process::HostProcess;
 
 pub const DEFAULT_ROOT: &str = "/run/gvisor-hardened/oci";
@@ -370,40 +371,7 @@ pub fn alive(pid: i32) -> bool {
 
 /// When `pid` started, in clock ticks after boot: with the pid, it names one process for good.
 pub fn proc_start_time(pid: i32) -> Option<u64> {
-    ProcStat::read(pid)?.start_time()
-}
-
-/// `/proc/PID/stat` (`PID` a number or `self`), read once.
-pub(super) struct ProcStat {
-    /// What follows the command's closing parenthesis (the command may hold anything): the
-    /// fields from 3 on, as proc(5) numbers them.
-    rest: String,
-}
-
-impl ProcStat {
-    pub(super) fn read(pid: impl std::fmt::Display) -> Option<ProcStat> {
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let (_, rest) = stat.rsplit_once(')')?;
-        Some(ProcStat {
-            rest: rest.to_string(),
-        })
-    }
-
-    /// Field `n` (numbered as in proc(5), from 3).
-    pub(super) fn field(&self, n: usize) -> Option<&str> {
-        self.rest.split_whitespace().nth(n.checked_sub(3)?)
-    }
-
-    /// Neither a zombie nor dead (field 3, the state).
-    fn is_alive(&self) -> bool {
-        self.field(3)
-            .is_some_and(|state| state != "Z" && state != "X")
-    }
-
-    /// Field 22: when the process started, in clock ticks after boot.
-    fn start_time(&self) -> Option<u64> {
-        self.field(22)?.parse().ok()
-    }
+    gvisor_hardened_core::sandbox::host_process::start_time_of(pid)
 }
 
 /// Writes a pid file as runc does: whole or not at all.

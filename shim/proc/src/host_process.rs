@@ -115,21 +115,14 @@ impl HostProcess {
     }
 }
 
-/// Field 22 of `/proc/PID/stat`: when `pid` started, in clock ticks after boot. With the pid,
-/// it names one process for good.
+/// When `pid` started (field 22 of `/proc/PID/stat`), in clock ticks after boot. With the
+/// pid, it names one process for good.
 pub fn start_time_of(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    // The first field after the parenthesis is field 3.
-    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+    crate::proc_stat::ProcStat::read(pid)?.start_time()
 }
 
-/// Field 4 of `/proc/PID/stat`: the parent's pid.
 fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command name in parentheses (which may hold anything): state, then ppid.
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
+    crate::proc_stat::ProcStat::read(pid)?.parent()
 }
 
 #[cfg(test)]

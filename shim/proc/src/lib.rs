@@ -1,9 +1,10 @@
 //! Host processes and files as the shim, runsc-hardened and the egress supervisor handle them:
 //! the one reaper of a subreaper's children ([`reaper`]), a recorded process held by pidfd
-//! ([`host_process`]), a file replaced whole ([`atomic_file`]), freed heap handed back
-//! ([`heap`]). Leaves: nothing here knows of sandboxes, policies or containerd.
+//! ([`host_process`]) and its `/proc` stat ([`proc_stat`]), a file replaced whole
+//! ([`atomic_file`]), freed heap handed back ([`heap`]). Leaves: nothing here knows of sandboxes, policies or containerd.
 
 pub mod atomic_file;
 pub mod heap;
 pub mod host_process;
+pub mod proc_stat;
 pub mod reaper;

@@ -4,7 +4,7 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use crate::state::ProcStat;
+use gvisor_hardened_core::proc_stat::ProcStat;
 
 /// The guard is a fork of `create`: without this, `ps` would show it as that `create` for as
 /// long as the container lives. Rewrites the command line in place (the original arguments'
