@@ -69,6 +69,17 @@ pub enum PolicyLoadError {
     Invalid { path: PathBuf, source: PolicyError },
 }
 
+impl LoadedPolicy {
+    /// How audit records name this policy: its path, its hash, its mode.
+    pub fn audit_ref(&self) -> crate::audit::PolicyRef {
+        crate::audit::PolicyRef {
+            path: self.source.display_path(),
+            sha256: self.sha256.clone(),
+            mode: format!("{:?}", self.policy.mode).to_lowercase(),
+        }
+    }
+}
+
 pub fn sha256_hex(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
     digest.iter().map(|b| format!("{b:02x}")).collect()

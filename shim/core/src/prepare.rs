@@ -122,11 +122,7 @@ fn subject(
         container_id: id.to_string(),
         image: get("io.kubernetes.cri.image-name"),
         pod: (pod != PodRef::default()).then_some(pod),
-        policy: PolicyRef {
-            path: policy.source.display_path(),
-            sha256: policy.sha256.clone(),
-            mode: format!("{:?}", policy.policy.mode).to_lowercase(),
-        },
+        policy: policy.audit_ref(),
     }
 }
 

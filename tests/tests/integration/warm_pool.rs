@@ -188,6 +188,15 @@ fn refilled_or_ready_pid(cri: &CriContainerd, handler: &str, taken: &str) -> i64
     pid.unwrap()
 }
 
+/// A cold pod of `handler` writes its pool's template and starts the filler: the cold pod, the
+/// `n` warm sandboxes it then holds, and the pool's key directory.
+fn filled(cri: &CriContainerd, handler: &str, n: usize) -> (Pod, Vec<serde_json::Value>, PathBuf) {
+    let cold = cri.run_pod("cold", handler).unwrap();
+    let ready = wait_ready(cri, handler, n);
+    let key = key_dir(cri, handler).unwrap();
+    (cold, ready, key)
+}
+
 fn sleeper(name: &str) -> k8s_cri::v1::ContainerConfig {
     container_config(name, TEST_IMAGE_REF, &["sleep", "600"])
 }
@@ -434,9 +443,7 @@ fn twenty_pods_at_once_never_share_a_warm_sandbox_and_the_rest_start_cold() {
         "size = 1",
     );
     let handler = HARDENED_HANDLER;
-    let cold = cri.run_pod("cold", handler).unwrap();
-    wait_ready(&cri, handler, 4);
-    let key = key_dir(&cri, handler).unwrap();
+    let (cold, _, key) = filled(&cri, handler, 4);
 
     // 20 RunPodSandbox at once, each pod then running hardened: 4 warm sandboxes (and what the
     // filler boots during the burst) for 20 claimants.
@@ -519,9 +526,7 @@ fn twenty_pods_at_once_never_share_a_warm_sandbox_and_the_rest_start_cold() {
 fn a_warm_sandbox_that_died_is_never_claimed_and_is_replaced() {
     let cri = start("size = 2\nrefill_per_minute = 600", "size = 1");
     let handler = HARDENED_HANDLER;
-    let cold = cri.run_pod("cold", handler).unwrap();
-    let ready = wait_ready(&cri, handler, 2);
-    let key = key_dir(&cri, handler).unwrap();
+    let (cold, ready, key) = filled(&cri, handler, 2);
 
     // The oldest warm sandbox, the next to be claimed, dies.
     let dead = ready[0]["id"].as_str().unwrap().to_string();
@@ -690,9 +695,7 @@ fn the_filler_stops_at_the_memory_bound() {
 fn an_empty_pool_is_a_cold_start() {
     let cri = start("size = 1\nrefill_per_minute = 1", "size = 1");
     let handler = HARDENED_HANDLER;
-    let cold = cri.run_pod("cold", handler).unwrap();
-    let ready = wait_ready(&cri, handler, 1);
-    let key = key_dir(&cri, handler).unwrap();
+    let (cold, ready, key) = filled(&cri, handler, 1);
 
     // Pod A takes the one warm sandbox; at one boot a minute, none is ready for pod B.
     let a = cri.run_pod("a", handler).unwrap();
@@ -734,9 +737,7 @@ fn an_empty_pool_is_a_cold_start() {
 fn a_claimed_pod_whose_shim_died_is_cleaned_up_by_the_delete_action() {
     let cri = start("size = 1\nrefill_per_minute = 600", "size = 1");
     let handler = HARDENED_HANDLER;
-    let cold = cri.run_pod("cold", handler).unwrap();
-    let ready = wait_ready(&cri, handler, 1);
-    let key = key_dir(&cri, handler).unwrap();
+    let (cold, ready, key) = filled(&cri, handler, 1);
     let taken = ready[0]["id"].as_str().unwrap().to_string();
     let pod = cri.run_pod("orphan", handler).unwrap();
     assert_eq!(
@@ -765,10 +766,7 @@ fn a_claimed_pod_whose_shim_died_is_cleaned_up_by_the_delete_action() {
 
     cri.remove_pod(&cold).unwrap();
     assert_pod_gone(&cri, &cold, &[]);
-    let left: Vec<String> = wait_ready(&cri, handler, 1)
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_string())
-        .collect();
+    let left = ids_of(&wait_ready(&cri, handler, 1));
     drain_and_check(&cri, &key, &left);
     assert_clean_cri_shutdown(cri);
 }

@@ -39,8 +39,7 @@ pub fn claim(kd: &KeyDir) -> Result<Option<Claimed>, PoolError> {
                 process,
             }));
         }
-        let name = format!("{}.json", e.id);
-        let _ = std::fs::rename(kd.claimed().join(&name), kd.dead().join(&name));
+        let _ = kd.move_entry(&e.id, &kd.claimed(), &kd.dead());
         log::warn!(
             "pool {}: warm sandbox {} was dead; not claimed",
             kd.key,

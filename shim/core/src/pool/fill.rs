@@ -18,8 +18,9 @@ use serde_json::Value;
 
 use super::store::{Entry, KeyDir, PoolError, Template};
 use super::{memory, spec};
-use crate::audit::{AuditEvent, AuditRecord, PolicyRef, PoolAudit, Subject, Trail};
-use crate::policy_source::{self, LoadedPolicy};
+use crate::audit::{AuditEvent, AuditRecord, PoolAudit, Subject, Trail};
+use crate::host::{linux::LinuxHost, Host};
+use crate::policy_source::{self, sha256_hex, LoadedPolicy};
 use crate::reaper::Reaper;
 use crate::runsc::client::{read_pid_file, ProcessIo, Runsc};
 use crate::runtime::runsc::RunscFactory;
@@ -249,14 +250,7 @@ async fn client_for(
             key: kd.key.clone(),
             reason: e.to_string(),
         })?;
-    let got = spec::keyed_args(
-        &client
-            .global()
-            .to_args()
-            .into_iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect::<Vec<_>>(),
-    );
+    let got = spec::keyed_args(&client.global().to_arg_strings());
     // The runsc binary may have changed under the key (another release supports other
     // flags): a sandbox booted with other flags must not be claimed under this key.
     if got != template.global_args {
@@ -276,11 +270,7 @@ fn subject(template: &Template, policy: &LoadedPolicy, id: &str) -> Subject {
         container_id: id.to_string(),
         image: None,
         pod: None,
-        policy: PolicyRef {
-            path: policy.source.display_path(),
-            sha256: policy.sha256.clone(),
-            mode: format!("{:?}", policy.policy.mode).to_lowercase(),
-        },
+        policy: policy.audit_ref(),
     }
 }
 
@@ -297,7 +287,8 @@ async fn boot(
         key: kd.key.clone(),
         reason: format!("{id}: {reason}"),
     };
-    std::fs::create_dir_all(bundle.join("rootfs")).map_err(|e| fail(e.to_string()))?;
+    // Before anything exists: a runsc that would boot with other flags boots nothing.
+    let client = client_for(factory, policy, template, kd, &bundle).await?;
     let spec = spec::boot_spec(
         &template.spec,
         &id,
@@ -305,9 +296,9 @@ async fn boot(
     );
     let config = serde_json::to_vec_pretty(&spec).expect("a spec serialises");
     let booted = async {
+        std::fs::create_dir_all(bundle.join("rootfs")).map_err(|e| fail(e.to_string()))?;
         crate::bundle::write(&bundle, crate::bundle::CONFIG, &config)
             .map_err(|e| fail(e.to_string()))?;
-        let client = client_for(factory, policy, template, kd, &bundle).await?;
         let pid_file = bundle.join(crate::bundle::INIT_PID_FILE);
         client
             .create(&id, &bundle, &pid_file, None, ProcessIo::default())
@@ -323,12 +314,7 @@ async fn boot(
         let subject = subject(template, policy, &id);
         let trail = Trail::for_policy(&policy.policy.audit, &policy.sha256, &subject)
             .map_err(|e| fail(e.to_string()))?;
-        let args: Vec<String> = client
-            .global()
-            .to_args()
-            .into_iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let args = client.global().to_arg_strings();
         let config_sha256 = sha256_hex(&config);
         let mut rec = AuditRecord::new(AuditEvent::PoolSandboxBooted, &subject);
         rec.runsc_args = Some(&args);
@@ -351,28 +337,16 @@ async fn boot(
     }
     .await;
     if booted.is_err() {
-        if let Ok(client) = client_for(factory, policy, template, kd, &bundle).await {
-            let _ = client.delete(&id, true).await;
-        }
+        let _ = client.delete(&id, true).await;
         remove_pool_cgroups(&id);
         kd.forget(&id);
     }
     booted
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// What `runsc delete` may leave of a warm sandbox's own cgroup.
 fn remove_pool_cgroups(id: &str) {
-    if let Ok(cg) = crate::cgroup::SandboxCgroup::for_spec(&spec::pool_cgroups_path(id), id) {
-        let _ = cg.remove_empty();
-    }
+    let _ = LinuxHost.remove_cgroups(&spec::pool_cgroups_path(id), id);
 }
 
 /// Deletes the warm sandboxes that died (found in `ready/`, or moved to `dead/` by a claimant

@@ -272,7 +272,13 @@ impl KeyDir {
     /// Takes `entry` out of `ready/` into `to` (`claimed/` or `dead/`): a rename, so of any
     /// number of claimants exactly one succeeds. `false` when someone else took it first.
     pub fn take(&self, id: &str, to: &Path) -> Result<bool, PoolError> {
-        let from = self.ready().join(format!("{id}.json"));
+        self.move_entry(id, &self.ready(), to)
+    }
+
+    /// Moves the entry of `id` from directory `from` to `to` by rename; `false` when it is not
+    /// in `from` (someone else moved it first).
+    pub fn move_entry(&self, id: &str, from: &Path, to: &Path) -> Result<bool, PoolError> {
+        let from = from.join(format!("{id}.json"));
         match std::fs::rename(&from, to.join(format!("{id}.json"))) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),

@@ -307,6 +307,14 @@ impl GlobalFlags {
         }
     }
 
+    /// [`to_args`](Self::to_args) as text, for the audit and the pool's key.
+    pub fn to_arg_strings(&self) -> Vec<String> {
+        self.to_args()
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
     pub fn to_args(&self) -> Vec<OsString> {
         let mut args = Args::default();
         args.value("root", self.root.as_os_str());

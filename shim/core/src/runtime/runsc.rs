@@ -273,12 +273,7 @@ impl RunscRuntime {
 #[async_trait::async_trait]
 impl SandboxRuntime for RunscRuntime {
     fn global_args(&self) -> Vec<String> {
-        self.client
-            .global()
-            .to_args()
-            .into_iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect()
+        self.client.global().to_arg_strings()
     }
 
     async fn create(&self, call: CreateCall<'_>) -> Result<u32, RunscError> {
@@ -475,12 +470,9 @@ mod tests {
             platform: None,
             extra: Default::default(),
         };
-        let args: Vec<String> = wanted_flags(&policy, &flags, "default", Path::new("/b/c1"))
+        let args = wanted_flags(&policy, &flags, "default", Path::new("/b/c1"))
             .unwrap()
-            .to_args()
-            .into_iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+            .to_arg_strings();
         for want in [
             "--root=/run/gvisor-hardened/runsc/default",
             "--network=none",
