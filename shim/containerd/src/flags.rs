@@ -106,29 +106,25 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Flags, FlagsErr
         }
     }
 
-    flags.action =
-        match positional.first().map(String::as_str) {
-            // containerd's shim package checks -v, then -info, before looking at the action.
-            _ if version => Action::Version,
-            _ if info => Action::Info,
-            None => Action::Serve,
-            Some("start") => Action::Start,
-            Some("delete") => Action::Delete,
-            Some(gvisor_hardened_core::pool::FILL_ARG) => Action::PoolFill(
-                positional
-                    .get(1)
-                    .cloned()
-                    .ok_or(FlagsError::MissingDirectory(
-                        gvisor_hardened_core::pool::FILL_ARG,
-                    ))?,
-            ),
-            Some(gvisor_hardened_core::pool::DRAIN_ARG) => {
-                Action::PoolDrain(positional.get(1).cloned().ok_or(
-                    FlagsError::MissingDirectory(gvisor_hardened_core::pool::DRAIN_ARG),
-                )?)
-            }
-            Some(other) => return Err(FlagsError::UnknownAction(other.to_string())),
-        };
+    use gvisor_hardened_core::pool::{DRAIN_ARG, FILL_ARG};
+    // The pool's modes take a directory after their name.
+    let directory = |mode: &'static str| {
+        positional
+            .get(1)
+            .cloned()
+            .ok_or(FlagsError::MissingDirectory(mode))
+    };
+    flags.action = match positional.first().map(String::as_str) {
+        // containerd's shim package checks -v, then -info, before looking at the action.
+        _ if version => Action::Version,
+        _ if info => Action::Info,
+        None => Action::Serve,
+        Some("start") => Action::Start,
+        Some("delete") => Action::Delete,
+        Some(FILL_ARG) => Action::PoolFill(directory(FILL_ARG)?),
+        Some(DRAIN_ARG) => Action::PoolDrain(directory(DRAIN_ARG)?),
+        Some(other) => return Err(FlagsError::UnknownAction(other.to_string())),
+    };
     Ok(flags)
 }
 

@@ -167,43 +167,13 @@ fn one_pod(cri: &CriContainerd, handler: &str, marker: &mut Marker) -> Result<Po
 /// The ready warm sandboxes of [`WARM_HANDLER`]'s pool (0 before its first pod wrote the
 /// pool's template).
 fn warm_ready(cri: &CriContainerd) -> usize {
-    let Some(policy) = cri.policy_path(WARM_HANDLER) else {
-        return 0;
-    };
-    let policy = policy.display().to_string();
-    let ns = cri
-        .layout()
-        .runsc_root_base()
-        .join(".pool")
-        .join(gvisor_hardened_tests::cri::CRI_NAMESPACE);
-    std::fs::read_dir(ns)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|d| {
-            std::fs::read_to_string(d.join("template.json"))
-                .ok()
-                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-                .is_some_and(|t| t["config_path"] == policy.as_str())
-        })
-        .map(|d| {
-            std::fs::read_dir(d.join("ready"))
-                .into_iter()
-                .flatten()
-                .flatten()
+    cri.pool_key_dir(WARM_HANDLER)
+        .and_then(|d| std::fs::read_dir(d.join("ready")).ok())
+        .map_or(0, |rd| {
+            rd.flatten()
                 .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
                 .count()
         })
-        .sum()
-}
-
-/// Whether pod sandbox `id` claimed a warm sandbox (its `pool-sandbox-claimed` record).
-fn claimed(cri: &CriContainerd, id: &str) -> bool {
-    cri.audit_log().lines().any(|l| {
-        serde_json::from_str::<Value>(l)
-            .is_ok_and(|r| r["event"] == "pool-sandbox-claimed" && r["container_id"] == id)
-    })
 }
 
 pub fn measure(shim: &std::path::Path, rounds: usize) -> BenchResult<Pods> {
@@ -269,7 +239,7 @@ pub fn measure(shim: &std::path::Path, rounds: usize) -> BenchResult<Pods> {
                 Ok(times) => {
                     if h == WARM_HANDLER {
                         warm_pods += 1;
-                        if !claimed(&cri, &times.id) {
+                        if cri.pool_claim_of(&times.id).is_none() {
                             warm_cold_starts += 1;
                         }
                     }

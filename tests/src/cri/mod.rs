@@ -234,6 +234,42 @@ impl CriContainerd {
         self.layout.runsc_root_base().join(CRI_NAMESPACE)
     }
 
+    /// The warm pool's key directory of `handler` (`<runsc root>/.pool/k8s.io/<key>`, the one
+    /// whose template names the handler's policy), once a pod of it wrote one.
+    pub fn pool_key_dir(&self, handler: &str) -> Option<PathBuf> {
+        let policy = self.policy_path(handler)?.display().to_string();
+        let ns = self
+            .layout
+            .runsc_root_base()
+            .join(".pool")
+            .join(CRI_NAMESPACE);
+        std::fs::read_dir(ns)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|d| {
+                std::fs::read_to_string(d.join("template.json"))
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                    .is_some_and(|t| t["config_path"] == policy.as_str())
+            })
+    }
+
+    /// The audit log's records, parsed (lines that are not JSON left out).
+    pub fn audit_records(&self) -> Vec<serde_json::Value> {
+        self.audit_log()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// The `pool-sandbox-claimed` record of pod sandbox `pod_id`, if it claimed a warm sandbox.
+    pub fn pool_claim_of(&self, pod_id: &str) -> Option<serde_json::Value> {
+        self.audit_records()
+            .into_iter()
+            .find(|r| r["event"] == "pool-sandbox-claimed" && r["container_id"] == pod_id)
+    }
+
     /// The runc handler's state root for `k8s.io`.
     pub fn runc_root(&self) -> PathBuf {
         self.layout.runc_root().join(CRI_NAMESPACE)

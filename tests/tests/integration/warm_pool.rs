@@ -43,26 +43,6 @@ fn start(default_pool: &str, tool_pool: &str) -> CriContainerd {
     CriContainerd::start(opts).unwrap()
 }
 
-/// The pool's key directories of this instance, by the policy each template names.
-fn key_dir(cri: &CriContainerd, handler: &str) -> Option<PathBuf> {
-    let policy = cri.policy_path(handler)?.display().to_string();
-    let ns = cri
-        .layout()
-        .runsc_root_base()
-        .join(".pool")
-        .join(CRI_NAMESPACE);
-    std::fs::read_dir(ns)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .find(|d| {
-            std::fs::read_to_string(d.join("template.json"))
-                .ok()
-                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                .is_some_and(|t| t["config_path"] == policy.as_str())
-        })
-}
-
 fn entries(dir: &Path) -> Vec<serde_json::Value> {
     let mut found: Vec<(String, serde_json::Value)> = std::fs::read_dir(dir)
         .into_iter()
@@ -86,7 +66,7 @@ fn wait_ready(cri: &CriContainerd, handler: &str, n: usize) -> Vec<serde_json::V
         &format!("{n} warm sandboxes of {handler}"),
         FILL_TIMEOUT,
         || {
-            let dir = key_dir(cri, handler)?;
+            let dir = cri.pool_key_dir(handler)?;
             last = entries(&dir.join("ready"));
             (last.len() == n).then(|| last.clone())
         },
@@ -121,20 +101,6 @@ fn pool_state(cri: &CriContainerd) -> String {
         out.push_str(&std::fs::read_to_string(d.join("fill.log")).unwrap_or_default());
     }
     out
-}
-
-fn audit(cri: &CriContainerd) -> Vec<serde_json::Value> {
-    cri.audit_log()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
-/// The `pool-sandbox-claimed` record of the pod sandbox `pod_id`, if it claimed one.
-fn claim_of(cri: &CriContainerd, pod_id: &str) -> Option<serde_json::Value> {
-    audit(cri)
-        .into_iter()
-        .find(|r| r["event"] == "pool-sandbox-claimed" && r["container_id"] == pod_id)
 }
 
 /// What a container of the pod sees of its sandbox: hostname, its root's entries, its
@@ -176,7 +142,7 @@ fn refilled_or_ready_pid(cri: &CriContainerd, handler: &str, taken: &str) -> i64
         "a warm sandbox other than the claimed one",
         FILL_TIMEOUT,
         || {
-            let dir = key_dir(cri, handler)?;
+            let dir = cri.pool_key_dir(handler)?;
             pid = entries(&dir.join("ready"))
                 .iter()
                 .find(|e| e["id"] != taken)
@@ -193,7 +159,7 @@ fn refilled_or_ready_pid(cri: &CriContainerd, handler: &str, taken: &str) -> i64
 fn filled(cri: &CriContainerd, handler: &str, n: usize) -> (Pod, Vec<serde_json::Value>, PathBuf) {
     let cold = cri.run_pod("cold", handler).unwrap();
     let ready = wait_ready(cri, handler, n);
-    let key = key_dir(cri, handler).unwrap();
+    let key = cri.pool_key_dir(handler).unwrap();
     (cold, ready, key)
 }
 
@@ -264,7 +230,7 @@ fn drain(cri: &CriContainerd) -> String {
 
 /// The audit records of `event`.
 fn records(cri: &CriContainerd, event: &str) -> Vec<serde_json::Value> {
-    audit(cri)
+    cri.audit_records()
         .into_iter()
         .filter(|r| r["event"] == event)
         .collect()
@@ -346,17 +312,18 @@ fn a_pod_claims_a_warm_sandbox_runs_hardened_in_its_own_cgroup_and_takes_it_away
     // The pool is empty: the first pod boots cold, and its shim starts the filler.
     let cold = cri.run_pod("cold", handler).unwrap();
     assert!(
-        claim_of(&cri, &cold.id).is_none(),
+        cri.pool_claim_of(&cold.id).is_none(),
         "an empty pool was claimed from"
     );
     let cold_app = cri.run_container(&cold, &sleeper("app")).unwrap();
     let ready = wait_ready(&cri, handler, 2);
-    let key = key_dir(&cri, handler).unwrap();
+    let key = cri.pool_key_dir(handler).unwrap();
 
     // The next pod takes the oldest warm sandbox; the audit names the record of its boot.
     let warm = cri.run_pod("warm", handler).unwrap();
-    let claim = claim_of(&cri, &warm.id).unwrap_or_else(|| {
-        let events: Vec<String> = audit(&cri)
+    let claim = cri.pool_claim_of(&warm.id).unwrap_or_else(|| {
+        let events: Vec<String> = cri
+            .audit_records()
             .iter()
             .map(|r| format!("{} {}", r["event"], r["container_id"]))
             .collect();
@@ -368,7 +335,8 @@ fn a_pod_claims_a_warm_sandbox_runs_hardened_in_its_own_cgroup_and_takes_it_away
     });
     let taken = claim["pool"]["sandbox"].as_str().unwrap().to_string();
     assert_eq!(taken, ready[0]["id"], "{claim}");
-    let booted = audit(&cri)
+    let booted = cri
+        .audit_records()
         .into_iter()
         .find(|r| r["event"] == "pool-sandbox-booted" && r["container_id"] == taken.as_str())
         .expect("no boot record of the claimed sandbox");
@@ -471,7 +439,7 @@ fn twenty_pods_at_once_never_share_a_warm_sandbox_and_the_rest_start_cold() {
     for (pod, _) in &pods {
         let pid = pod.pid.expect("no sandbox pid of a pod");
         let booted_as = booted.iter().find(|b| b["pid"] == pid);
-        match claim_of(&cri, &pod.id) {
+        match cri.pool_claim_of(&pod.id) {
             Some(c) => {
                 let sandbox = c["pool"]["sandbox"].as_str().unwrap().to_string();
                 assert!(!claimed.contains(&sandbox), "{sandbox} claimed twice");
@@ -546,7 +514,8 @@ fn a_warm_sandbox_that_died_is_never_claimed_and_is_replaced() {
 
     // The next pod passes over it and takes the other one.
     let warm = cri.run_pod("warm", handler).unwrap();
-    let claim = claim_of(&cri, &warm.id)
+    let claim = cri
+        .pool_claim_of(&warm.id)
         .unwrap_or_else(|| panic!("pod {} claimed nothing:\n{}", warm.id, pool_state(&cri)));
     assert_ne!(
         claim["pool"]["sandbox"],
@@ -587,7 +556,10 @@ fn policies_with_other_flags_never_share_a_pool() {
         .collect();
     let ready: Vec<Vec<serde_json::Value>> =
         handlers.iter().map(|h| wait_ready(&cri, h, 1)).collect();
-    let keys: Vec<PathBuf> = handlers.iter().map(|h| key_dir(&cri, h).unwrap()).collect();
+    let keys: Vec<PathBuf> = handlers
+        .iter()
+        .map(|h| cri.pool_key_dir(h).unwrap())
+        .collect();
     assert_ne!(keys[0], keys[1], "two policies share a pool");
     let templates: Vec<serde_json::Value> = keys
         .iter()
@@ -606,7 +578,8 @@ fn policies_with_other_flags_never_share_a_pool() {
     for (i, h) in handlers.iter().enumerate() {
         let other = 1 - i;
         let pod = cri.run_pod(&format!("warm-{h}"), h).unwrap();
-        let claim = claim_of(&cri, &pod.id)
+        let claim = cri
+            .pool_claim_of(&pod.id)
             .unwrap_or_else(|| panic!("{h}: claimed nothing:\n{}", pool_state(&cri)));
         let sandbox = claim["pool"]["sandbox"].as_str().unwrap();
         let key_name = keys[i].file_name().unwrap().to_str().unwrap();
@@ -654,7 +627,7 @@ fn the_filler_stops_at_the_memory_bound() {
         "the filler to stop at the memory bound",
         FILL_TIMEOUT,
         || {
-            let key = key_dir(&cri, handler)?;
+            let key = cri.pool_key_dir(handler)?;
             log = std::fs::read_to_string(key.join("fill.log")).unwrap_or_default();
             log.contains("memory bound").then_some(key)
         },
@@ -699,12 +672,13 @@ fn an_empty_pool_is_a_cold_start() {
 
     // Pod A takes the one warm sandbox; at one boot a minute, none is ready for pod B.
     let a = cri.run_pod("a", handler).unwrap();
-    let claim = claim_of(&cri, &a.id)
+    let claim = cri
+        .pool_claim_of(&a.id)
         .unwrap_or_else(|| panic!("pod a claimed nothing:\n{}", pool_state(&cri)));
     assert_eq!(claim["pool"]["sandbox"], ready[0]["id"]);
     let b = cri.run_pod("b", handler).unwrap();
     assert!(
-        claim_of(&cri, &b.id).is_none(),
+        cri.pool_claim_of(&b.id).is_none(),
         "pod b claimed from an empty pool:\n{}",
         pool_state(&cri)
     );
@@ -741,7 +715,8 @@ fn a_claimed_pod_whose_shim_died_is_cleaned_up_by_the_delete_action() {
     let taken = ready[0]["id"].as_str().unwrap().to_string();
     let pod = cri.run_pod("orphan", handler).unwrap();
     assert_eq!(
-        claim_of(&cri, &pod.id).map(|c| c["pool"]["sandbox"].clone()),
+        cri.pool_claim_of(&pod.id)
+            .map(|c| c["pool"]["sandbox"].clone()),
         Some(serde_json::json!(taken))
     );
     // No app container: after a pod's shim is killed, CRI keeps reporting the pod's app

@@ -75,9 +75,9 @@ impl Container {
                 .map(String::as_str)
                 == Some("sandbox");
         if let Some(sb) = &sandbox {
-            if sb.runsc_id != sb.id {
+            if sb.pool_claim.is_some() {
                 // The pod's sandbox is a claimed warm one: runsc knows it by the pool's id.
-                inputs.join_runsc_sandbox(&sb.runsc_id);
+                inputs.join_runsc_sandbox(sb.runsc_id());
             }
         }
         let pod_namespace_paths = match sandbox.as_ref().map(|s| &s.pod) {
@@ -135,9 +135,6 @@ impl Container {
         let container = Arc::new(Container {
             env: env.clone(),
             id: p.id.clone(),
-            runsc_id: claimed
-                .as_ref()
-                .map_or_else(|| p.id.clone(), |c| c.entry.id.clone()),
             pool_claim: claimed.as_ref().map(|c| PoolClaim {
                 key: c.key.clone(),
                 entry: c.entry.clone(),
@@ -237,8 +234,7 @@ impl Container {
             &self.cgroups_path,
         )
         .map_err(|e| ShimError::Internal(format!("container {}: {e}", self.id)))?;
-        self.name_claimed_sandbox(&claimed.entry.id, hostname)
-            .await?;
+        self.name_claimed_sandbox(hostname).await?;
         let mut rec = self.record(AuditEvent::PoolSandboxClaimed);
         rec.pid = Some(pid);
         rec.pool = Some(PoolAudit {
@@ -255,7 +251,7 @@ impl Container {
     /// from the spec that booted it, and the pool's template has none: the holder sets it,
     /// exec'd in the sandbox's root container with CAP_SYS_ADMIN and nothing else, before any
     /// of the pod's code runs in it.
-    async fn name_claimed_sandbox(&self, runsc_id: &str, hostname: &str) -> Result<()> {
+    async fn name_claimed_sandbox(&self, hostname: &str) -> Result<()> {
         let process = serde_json::json!({
             "args": [pool::spec::HOLD_PATH, "--hostname", hostname],
             "env": ["PATH=/"],
@@ -271,7 +267,7 @@ impl Container {
         let started = self
             .runtime
             .exec(gvisor_hardened_core::runtime::ExecCall {
-                id: runsc_id,
+                id: self.runsc_id(),
                 exec_id: "gvh-pool-hostname",
                 bundle: &self.bundle,
                 process: &process,
@@ -445,7 +441,7 @@ impl Container {
                 &self.id,
             );
         }
-        if let Err(e) = self.runtime.delete(&self.runsc_id).await {
+        if let Err(e) = self.runtime.delete(self.runsc_id()).await {
             if !e.is_gone() {
                 log::warn!("container {}: cleanup delete: {e}", self.id);
             }

@@ -65,7 +65,7 @@ impl Container {
     /// A created container that never started (a failed Start, `ctr task delete` before start):
     /// runsc's forced delete kills it, and its exit goes the usual way.
     async fn discard(self: &Arc<Self>) -> Result<()> {
-        match self.runtime.delete(&self.runsc_id).await {
+        match self.runtime.delete(self.runsc_id()).await {
             Err(e) if !e.is_gone() => return Err(e.into()),
             _ => {}
         }
@@ -94,7 +94,7 @@ impl Container {
         // inside its trail.
         self.stop_egress().await;
         let mut first: Option<ShimError> = None;
-        match self.runtime.delete(&self.runsc_id).await {
+        match self.runtime.delete(self.runsc_id()).await {
             Err(e) if !e.is_gone() => {
                 first.get_or_insert(e.into());
             }

@@ -70,7 +70,7 @@ impl Container {
         }
         let spawner = self
             .runtime
-            .forwarder(&self.runsc_id, &state_dir, plan.forwarder_process());
+            .forwarder(self.runsc_id(), &state_dir, plan.forwarder_process());
         let supervisor = egress::start_for_sandbox(
             SandboxEgress {
                 plan,

@@ -122,7 +122,7 @@ impl Container {
         let started = self
             .runtime
             .exec(ExecCall {
-                id: &self.runsc_id,
+                id: self.runsc_id(),
                 exec_id: &p.exec_id,
                 bundle: &self.bundle,
                 process: &hardened.process,

@@ -19,7 +19,7 @@ impl Container {
         } else {
             KillTarget::Init
         };
-        match self.runtime.kill(&self.runsc_id, signal, target).await {
+        match self.runtime.kill(self.runsc_id(), signal, target).await {
             // It died between our check and runsc's: the exit is on its way.
             Err(e) if e.is_gone() => {
                 log::debug!("container {}: kill: {e}", self.id);

@@ -73,9 +73,6 @@ pub enum PodRole {
 pub struct Container {
     env: Arc<ShimEnv>,
     id: String,
-    /// The id runsc knows this container by: its own, except for a pod sandbox that claimed a
-    /// warm sandbox from the pool, whose runsc id is the pool's.
-    runsc_id: String,
     /// The warm sandbox this pod sandbox claimed (`gvisor_hardened_core::pool`): not booted by
     /// this shim, not its child, deleted with the pod and never returned.
     pool_claim: Option<PoolClaim>,
@@ -129,6 +126,14 @@ pub struct Container {
 impl Container {
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The id runsc knows this container by: its own, except for a pod sandbox that claimed a
+    /// warm sandbox from the pool, whose runsc id is the pool's.
+    fn runsc_id(&self) -> &str {
+        self.pool_claim
+            .as_ref()
+            .map_or(self.id.as_str(), |c| c.entry.id.as_str())
     }
 
     pub fn init_pid(&self) -> u32 {

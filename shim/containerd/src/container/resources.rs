@@ -19,7 +19,7 @@ impl Container {
     /// and gVisor's own attach it (`ctr task ps` shows it). An exec's guest pid is the pid
     /// `runsc ps` lists for it.
     pub async fn pids(&self) -> Result<PidsResponse> {
-        let pids = self.runtime.ps(&self.runsc_id).await?;
+        let pids = self.runtime.ps(self.runsc_id()).await?;
         let execs: HashMap<u32, String> = self
             .execs
             .lock()
@@ -62,7 +62,7 @@ impl Container {
                     self.id
                 )));
             }
-            let event = self.runtime.stats(&self.runsc_id).await?;
+            let event = self.runtime.stats(self.runsc_id()).await?;
             super::metrics::sentry_metrics_any(&event)?
         } else {
             let cgroups = self.sandbox_cgroups()?;
@@ -108,7 +108,7 @@ impl Container {
         self.init
             .check(Op::Pause)
             .map_err(|e| self.state_error(&self.init, e))?;
-        self.runtime.pause(&self.runsc_id).await?;
+        self.runtime.pause(self.runsc_id()).await?;
         self.init
             .apply(Op::Pause)
             .map_err(|e| self.state_error(&self.init, e))?;
@@ -120,7 +120,7 @@ impl Container {
         self.init
             .check(Op::Resume)
             .map_err(|e| self.state_error(&self.init, e))?;
-        self.runtime.resume(&self.runsc_id).await?;
+        self.runtime.resume(self.runsc_id()).await?;
         self.init
             .apply(Op::Resume)
             .map_err(|e| self.state_error(&self.init, e))?;

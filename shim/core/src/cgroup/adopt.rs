@@ -5,8 +5,9 @@
 //! The new cgroups get the spec's limits *before* any process moves, so the sandbox is never
 //! without them; then every process moves, the controllers one by one, until the old cgroup is
 //! empty; then the old cgroup goes, and the sandbox's threads get the normal CPU priority
-//! back (warm sandboxes are booted at the lowest). runsc records only the old path and finds nothing there at
-//! `runsc delete`; the shim removes the new one as it removes every sandbox's.
+//! back (warm sandboxes are booted at the lowest). runsc's own record of the sandbox's cgroup
+//! is rewritten apart (`crate::pool::adopt`); the shim removes the new cgroup as it removes
+//! every sandbox's.
 
 use std::path::Path;
 

@@ -78,20 +78,20 @@ pub fn retarget_runsc_cgroup(
             state_path.display()
         )));
     }
+    // runsc's own mode for the file, kept.
     let mode = std::fs::metadata(&state_path)
-        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
         .unwrap_or(0o640);
     let out = serde_json::to_vec(&state).expect("a JSON value serialises");
-    let tmp = state_path.with_extension("state.gvh-tmp");
-    std::fs::write(&tmp, &out)
-        .and_then(|()| {
-            std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(mode))
-        })
-        .and_then(|()| std::fs::rename(&tmp, &state_path))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            fail(format!("writing {}: {e}", state_path.display()))
-        })?;
+    crate::atomic_file::write(
+        &state_path,
+        &out,
+        crate::atomic_file::Options {
+            mode,
+            durable: false,
+        },
+    )
+    .map_err(|e| fail(format!("writing {}: {e}", state_path.display())))?;
     drop(lock);
     Ok(())
 }

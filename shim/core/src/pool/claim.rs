@@ -75,7 +75,8 @@ impl ClaimRecord {
 }
 
 /// Starts a filler for `kd` (the shim binary's `pool-fill` mode) in a session of its own, at
-/// nice 19, in `/`, not waited for: it exits when the pool is full, or at once when another filler works on it.
+/// nice 19, in `/`, not waited for: it exits when the pool is full, or at once when another
+/// filler works on it.
 pub fn start_filler(shim: &Path, kd: &KeyDir) -> std::io::Result<()> {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
@@ -86,7 +87,8 @@ pub fn start_filler(shim: &Path, kd: &KeyDir) -> std::io::Result<()> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
+    // SAFETY: setsid and setpriority are async-signal-safe system calls; nothing else runs
+    // between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
             libc::setsid();

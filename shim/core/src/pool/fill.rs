@@ -282,7 +282,7 @@ async fn boot(
     template: &Template,
 ) -> Result<Entry, PoolError> {
     let id = new_id();
-    let bundle = kd.bundles().join(&id);
+    let bundle = kd.bundle(&id);
     let fail = |reason: String| PoolError::Boot {
         key: kd.key.clone(),
         reason: format!("{id}: {reason}"),
@@ -330,7 +330,6 @@ async fn boot(
             id: id.clone(),
             pid,
             start_time,
-            bundle: bundle.clone(),
             boot_record: hash.to_string(),
             booted_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
         })
@@ -368,7 +367,7 @@ async fn prune(
     let mut removed = 0;
     let mut failed = Vec::new();
     for e in &dead {
-        let deleted = match client_for(factory, policy, template, kd, &e.bundle).await {
+        let deleted = match client_for(factory, policy, template, kd, &kd.bundle(&e.id)).await {
             Ok(client) => match client.delete(&e.id, true).await {
                 Ok(()) => Ok(()),
                 Err(err) if err.is_gone() => Ok(()),

@@ -10,7 +10,6 @@
 //! so they never share a pool.
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 /// Where the holding process is mounted inside a warm sandbox (a read-only bind of the
 /// forwarder binary, which has a `--hold` mode).
@@ -52,8 +51,7 @@ pub fn key(
         "policy": policy_sha256,
         "template": template,
     });
-    let digest = Sha256::digest(canonical.to_string().as_bytes());
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    crate::policy_source::sha256_hex(canonical.to_string().as_bytes())[..32].to_string()
 }
 
 /// The template of a pod's hardened sandbox spec: its pod-specific parts removed, the process

@@ -104,7 +104,6 @@ pub struct Entry {
     /// a claimant never takes a recycled pid for it.
     pub pid: i32,
     pub start_time: u64,
-    pub bundle: PathBuf,
     /// sha256 of the `pool-sandbox-booted` audit record: the claim record names it, so the
     /// pod's trail starts at the boot of its sandbox.
     pub boot_record: String,
@@ -165,6 +164,10 @@ impl KeyDir {
     }
     pub fn bundles(&self) -> PathBuf {
         self.dir.join("bundles")
+    }
+    /// The bundle of warm sandbox `id`.
+    pub fn bundle(&self, id: &str) -> PathBuf {
+        self.bundles().join(id)
     }
     pub fn lock_path(&self) -> PathBuf {
         self.dir.join("fill.lock")
@@ -291,7 +294,7 @@ impl KeyDir {
         for d in [self.ready(), self.claimed(), self.dead()] {
             let _ = std::fs::remove_file(d.join(format!("{id}.json")));
         }
-        let _ = std::fs::remove_dir_all(self.bundles().join(id));
+        let _ = std::fs::remove_dir_all(self.bundle(id));
     }
 }
 
@@ -304,7 +307,6 @@ mod tests {
             id: id.into(),
             pid: 1,
             start_time: 1,
-            bundle: PathBuf::from("/b"),
             boot_record: "h".into(),
             booted_at: "t".into(),
         }
