@@ -146,6 +146,17 @@ pub fn pod_leaks(cri: &CriContainerd, pod: &Pod, containers: &[String]) -> PodLe
 pub fn assert_pod_gone(cri: &CriContainerd, pod: &Pod, containers: &[String]) {
     let mut last = PodLeaks::default();
     let clean = poll_until("the pod's leftovers to go", LEAK_GRACE, || {
+        // As the kubelet's housekeeping does for a removed pod, until it works: a runtime may
+        // still be removing its containers' cgroups when RemovePodSandbox returns (containerd
+        // 1.6 does not wait for a dead shim's delete action). A parent that still holds
+        // anything is not removed and stays a leak.
+        for dir in pod
+            .cgroup_parent()
+            .map(inspect::cgroup_dirs)
+            .unwrap_or_default()
+        {
+            let _ = std::fs::remove_dir(dir);
+        }
         last = pod_leaks(cri, pod, containers);
         last.is_empty().then_some(())
     });

@@ -434,3 +434,31 @@ fn a_token_volume_mounted_elsewhere_never_reaches_the_container() {
     assert_pod_gone(&cri, &pod, &[id]);
     assert_clean_cri_shutdown(cri);
 }
+
+#[test]
+fn a_pod_whose_shim_was_killed_reports_its_containers_exited_and_is_removed_leaving_nothing() {
+    let cri = start();
+    let pod = cri.run_pod("orphaned", HARDENED_HANDLER).unwrap();
+    let a = cri.run_container(&pod, &sleeper("a")).unwrap();
+    let b = cri.run_container(&pod, &sleeper("b")).unwrap();
+    let shims = shim_processes(&cri, &pod.id);
+    assert_eq!(shims.len(), 1, "{shims:#?}");
+
+    // SAFETY: kill(2) with integer arguments, at the shim this test's containerd started.
+    assert_eq!(unsafe { libc::kill(shims[0].pid, libc::SIGKILL) }, 0);
+    // containerd's delete action runs for every task the dead shim served; each container
+    // then reads as exited, as the kubelet needs to see before it restarts or removes them.
+    for id in [&a, &b] {
+        poll_until(
+            "a container of the killed shim to read as exited",
+            Duration::from_secs(30),
+            || (state(&cri, id) == ContainerState::ContainerExited).then_some(()),
+        )
+        .unwrap_or_else(|e| panic!("{id}: {e}; state {:?}", state(&cri, id)));
+    }
+    cri.remove_pod(&pod).unwrap();
+    assert_pod_gone(&cri, &pod, &[a, b]);
+    assert!(all_shims(&cri).is_empty());
+    assert!(all_runsc_sandboxes(&cri).is_empty());
+    assert_clean_cri_shutdown(cri);
+}

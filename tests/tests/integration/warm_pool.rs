@@ -719,8 +719,7 @@ fn a_claimed_pod_whose_shim_died_is_cleaned_up_by_the_delete_action() {
             .map(|c| c["pool"]["sandbox"].clone()),
         Some(serde_json::json!(taken))
     );
-    // No app container: after a pod's shim is killed, CRI keeps reporting the pod's app
-    // containers running (cold pods too, seen 2026-12-06), and RemovePodSandbox refuses.
+    let app = cri.run_container(&pod, &sleeper("app")).unwrap();
 
     // The pod's shim dies: only the claim record in the pod sandbox's bundle still names the
     // warm sandbox runsc knows by the pool's id. containerd's delete action must find it.
@@ -734,9 +733,18 @@ fn a_claimed_pod_whose_shim_died_is_cleaned_up_by_the_delete_action() {
         || shim_processes(&cri, &pod.id).is_empty().then_some(()),
     )
     .unwrap();
+    poll_until(
+        "the app container of the killed shim to read as exited",
+        Duration::from_secs(30),
+        || {
+            let (status, _) = cri.client().container_status(&app, false).unwrap();
+            (status.state == k8s_cri::v1::ContainerState::ContainerExited as i32).then_some(())
+        },
+    )
+    .unwrap();
     // What the kubelet does with a pod whose sandbox died: stop and remove it.
     cri.remove_pod(&pod).unwrap();
-    assert_pod_gone(&cri, &pod, &[]);
+    assert_pod_gone(&cri, &pod, &[app]);
     assert_warm_sandbox_gone(&cri, &key, &taken);
 
     cri.remove_pod(&cold).unwrap();

@@ -3,7 +3,8 @@
 //! runsc's sandbox and state, the rootfs mount, our files; and it must work without the policy
 //! (the runtime options are not passed), so Create saved what is needed in the bundle.
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::SystemTime;
 
@@ -17,6 +18,7 @@ use gvisor_hardened_core::bundle::{self, BundleState};
 use gvisor_hardened_core::host::linux::LinuxHost;
 use gvisor_hardened_core::host::Host;
 use gvisor_hardened_core::reaper::ExitStatus;
+use gvisor_hardened_core::runsc::state_dir;
 
 pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
     let bundle = if flags.bundle.is_empty() {
@@ -33,29 +35,69 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
             .ok()
             .and_then(|pid| u32::try_from(pid).ok());
     let mut problems = Vec::new();
+    let grouping = grouping_id(&bundle, &flags.id);
     // A pod sandbox that claimed a warm sandbox runs under the pool's runsc id.
     let claim = gvisor_hardened_core::pool::claim::ClaimRecord::read(&bundle);
     let runsc_id = claim
         .as_ref()
         .map_or_else(|| flags.id.clone(), |c| c.runsc_id.clone());
-    if let Some(state) = &state {
-        // --force kills a sandbox that still runs; a missing container is already clean.
+    // containerd runs this action for every task of a dead shim at once: their runsc deletes
+    // run together, and the lock sweep below waits for all of them (state_dir::CleanupLock).
+    let runsc_root = state.as_ref().map(|s| PathBuf::from(&s.runsc_root));
+    let cleanup_lock = runsc_root
+        .as_deref()
+        .and_then(|root| state_dir::CleanupLock::shared(root).ok());
+    let runsc_sandbox = runsc_root
+        .as_deref()
+        .and_then(|root| state_dir::sandbox_of(root, &runsc_id));
+    // --force kills a sandbox that still runs; a missing container is already clean.
+    let runsc_delete = |state: &BundleState| -> Result<(), String> {
         let args = gvisor_hardened_core::runsc::command::argv(
             &gvisor_hardened_core::runsc::flags::GlobalFlags::for_cleanup(&state.runsc_root),
             &gvisor_hardened_core::runsc::command::Subcommand::Delete {
-                id: runsc_id,
+                id: runsc_id.clone(),
                 force: true,
             },
         );
         match Command::new(&state.runsc_binary).args(&args).output() {
-            Ok(out) if out.status.success() => {}
+            Ok(out) if out.status.success() => Ok(()),
             Ok(out) => {
                 let stderr = String::from_utf8_lossy(&out.stderr);
-                if !stderr.contains("does not exist") && !stderr.contains("not found") {
-                    problems.push(format!("runsc delete: {}", stderr.trim()));
+                if stderr.contains("does not exist") || stderr.contains("not found") {
+                    Ok(())
+                } else {
+                    Err(format!("runsc delete: {}", stderr.trim()))
                 }
             }
-            Err(e) => problems.push(format!("running {}: {e}", state.runsc_binary)),
+            Err(e) => Err(format!("running {}: {e}", state.runsc_binary)),
+        }
+    };
+    let first = state.as_ref().map(runsc_delete);
+    let _swept_under = cleanup_lock.and_then(|l| l.exclusive().ok());
+    // A pod container's delete can lose a race with its sandbox's: runsc 20221219 then fails
+    // to reach the sandbox's control server that the other delete just killed. Once no other
+    // delete runs (the exclusive lock), runsc sees the sandbox stopped and deletes the rest.
+    let outcome = match (first, &state) {
+        (Some(Err(_)), Some(state)) => Some(runsc_delete(state)),
+        (first, _) => first,
+    };
+    if let Some(Err(e)) = outcome {
+        problems.push(e);
+    }
+    if let Some(root) = &runsc_root {
+        // Lock files runsc left of a sandbox whose last container is now gone (see state_dir).
+        let sandboxes = [
+            Some(grouping.clone()),
+            runsc_sandbox,
+            claim.as_ref().map(|c| c.runsc_id.clone()),
+        ];
+        for sandbox in sandboxes.into_iter().flatten().collect::<BTreeSet<_>>() {
+            if let Err(e) = state_dir::sweep_gone_sandbox_locks(root, &sandbox) {
+                problems.push(format!(
+                    "runsc locks of {sandbox} in {}: {e}",
+                    root.display()
+                ));
+            }
         }
     }
     if let Some(claim) = &claim {
@@ -70,12 +112,7 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
     }
     // The dead shim's socket: containerd does not remove it, and nothing else will. A pod's
     // socket stays while another container's shim still answers on it.
-    let address = socket_address(
-        SOCKET_ROOT,
-        &flags.address,
-        &flags.namespace,
-        &grouping_id(&bundle, &flags.id),
-    );
+    let address = socket_address(SOCKET_ROOT, &flags.address, &flags.namespace, &grouping);
     let socket = Path::new(address.trim_start_matches("unix://"));
     if socket.exists() && std::os::unix::net::UnixStream::connect(socket).is_err() {
         match std::fs::remove_file(socket) {

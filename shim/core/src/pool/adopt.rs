@@ -8,20 +8,11 @@
 //! of that container, before the pod's first container is created.
 
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::Value;
 
 use super::store::PoolError;
-
-/// runsc's state and lock files of container `id` in sandbox `sandbox` under `root`.
-fn state_files(root: &Path, id: &str, sandbox: &str) -> (PathBuf, PathBuf) {
-    let base = format!("{id}_sandbox:{sandbox}");
-    (
-        root.join(format!("{base}.state")),
-        root.join(format!("{base}.lock")),
-    )
-}
 
 /// Replaces every string equal to `from` under the state's sandbox record with `to`; how
 /// many it replaced.
@@ -55,7 +46,7 @@ pub fn retarget_runsc_cgroup(
     from: &str,
     to: &str,
 ) -> Result<(), PoolError> {
-    let (state_path, lock_path) = state_files(runsc_root, id, id);
+    let (state_path, lock_path) = crate::runsc::state_dir::state_and_lock(runsc_root, id, id);
     let fail = |reason: String| PoolError::Adopt {
         key: String::new(),
         id: id.to_string(),
@@ -129,7 +120,7 @@ mod tests {
     #[test]
     fn a_state_without_the_pool_path_is_refused_and_left_as_it_was() {
         let dir = tempfile::tempdir().unwrap();
-        let (state, lock) = state_files(dir.path(), "pool-1", "pool-1");
+        let (state, lock) = crate::runsc::state_dir::state_and_lock(dir.path(), "pool-1", "pool-1");
         let original = br#"{"sandbox":{"cgroup":{"cgroupv1":{"name":"/elsewhere"}}}}"#;
         std::fs::write(&state, original).unwrap();
         std::fs::write(&lock, b"").unwrap();

@@ -7,6 +7,7 @@ pub mod error;
 pub mod feature_cache;
 pub mod features;
 pub mod flags;
+pub mod state_dir;
 
 #[cfg(all(test, feature = "host-tests"))]
 mod real_tests;
