@@ -54,7 +54,7 @@ log "the core path on the compatibility stack (containerd 1.6, runsc 20221219)"
 compat_redteam="$(mktemp /tmp/gvh-redteam-compat.XXXXXX)"
 trap 'rm -f "$redteam" "$compat_redteam" "$GVH_DEPS"' EXIT
 GVH_STACK=compat run_integration_modules -- \
-  shim_smoke shim_task_api cri_hardened egress_shim docker_engine || status=1
+  shim_smoke shim_task_api cri_hardened warm_pool egress_shim docker_engine || status=1
 GVH_STACK=compat GVH_REDTEAM_OUT="$compat_redteam" \
   run_integration_modules -- attacks::spec_smuggling || status=1
 log "red-team table, spec-level category (compatibility stack)"
