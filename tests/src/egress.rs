@@ -477,6 +477,48 @@ pub fn with_egress(policy: &str, section: &str) -> Result<String> {
     Ok(doc.to_string())
 }
 
+/// busybox httpd on 127.0.0.1:8081 inside a pod's network namespace `netns`, serving `dir`
+/// (which must hold `hello.txt`); killed on drop. Only a dial from inside that namespace
+/// reaches it, as egress's proxy dials for a pod.
+pub struct PodLocalServer(std::process::Child);
+
+impl PodLocalServer {
+    pub fn start(netns: &std::path::Path, dir: &std::path::Path) -> PodLocalServer {
+        // nsenter, not `ip netns exec` (which remounts /sys); -f: stay in the foreground.
+        let child = std::process::Command::new("nsenter")
+            .arg(format!("--net={}", netns.display()))
+            .args(["busybox", "httpd", "-f", "-p", "127.0.0.1:8081", "-h"])
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Reached from inside the namespace before the test relies on it.
+        poll_until(
+            "the pod-local httpd",
+            std::time::Duration::from_secs(10),
+            || {
+                std::process::Command::new("nsenter")
+                    .arg(format!("--net={}", netns.display()))
+                    .args(["busybox", "wget", "-q", "-O", "/dev/null"])
+                    .arg("http://127.0.0.1:8081/hello.txt")
+                    .status()
+                    .is_ok_and(|s| s.success())
+                    .then_some(())
+            },
+        )
+        .unwrap();
+        PodLocalServer(child)
+    }
+}
+
+impl Drop for PodLocalServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,53 +3,11 @@
 //! pod IP and NetworkPolicies still apply. The upstream is a busybox httpd on the loopback of
 //! the pod's network namespace, which only a dial from inside that namespace can reach.
 
-use std::process::{Child, Command, Stdio};
-
 use gvisor_hardened_tests::cri::*;
-use gvisor_hardened_tests::egress::{egress_section, probe_counts};
+use gvisor_hardened_tests::egress::{egress_section, probe_counts, PodLocalServer};
 use gvisor_hardened_tests::{shim_binary, TEST_IMAGE_REF};
 
 const BODY: &str = "hello from the pod's own network namespace";
-
-/// busybox httpd on 127.0.0.1:8081 inside `netns`, serving `dir`; killed on drop.
-struct PodLocalServer(Child);
-
-impl PodLocalServer {
-    fn start(netns: &std::path::Path, dir: &std::path::Path) -> PodLocalServer {
-        // nsenter, not `ip netns exec` (which remounts /sys); -f: stay in the foreground.
-        let child = Command::new("nsenter")
-            .arg(format!("--net={}", netns.display()))
-            .args(["busybox", "httpd", "-f", "-p", "127.0.0.1:8081", "-h"])
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        // Reached from inside the namespace before the test relies on it.
-        gvisor_hardened_tests::poll_until(
-            "the pod-local httpd",
-            std::time::Duration::from_secs(10),
-            || {
-                Command::new("nsenter")
-                    .arg(format!("--net={}", netns.display()))
-                    .args(["busybox", "wget", "-q", "-O", "/dev/null"])
-                    .arg("http://127.0.0.1:8081/hello.txt")
-                    .status()
-                    .is_ok_and(|s| s.success())
-                    .then_some(())
-            },
-        )
-        .unwrap();
-        PodLocalServer(child)
-    }
-}
-
-impl Drop for PodLocalServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn a_pods_containers_share_one_forwarder_and_the_proxy_dials_from_the_pods_netns() {

@@ -504,9 +504,7 @@ fn pool_of(
                 hold_binary: hold,
                 hardened_spec: &prepared.spec,
             };
-            let (kd, template) = inputs
-                .template()
-                .ok_or_else(|| "the hardened spec has no process".to_string())?;
+            let (kd, template) = inputs.template()?;
             kd.create().map_err(|e| e.to_string())?;
             kd.write_template(&template).map_err(|e| e.to_string())?;
             Ok(kd)

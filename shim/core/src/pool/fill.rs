@@ -442,8 +442,9 @@ pub struct TemplateInputs<'a> {
 }
 
 impl TemplateInputs<'_> {
-    /// The key directory and template, or `None` when the spec is not a pod sandbox's.
-    pub fn template(&self) -> Option<(KeyDir, Template)> {
+    /// The key directory and template, or why this pod cannot be pooled
+    /// ([`spec::template`]).
+    pub fn template(&self) -> Result<(KeyDir, Template), &'static str> {
         let spec = spec::template(self.hardened_spec)?;
         let global_args = spec::keyed_args(self.global_args);
         let key = spec::key(
@@ -453,7 +454,7 @@ impl TemplateInputs<'_> {
             &spec,
         );
         let kd = KeyDir::new(&self.policy.policy.runsc.root, self.namespace, &key);
-        Some((
+        Ok((
             kd,
             Template {
                 key,

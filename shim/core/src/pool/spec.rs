@@ -55,15 +55,29 @@ pub fn key(
 }
 
 /// The template of a pod's hardened sandbox spec: its pod-specific parts removed, the process
-/// replaced by the holder. `None` when the spec is not a CRI pod sandbox's.
-pub fn template(hardened: &Value) -> Option<Value> {
+/// replaced by the holder. Refused (the pod starts cold) for a spec without a process, and for
+/// one whose sandbox gets its own egress CA bundle: that file is made per sandbox, after the
+/// warm sandbox booted.
+pub fn template(hardened: &Value) -> Result<Value, &'static str> {
+    let bound_at = |dest: &str| {
+        hardened["mounts"]
+            .as_array()
+            .is_some_and(|ms| ms.iter().any(|m| m["destination"] == dest))
+    };
+    if bound_at(policy_injector::egress::CA_BUNDLE_IN_SANDBOX) {
+        return Err("the pod's sandbox gets its own egress CA bundle (credentials are on)");
+    }
     let mut t = hardened.clone();
-    let obj = t.as_object_mut()?;
+    let no_process = "the hardened spec has no process";
+    let obj = t.as_object_mut().ok_or(no_process)?;
     obj.remove("annotations");
     obj.remove("hostname");
     obj.remove("hooks");
     obj.insert("root".into(), json!({"path": "rootfs", "readonly": true}));
-    let process = obj.get_mut("process")?.as_object_mut()?;
+    let process = obj
+        .get_mut("process")
+        .and_then(Value::as_object_mut)
+        .ok_or(no_process)?;
     process.insert("args".into(), json!([HOLD_PATH, "--hold"]));
     process.insert("env".into(), json!(["PATH=/"]));
     process.insert("cwd".into(), json!("/"));
@@ -71,7 +85,12 @@ pub fn template(hardened: &Value) -> Option<Value> {
     process.remove("consoleSize");
     if let Some(mounts) = obj.get_mut("mounts").and_then(Value::as_array_mut) {
         // Binds name the pod's files on the host (its /dev/shm, resolv.conf): not the pool's.
-        mounts.retain(|m| !policy_injector::is_bind_mount(m));
+        // The egress forwarder's is the policy's, the same for every pod: it stays, or the
+        // claim could not start the pod's forwarder in the sandbox.
+        mounts.retain(|m| {
+            !policy_injector::is_bind_mount(m)
+                || m["destination"] == policy_injector::egress::FORWARDER_IN_SANDBOX
+        });
     }
     if let Some(linux) = obj.get_mut("linux").and_then(Value::as_object_mut) {
         linux.remove("cgroupsPath");
@@ -83,7 +102,7 @@ pub fn template(hardened: &Value) -> Option<Value> {
             }
         }
     }
-    Some(t)
+    Ok(t)
 }
 
 /// The spec a warm sandbox `pool_id` boots with: the template, the holder bound in from
@@ -224,6 +243,46 @@ mod tests {
 
     #[test]
     fn a_spec_without_a_process_has_no_template() {
-        assert_eq!(template(&json!({"root": {"path": "r"}})), None);
+        assert!(template(&json!({"root": {"path": "r"}})).is_err());
+    }
+
+    fn with_mount(mut spec: Value, destination: &str, source: &str) -> Value {
+        spec["mounts"].as_array_mut().unwrap().push(json!({
+            "destination": destination, "type": "bind", "source": source, "options": ["bind", "ro"],
+        }));
+        spec
+    }
+
+    #[test]
+    fn the_egress_forwarder_stays_bound_in_the_template_and_other_binds_go() {
+        let forwarder = policy_injector::egress::FORWARDER_IN_SANDBOX;
+        let spec = with_mount(pause_spec("a", 1 << 30), forwarder, "/run/gvh/forwarder");
+        let t = template(&spec).unwrap();
+        let binds: Vec<&Value> = t["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["type"] == "bind")
+            .collect();
+        assert_eq!(binds.len(), 1, "{t}");
+        assert_eq!(binds[0]["destination"], forwarder);
+        assert_eq!(binds[0]["source"], "/run/gvh/forwarder");
+        // Another forwarder is another pool.
+        let other = with_mount(pause_spec("a", 1 << 30), forwarder, "/elsewhere/forwarder");
+        assert_ne!(
+            key("/usr/bin/runsc", &[], "p", &t),
+            key("/usr/bin/runsc", &[], "p", &template(&other).unwrap())
+        );
+    }
+
+    #[test]
+    fn a_pod_whose_sandbox_gets_its_own_egress_ca_bundle_is_not_pooled() {
+        let spec = with_mount(
+            pause_spec("a", 1 << 30),
+            policy_injector::egress::CA_BUNDLE_IN_SANDBOX,
+            "/run/containerd/a/egress/ca.pem",
+        );
+        let err = template(&spec).unwrap_err();
+        assert!(err.contains("CA bundle"), "{err}");
     }
 }
