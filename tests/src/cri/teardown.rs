@@ -158,6 +158,21 @@ impl CriContainerd {
             Some(c) => self.pods().iter().map(|p| c.shim_socket(&p.id)).collect(),
             None => Vec::new(),
         };
+        // Warm sandboxes a test left in a pool (it drains what it filled when it passes): their
+        // processes die with the directory below, their cgroups are outside it.
+        let warm_ids: Vec<String> = std::fs::read_dir(self.layout.runsc_root_base().join(".pool"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|ns| std::fs::read_dir(ns.path()).into_iter().flatten().flatten())
+            .flat_map(|key| {
+                std::fs::read_dir(key.path().join("bundles"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+            })
+            .map(|b| b.file_name().to_string_lossy().into_owned())
+            .collect();
         // 2. containerd (kills whatever still mentions the directory, unmounts, removes it).
         if let Some(c) = self.containerd.take() {
             report.containerd = c.shutdown();
@@ -186,6 +201,12 @@ impl CriContainerd {
         }
         for dir in inspect::cgroup_dirs(&self.cgroup_root) {
             remove_cgroup_tree(&dir, &mut report, true);
+        }
+        for id in warm_ids {
+            let path = gvisor_hardened_core::pool::spec::pool_cgroups_path(&id);
+            for dir in inspect::cgroup_dirs(&path) {
+                remove_cgroup_tree(&dir, &mut report, false);
+            }
         }
         report
     }

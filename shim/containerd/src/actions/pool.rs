@@ -27,10 +27,14 @@ pub fn fill(dir: &str) -> anyhow::Result<()> {
     let line = match &result {
         Ok(r) if r.already_filling => "another filler is at work".to_string(),
         Ok(r) => format!(
-            "booted {}, removed {} dead, {} ready{}",
+            "booted {}, removed {} dead, {} ready{}{}",
             r.booted,
             r.removed_dead,
             r.ready,
+            r.drained_stale
+                .iter()
+                .map(|d| format!("; {d}"))
+                .collect::<String>(),
             r.stopped
                 .as_deref()
                 .map(|s| format!("; stopped: {s}"))

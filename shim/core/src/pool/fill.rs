@@ -23,6 +23,7 @@ use crate::host::{linux::LinuxHost, Host};
 use crate::policy_source::{self, sha256_hex, LoadedPolicy};
 use crate::reaper::Reaper;
 use crate::runsc::client::{read_pid_file, ProcessIo, Runsc};
+use crate::runsc::feature_cache::Identity;
 use crate::runtime::runsc::RunscFactory;
 
 /// What one filler run did.
@@ -35,6 +36,8 @@ pub struct FillReport {
     pub stopped: Option<String>,
     /// Another filler held the key's lock.
     pub already_filling: bool,
+    /// Stale keys beside this one it drained, or failed to (`drain_stale`).
+    pub drained_stale: Vec<String>,
 }
 
 /// Fills the pool of `kd`. Only one filler per key works at a time (an flock on the key's
@@ -70,9 +73,12 @@ pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> 
         });
     }
     let pool = policy.policy.pool.clone();
+    let mut report = FillReport {
+        drained_stale: drain_stale(kd, &template, &policy, &reaper).await,
+        ..Default::default()
+    };
     let factory = RunscFactory::new(reaper.clone());
-    let mut report = FillReport::default();
-    let (removed, failed) = prune(kd, &factory, &policy, &template).await;
+    let (removed, failed) = prune(kd, &factory, &template).await;
     report.removed_dead = removed;
     if !failed.is_empty() {
         report.stopped = Some(format!(
@@ -228,6 +234,46 @@ pub fn resolve_binary(name: &str) -> Option<std::path::PathBuf> {
         })
 }
 
+/// Whether `other`'s warm sandboxes can no longer be claimed by anyone: it was booted for the
+/// same policy source as `current`, under a policy that has changed since or from a runsc
+/// binary that has been replaced. (Another pod shape of the same policy is not stale.)
+fn stale_beside(current: &Template, current_policy_sha256: &str, other: &Template) -> bool {
+    other.key != current.key
+        && other.namespace == current.namespace
+        && other.config_path == current.config_path
+        && other.node_policy == current.node_policy
+        && (other.policy_sha256 != current_policy_sha256
+            || other.runsc_binary != current.runsc_binary
+            || other.runsc_identity != Identity::of(&other.runsc_binary.display().to_string()))
+}
+
+/// Drains the keys beside `kd` that [`stale_beside`] finds: their sandboxes were booted for a
+/// policy or runsc that no pod will claim under again. A filler runs whenever a pooled pod
+/// starts, so a changed policy's old pool goes with the first pod under the new one. Best
+/// effort: the names of the keys drained, and the errors of those that were not.
+async fn drain_stale(
+    kd: &KeyDir,
+    template: &Template,
+    policy: &LoadedPolicy,
+    reaper: &Reaper,
+) -> Vec<String> {
+    let Some(namespace_dir) = kd.dir.parent() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for other in keys(namespace_dir) {
+        let Ok(t) = other.template() else { continue };
+        if !stale_beside(template, &policy.sha256, &t) {
+            continue;
+        }
+        match drain(&other, reaper.clone()).await {
+            Ok(n) => out.push(format!("drained stale key {} ({n} warm)", other.key)),
+            Err(e) => out.push(format!("draining stale key {}: {e}", other.key)),
+        }
+    }
+    out
+}
+
 fn new_id() -> String {
     let ms = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -261,6 +307,29 @@ async fn client_for(
         });
     }
     Ok(client)
+}
+
+/// The client that deletes the key's warm sandboxes: the template's runsc binary and state
+/// root, with no more flags than a delete needs (as containerd's `delete` action runs it). It
+/// does not depend on the policy, which may have changed its flags or be gone.
+async fn cleanup_client(
+    factory: &RunscFactory,
+    template: &Template,
+    kd: &KeyDir,
+) -> Result<Runsc, PoolError> {
+    let fail = |reason: String| PoolError::Boot {
+        key: kd.key.clone(),
+        reason,
+    };
+    let root = template
+        .global_args
+        .iter()
+        .find_map(|a| a.strip_prefix("--root="))
+        .ok_or_else(|| fail("the template names no runsc --root".to_string()))?;
+    factory
+        .cleanup_client(&template.runsc_binary.display().to_string(), root)
+        .await
+        .map_err(|e| fail(e.to_string()))
 }
 
 /// The subject of a warm sandbox's records: no pod yet, the pool's runsc id.
@@ -352,12 +421,7 @@ fn remove_pool_cgroups(id: &str) {
 /// that found them dead) and those a drain moved there, so a dead one is never claimed and
 /// its place is refilled. How many it deleted, and why it could not delete the others (their
 /// entries stay in `dead/` for the next filler).
-async fn prune(
-    kd: &KeyDir,
-    factory: &RunscFactory,
-    policy: &LoadedPolicy,
-    template: &Template,
-) -> (usize, Vec<String>) {
+async fn prune(kd: &KeyDir, factory: &RunscFactory, template: &Template) -> (usize, Vec<String>) {
     let mut dead: Vec<Entry> = kd.entries(&kd.dead());
     for e in kd.entries(&kd.ready()) {
         if !super::claim::alive(&e) && kd.take(&e.id, &kd.dead()).unwrap_or(false) {
@@ -367,7 +431,7 @@ async fn prune(
     let mut removed = 0;
     let mut failed = Vec::new();
     for e in &dead {
-        let deleted = match client_for(factory, policy, template, kd, &kd.bundle(&e.id)).await {
+        let deleted = match cleanup_client(factory, template, kd).await {
             Ok(client) => match client.delete(&e.id, true).await {
                 Ok(()) => Ok(()),
                 Err(err) if err.is_gone() => Ok(()),
@@ -405,8 +469,9 @@ pub async fn drain(kd: &KeyDir, reaper: Reaper) -> Result<usize, PoolError> {
     // Held until the key is gone: no filler boots while it is drained, or after, into a
     // directory that no longer exists.
     let _lock = lock_out_filler(kd)?;
-    // The policy as it is now, changed or not: a drain deletes what the old one booted.
-    let (template, policy) = template_and_policy(kd)?;
+    // Only the template: a drain deletes what a policy booted that may have changed since,
+    // or whose file is gone.
+    let template = kd.template()?;
     let factory = RunscFactory::new(reaper);
     let mut n = 0;
     for e in kd.entries(&kd.ready()) {
@@ -414,7 +479,7 @@ pub async fn drain(kd: &KeyDir, reaper: Reaper) -> Result<usize, PoolError> {
             n += 1;
         }
     }
-    let (removed, failed) = prune(kd, &factory, &policy, &template).await;
+    let (removed, failed) = prune(kd, &factory, &template).await;
     if !failed.is_empty() {
         return Err(PoolError::Boot {
             key: kd.key.clone(),
@@ -447,8 +512,10 @@ impl TemplateInputs<'_> {
     pub fn template(&self) -> Result<(KeyDir, Template), &'static str> {
         let spec = spec::template(self.hardened_spec)?;
         let global_args = spec::keyed_args(self.global_args);
+        let runsc_identity = Identity::of(&self.runsc_binary.display().to_string());
         let key = spec::key(
             &self.runsc_binary.display().to_string(),
+            runsc_identity.as_ref(),
             &global_args,
             &self.policy.sha256,
             &spec,
@@ -463,6 +530,7 @@ impl TemplateInputs<'_> {
                 node_policy: self.node_policy.to_path_buf(),
                 policy_sha256: self.policy.sha256.clone(),
                 runsc_binary: self.runsc_binary.to_path_buf(),
+                runsc_identity,
                 runsc: self.runsc.clone(),
                 global_args,
                 hold_binary: self.hold_binary.to_path_buf(),
@@ -475,6 +543,61 @@ impl TemplateInputs<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A template of key `key` for policy `sha`, with runsc at `runsc` as it is now.
+    fn template(key: &str, sha: &str, runsc: &Path) -> Template {
+        Template {
+            key: key.into(),
+            namespace: "k8s.io".into(),
+            config_path: Some("/etc/gvisor-hardened/tool.toml".into()),
+            node_policy: "/etc/gvisor-hardened/policy.toml".into(),
+            policy_sha256: sha.into(),
+            runsc_binary: runsc.to_path_buf(),
+            runsc_identity: Identity::of(&runsc.display().to_string()),
+            runsc: policy_injector::RunscFlags {
+                network: policy_injector::NetworkMode::None,
+                oci_seccomp: true,
+                net_raw: false,
+                host_uds: "none".into(),
+                overlay: None,
+                platform: None,
+                extra: Default::default(),
+            },
+            global_args: Vec::new(),
+            hold_binary: "/hold".into(),
+            spec: serde_json::json!({}),
+        }
+    }
+
+    #[test]
+    fn a_key_of_a_changed_policy_or_a_replaced_runsc_is_stale_and_another_shape_is_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let runsc = tmp.path().join("runsc");
+        std::fs::write(&runsc, b"old runsc").unwrap();
+        let current = template("new", "sha-2", &runsc);
+        // Booted under the policy before its change.
+        assert!(stale_beside(
+            &current,
+            "sha-2",
+            &template("old", "sha-1", &runsc)
+        ));
+        // Another pod shape under the same policy: its pods still come.
+        assert!(!stale_beside(
+            &current,
+            "sha-2",
+            &template("shape", "sha-2", &runsc)
+        ));
+        // Another policy file's pool is not this one's to judge.
+        let mut other_source = template("other", "sha-9", &runsc);
+        other_source.config_path = Some("/etc/gvisor-hardened/agent.toml".into());
+        assert!(!stale_beside(&current, "sha-2", &other_source));
+        assert!(!stale_beside(&current, "sha-2", &current));
+        // runsc replaced in place: a key written before is stale, though path and policy match.
+        let before = template("before", "sha-2", &runsc);
+        std::fs::remove_file(&runsc).unwrap();
+        std::fs::write(&runsc, b"new runsc, another file").unwrap();
+        assert!(stale_beside(&current, "sha-2", &before));
+    }
 
     #[test]
     fn a_lock_file_names_its_holder_by_pid_and_start_time() {

@@ -11,6 +11,8 @@
 
 use serde_json::{json, Value};
 
+use crate::runsc::feature_cache::Identity;
+
 /// Where the holding process is mounted inside a warm sandbox (a read-only bind of the
 /// forwarder binary, which has a `--hold` mode).
 pub const HOLD_PATH: &str = "/.gvisor-hardened-hold";
@@ -37,16 +39,19 @@ pub fn keyed_args(global_args: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The pool key: hex sha256 over the runsc binary, its keyed global arguments, the policy's
-/// hash and the template, truncated to 32 hex digits (a directory name).
+/// The pool key: hex sha256 over the runsc binary (its path and `runsc_identity`, the file it
+/// is now, which changes when it is replaced), its keyed global arguments, the policy's hash and the
+/// template, truncated to 32 hex digits (a directory name).
 pub fn key(
     runsc_binary: &str,
+    runsc_identity: Option<&Identity>,
     global_args: &[String],
     policy_sha256: &str,
     template: &Value,
 ) -> String {
     let canonical = json!({
         "runsc": runsc_binary,
+        "runsc_identity": runsc_identity,
         "args": keyed_args(global_args),
         "policy": policy_sha256,
         "template": template,
@@ -170,20 +175,25 @@ mod tests {
             "--root=/r".to_string(),
             "--log=/b/b/runsc.log.json".to_string(),
         ];
-        assert_eq!(key("runsc", &args, "p", &a), key("runsc", &args_b, "p", &b));
+        assert_eq!(
+            key("runsc", None, &args, "p", &a),
+            key("runsc", None, &args_b, "p", &b)
+        );
     }
 
     #[test]
-    fn another_memory_size_flag_or_policy_gets_another_key() {
+    fn another_memory_size_flag_policy_or_runsc_file_gets_another_key() {
         let args = vec!["--root=/r".to_string(), "--platform=systrap".to_string()];
         let base = key(
             "runsc",
+            None,
             &args,
             "p",
             &template(&pause_spec("a", 1 << 30)).unwrap(),
         );
         let memory = key(
             "runsc",
+            None,
             &args,
             "p",
             &template(&pause_spec("a", 2 << 30)).unwrap(),
@@ -191,23 +201,40 @@ mod tests {
         let ptrace = vec!["--root=/r".to_string(), "--platform=ptrace".to_string()];
         let flag = key(
             "runsc",
+            None,
             &ptrace,
             "p",
             &template(&pause_spec("a", 1 << 30)).unwrap(),
         );
         let policy = key(
             "runsc",
+            None,
             &args,
             "q",
             &template(&pause_spec("a", 1 << 30)).unwrap(),
         );
         let binary = key(
             "/other/runsc",
+            None,
             &args,
             "p",
             &template(&pause_spec("a", 1 << 30)).unwrap(),
         );
-        for other in [&memory, &flag, &policy, &binary] {
+        let replaced_runsc = Identity {
+            path: "/usr/bin/runsc".into(),
+            dev: 1,
+            ino: 2,
+            size: 3,
+            mtime_ns: 4,
+        };
+        let replaced = key(
+            "runsc",
+            Some(&replaced_runsc),
+            &args,
+            "p",
+            &template(&pause_spec("a", 1 << 30)).unwrap(),
+        );
+        for other in [&memory, &flag, &policy, &binary, &replaced] {
             assert_ne!(&base, other);
         }
     }
@@ -270,8 +297,8 @@ mod tests {
         // Another forwarder is another pool.
         let other = with_mount(pause_spec("a", 1 << 30), forwarder, "/elsewhere/forwarder");
         assert_ne!(
-            key("/usr/bin/runsc", &[], "p", &t),
-            key("/usr/bin/runsc", &[], "p", &template(&other).unwrap())
+            key("/usr/bin/runsc", None, &[], "p", &t),
+            key("/usr/bin/runsc", None, &[], "p", &template(&other).unwrap())
         );
     }
 

@@ -86,6 +86,10 @@ pub struct Template {
     /// The runsc binary, as the claiming shim resolved it (absolute unless the policy named a
     /// relative path with a slash).
     pub runsc_binary: PathBuf,
+    /// Which file that binary was when the template was written: a runsc replaced in place
+    /// makes another key, and this one stale.
+    #[serde(default)]
+    pub runsc_identity: Option<crate::runsc::feature_cache::Identity>,
     pub runsc: RunscFlags,
     /// The keyed global arguments (`spec::keyed_args`) the pod's sandbox would have had.
     pub global_args: Vec<String>,

@@ -179,6 +179,29 @@ impl RunscFactory {
     }
 }
 
+impl RunscFactory {
+    /// A client that only deletes: `binary` on state root `root` with the flags of
+    /// [`GlobalFlags::for_cleanup`](crate::runsc::flags::GlobalFlags::for_cleanup), for
+    /// sandboxes whose policy may have changed or be gone.
+    pub async fn cleanup_client(
+        &self,
+        binary: &str,
+        root: &str,
+    ) -> Result<Runsc, RunscConfigError> {
+        let features = self.features(binary).await?;
+        Runsc::new(
+            binary,
+            &crate::runsc::flags::GlobalFlags::for_cleanup(root),
+            features,
+            self.reaper.clone(),
+        )
+        .map_err(|source| RunscConfigError::Runsc {
+            binary: binary.to_string(),
+            source,
+        })
+    }
+}
+
 /// [`RunscFactory::client`] with what runsc supports already known: runsc-hardened records the
 /// features at create, so its later calls (one process each) neither ask runsc nor read the
 /// node's cache again.

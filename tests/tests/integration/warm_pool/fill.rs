@@ -220,3 +220,62 @@ fn an_empty_pool_is_a_cold_start() {
     assert!(!key.exists(), "{}", pool_state(&cri));
     assert_clean_cri_shutdown(cri);
 }
+
+#[test]
+fn a_changed_policy_drains_the_old_pool_when_its_first_pod_starts() {
+    let cri = start("size = 1\nrefill_per_minute = 600", "size = 1");
+    let handler = HARDENED_HANDLER;
+    let (cold, ready, old_key) = filled(&cri, handler, 1);
+    let old = ids_of(&ready);
+
+    // The operator edits the policy. Warm sandboxes booted under the old one must not serve
+    // pods of the new one, nor stay booted for nobody.
+    let policy = cri.policy_path(handler).unwrap();
+    let edited = pooled(SHIPPED_DEFAULT_POLICY, "size = 2\nrefill_per_minute = 600");
+    std::fs::write(&policy, test_policy(&edited, cri.layout()).unwrap()).unwrap();
+    let after = cri.run_pod("after", handler).unwrap();
+    assert!(
+        cri.pool_claim_of(&after.id).is_none(),
+        "a pod of the new policy claimed a sandbox of the old one"
+    );
+    // Its filler drains the old key before it boots for the new one.
+    poll_until(
+        "the old key's directory to go",
+        Duration::from_secs(15),
+        || (!old_key.exists()).then_some(()),
+    )
+    .unwrap_or_else(|e| panic!("{e}:\n{}", pool_state(&cri)));
+    for id in &old {
+        assert_warm_sandbox_gone(&cri, &old_key, id);
+    }
+    let fresh = wait_ready(&cri, handler, 2);
+    let new_key = cri.pool_key_dir(handler).unwrap();
+    assert_ne!(new_key, old_key);
+    // The filler writes its line when it ends, after the boots.
+    poll_until("the filler's report", FILL_TIMEOUT, || {
+        std::fs::read_to_string(new_key.join("fill.log"))
+            .ok()
+            .filter(|log| log.contains("drained stale key"))
+    })
+    .unwrap_or_else(|e| panic!("{e}:\n{}", pool_state(&cri)));
+
+    remove_pods(&cri, &[(after, vec![]), (cold, vec![])]);
+    drain_and_check(&cri, &new_key, &ids_of(&fresh));
+    assert_clean_cri_shutdown(cri);
+}
+
+#[test]
+fn a_drain_deletes_the_pool_of_a_policy_whose_file_is_gone() {
+    let cri = start("size = 1\nrefill_per_minute = 600", "size = 1");
+    let handler = HARDENED_HANDLER;
+    let (cold, ready, key) = filled(&cri, handler, 1);
+    cri.remove_pod(&cold).unwrap();
+    assert_pod_gone(&cri, &cold, &[]);
+    // A RuntimeClass's policy removed before its pool: the drain has the template only.
+    let policy = cri.policy_path(handler).unwrap();
+    let text = std::fs::read_to_string(&policy).unwrap();
+    std::fs::remove_file(&policy).unwrap();
+    drain_and_check(&cri, &key, &ids_of(&ready));
+    std::fs::write(&policy, text).unwrap();
+    assert_clean_cri_shutdown(cri);
+}
