@@ -1,6 +1,7 @@
 //! Pods through a real kubelet (`hack/kube-node.sh`'s one-node cluster): how long a pod takes
 //! from `kubectl create` to Ready, and what an idle pod costs the node, for the
-//! `gvisor-hardened` RuntimeClass against runc. A measurement, not a test: nothing is asserted.
+//! `gvisor-hardened` RuntimeClass (cold, and from a warm pool) against runc. A measurement, not
+//! a test: nothing is asserted.
 //!
 //! ```text
 //! cargo build --release -p containerd-shim-gvisor-hardened -p runsc-hardened
@@ -9,13 +10,18 @@
 //! ```
 //!
 //! - Create to Ready: PODS pods per runtime, one at a time, the runtimes interleaved and their
-//!   order swapped every round. Each is timed from just before `kubectl create` to the moment a
-//!   `kubectl get -w` that runs throughout prints the pod's Ready condition True (so both
-//!   runtimes pay the same kubectl start-up). Deleting a pod is not timed.
+//!   order rotated every round. Each is timed from just before `kubectl create` to the moment a
+//!   `kubectl get -w` that runs throughout prints the pod's Ready condition True (so every
+//!   runtime pays the same kubectl start-up). Deleting a pod is not timed.
+//! - The warm pool: the `gvisor-hardened-tool` RuntimeClass's policy is replaced, for the run,
+//!   by the default policy with `[pool] size = 2`, so its pods are the default class's pods
+//!   claiming a booted sandbox. Before each of its timed pods the bench waits, untimed, until
+//!   the pool is full again; pods that found it empty anyway are counted.
 //! - Idle memory: IDLE pods of one runtime at once, all Ready, then 10 s to settle; the PSS of
 //!   each pod's shim and everything under it (runc: the pause and `sleep` processes; ours: the
 //!   runsc sandbox and gofer, whose PSS includes the sandbox's guest memory), summed and divided
-//!   by IDLE. Processes the node runs anyway (containerd, kubelet) are not counted.
+//!   by IDLE. Processes the node runs anyway (containerd, kubelet) are not counted. Not for the
+//!   warm pool: a claimed sandbox is not under its pod's shim (the filler booted it).
 //!
 //! Prints a Markdown table and one JSON line. Needs root, the Kubernetes build (`hack/deps.sh
 //! --only kubernetes`) and no other node up (one at a time, like the kube_* tests).
@@ -29,20 +35,49 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use gvisor_hardened_tests::cri::SHIPPED_DEFAULT_POLICY;
 use gvisor_hardened_tests::kube::cases::{ns, sandbox_id, setup, sleeper, Ctx, READY};
-use gvisor_hardened_tests::kube::{KubeNode, PodWatch};
+use gvisor_hardened_tests::kube::{KubeNode, PodWatch, PolicyOverride};
 use gvisor_hardened_tests::shim_binary;
 
 const NS: &str = "bench";
-/// (RuntimeClass, label, shim binary name).
-const RUNTIMES: [(Option<&str>, &str, &str); 2] = [
-    (None, "runc", "containerd-shim-runc-v2"),
-    (
-        Some("gvisor-hardened"),
-        "gvisor-hardened",
-        "containerd-shim-gvisor-hardened-v1",
-    ),
+/// One way to run the bench's pods.
+#[derive(Clone, Copy)]
+struct Runtime {
+    class: Option<&'static str>,
+    /// Pod names start with it.
+    name: &'static str,
+    label: &'static str,
+    shim_name: &'static str,
+    /// Its pods claim from the warm pool.
+    warm: bool,
+}
+const RUNTIMES: [Runtime; 3] = [
+    Runtime {
+        class: None,
+        name: "runc",
+        label: "runc",
+        shim_name: "containerd-shim-runc-v2",
+        warm: false,
+    },
+    Runtime {
+        class: Some("gvisor-hardened"),
+        name: "cold",
+        label: "gvisor-hardened",
+        shim_name: "containerd-shim-gvisor-hardened-v1",
+        warm: false,
+    },
+    Runtime {
+        class: Some(WARM_CLASS),
+        name: "warm",
+        label: "gvisor-hardened, warm pool",
+        shim_name: "containerd-shim-gvisor-hardened-v1",
+        warm: true,
+    },
 ];
+/// The RuntimeClass whose policy becomes the pooled default one for the run.
+const WARM_CLASS: &str = "gvisor-hardened-tool";
+const POOL_SIZE: usize = 2;
 
 /// `kubectl get pods -w`, one `NAME READY` line per change, stamped as it arrives.
 fn watch(node: &KubeNode) -> Result<(std::process::Child, mpsc::Receiver<(String, Instant)>)> {
@@ -175,7 +210,23 @@ fn main() -> Result<()> {
         }
     };
     let ctx = Ctx { node, installed };
-    let outcome = panic::catch_unwind(AssertUnwindSafe(|| measure(&ctx, pods, idle)));
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| -> Result<String> {
+        let pooled = format!("{SHIPPED_DEFAULT_POLICY}\n[pool]\nsize = {POOL_SIZE}\n");
+        let _override =
+            PolicyOverride::write(&ctx.node, &ctx.installed, WARM_CLASS, &pooled, |t| {
+                Ok(t.to_string())
+            })?;
+        let report = measure(&ctx, pods, idle);
+        // The warm sandboxes left go before the node does.
+        let drained = std::process::Command::new(ctx.installed.layout.shim_path())
+            .arg("pool-drain")
+            .arg(ctx.installed.layout.runsc_root_base())
+            .output()?;
+        if !drained.status.success() {
+            bail!("pool-drain: {drained:?}");
+        }
+        report
+    }));
     let down = ctx.node.down();
     let report = match outcome {
         Ok(r) => r?,
@@ -186,45 +237,80 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// How many warm sandboxes the pooled class holds ready (0 before its first pod).
+fn pool_ready(ctx: &Ctx) -> usize {
+    ctx.installed
+        .policy_path(WARM_CLASS)
+        .and_then(|p| ctx.installed.layout.pool_key_dir(&p))
+        .and_then(|dir| fs::read_dir(dir.join("ready")).ok())
+        .map_or(0, |rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                .count()
+        })
+}
+
+/// Whether pod sandbox `sandbox` claimed a warm sandbox (its `pool-sandbox-claimed` record).
+fn claimed(ctx: &Ctx, sandbox: &str) -> bool {
+    ctx.installed.audit_log().lines().any(|l| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .is_ok_and(|r| r["event"] == "pool-sandbox-claimed" && r["container_id"] == sandbox)
+    })
+}
+
 fn measure(ctx: &Ctx, pods: usize, idle: usize) -> Result<String> {
     ns(ctx, NS);
     let load_before = fs::read_to_string("/proc/loadavg")?;
     let (mut watcher, rx) = watch(&ctx.node)?;
-    // One untimed pod per runtime first: image layers unpacked, caches warm.
-    for (class, label, _) in RUNTIMES {
-        let name = format!("warm-{label}");
+    // One untimed pod per runtime first: image layers unpacked, caches warm, the pool's
+    // template written (its filler starts then).
+    for rt in RUNTIMES {
+        let name = format!("first-{}", rt.name);
         ctx.node
-            .create(&sleeper(&name, NS, class).to_yaml())?
+            .create(&sleeper(&name, NS, rt.class).to_yaml())?
             .checked()?;
         ready_at(&rx, &name)?;
         delete(ctx, &[name])?;
     }
     let mut samples: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut cold_warm_pods = 0;
     for round in 0..pods {
         let mut order = RUNTIMES.to_vec();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for (class, label, _) in order {
-            let name = format!("{label}-{round}");
-            let yaml = sleeper(&name, NS, class).to_yaml();
+        order.rotate_left(round % RUNTIMES.len());
+        for rt in order {
+            if rt.warm {
+                // Untimed: the refill after the last warm pod is over, so its boots neither
+                // slow this pod nor leave it without a warm sandbox.
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while pool_ready(ctx) < POOL_SIZE {
+                    if Instant::now() > deadline {
+                        bail!("round {round}: the warm pool did not refill within 60 s");
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            let name = format!("{}-{round}", rt.name);
+            let yaml = sleeper(&name, NS, rt.class).to_yaml();
             let t0 = Instant::now();
             ctx.node.create(&yaml)?.checked()?;
             let at = ready_at(&rx, &name)?;
             samples
-                .entry(label)
+                .entry(rt.label)
                 .or_default()
                 .push(at.duration_since(t0).as_secs_f64() * 1000.0);
+            if rt.warm && !claimed(ctx, &sandbox_id(ctx, NS, &name)) {
+                cold_warm_pods += 1;
+            }
             delete(ctx, &[name])?;
         }
         eprintln!("kube-pods: round {} of {pods}", round + 1);
     }
     let mut memory: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
-    for (class, label, shim_name) in RUNTIMES {
-        let names: Vec<String> = (0..idle).map(|i| format!("idle-{label}-{i}")).collect();
+    for rt in RUNTIMES.iter().filter(|rt| !rt.warm) {
+        let names: Vec<String> = (0..idle).map(|i| format!("idle-{}-{i}", rt.name)).collect();
         for name in &names {
             ctx.node
-                .create(&sleeper(name, NS, class).to_yaml())?
+                .create(&sleeper(name, NS, rt.class).to_yaml())?
                 .checked()?;
         }
         for name in &names {
@@ -237,44 +323,60 @@ fn measure(ctx: &Ctx, pods: usize, idle: usize) -> Result<String> {
         let (mut kib, mut procs) = (0, 0);
         for name in &names {
             let sandbox = sandbox_id(ctx, NS, name);
-            let (k, n) = tree_pss(shim_of(shim_name, &sandbox)?, &parents);
+            let (k, n) = tree_pss(shim_of(rt.shim_name, &sandbox)?, &parents);
             kib += k;
             procs += n;
         }
-        memory.insert(label, (kib as f64 / 1024.0 / idle as f64, procs / idle));
+        memory.insert(rt.label, (kib as f64 / 1024.0 / idle as f64, procs / idle));
         delete(ctx, &names)?;
     }
     let _ = watcher.kill();
     let _ = watcher.wait();
     let load_after = fs::read_to_string("/proc/loadavg")?;
 
+    let mut stats: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    for rt in RUNTIMES {
+        stats.insert(
+            rt.label,
+            median_p95(samples.get_mut(rt.label).expect("measured")),
+        );
+    }
+    let (runc_med, runc_p95) = stats["runc"];
+    let (cold_med, cold_p95) = stats["gvisor-hardened"];
+    let (warm_med, warm_p95) = stats["gvisor-hardened, warm pool"];
     let mut out = format!(
-        "load {} -> {}\n\n| through the kubelet | runc | gvisor-hardened | ratio |\n|---|---|---|---|\n",
+        "load {} -> {}\n\n| through the kubelet | runc | gvisor-hardened, cold | ratio | gvisor-hardened, warm pool | ratio |\n|---|---|---|---|---|---|\n",
         load_before.trim(),
         load_after.trim()
     );
-    let (runc_med, runc_p95) = median_p95(samples.get_mut("runc").expect("measured"));
-    let (ours_med, ours_p95) = median_p95(samples.get_mut("gvisor-hardened").expect("measured"));
     out += &format!(
-        "| pod create to Ready, median of {pods} | {runc_med:.0} ms | {ours_med:.0} ms | {:.2}x |\n",
-        ours_med / runc_med
+        "| pod create to Ready, median of {pods} | {runc_med:.0} ms | {cold_med:.0} ms | {:.2}x | {warm_med:.0} ms | {:.2}x |\n",
+        cold_med / runc_med,
+        warm_med / runc_med
     );
     out += &format!(
-        "| pod create to Ready, p95 | {runc_p95:.0} ms | {ours_p95:.0} ms | {:.2}x |\n",
-        ours_p95 / runc_p95
+        "| pod create to Ready, p95 | {runc_p95:.0} ms | {cold_p95:.0} ms | {:.2}x | {warm_p95:.0} ms | {:.2}x |\n",
+        cold_p95 / runc_p95,
+        warm_p95 / runc_p95
     );
     let (runc_mem, runc_procs) = memory["runc"];
     let (ours_mem, ours_procs) = memory["gvisor-hardened"];
     out += &format!(
-        "| node memory per idle pod, PSS of its shim and processes, {idle} pods | {runc_mem:.1} MiB ({runc_procs} processes) | {ours_mem:.1} MiB ({ours_procs} processes) | {:.2}x |\n",
+        "| node memory per idle pod, PSS of its shim and processes, {idle} pods | {runc_mem:.1} MiB ({runc_procs} processes) | {ours_mem:.1} MiB ({ours_procs} processes) | {:.2}x | not measured | |\n",
         ours_mem / runc_mem
+    );
+    out += &format!(
+        "\nWarm-pool pods that found the pool empty (cold starts): {cold_warm_pods} of {pods}.\n"
     );
     out += &format!(
         "\n{}",
         serde_json::json!({
-            "pods": pods, "idle": idle,
-            "create_to_ready_ms": {"runc": {"median": runc_med, "p95": runc_p95},
-                                   "gvisor-hardened": {"median": ours_med, "p95": ours_p95}},
+            "pods": pods, "idle": idle, "pool_size": POOL_SIZE,
+            "warm_pool_cold_starts": cold_warm_pods,
+            "create_to_ready_ms": {
+                "runc": {"median": runc_med, "p95": runc_p95},
+                "gvisor-hardened": {"median": cold_med, "p95": cold_p95},
+                "gvisor-hardened-warm-pool": {"median": warm_med, "p95": warm_p95}},
             "idle_pod_pss_mib": {"runc": runc_mem, "gvisor-hardened": ours_mem},
             "samples_ms": samples,
         })

@@ -91,6 +91,25 @@ impl CriLayout {
     pub fn runsc_root_base(&self) -> PathBuf {
         self.dir.join("runsc")
     }
+    /// The warm pool's key directory of the policy at `policy` (`<runsc root>/.pool/k8s.io/
+    /// <key>`, the one whose template names that file), once a pod of it wrote one.
+    pub fn pool_key_dir(&self, policy: &Path) -> Option<PathBuf> {
+        let policy = policy.display().to_string();
+        let ns = self
+            .runsc_root_base()
+            .join(".pool")
+            .join(super::CRI_NAMESPACE);
+        fs::read_dir(ns)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|d| {
+                fs::read_to_string(d.join("template.json"))
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                    .is_some_and(|t| t["config_path"] == policy.as_str())
+            })
+    }
     /// runc's state root for the runc handler (instead of the host-global /run/containerd/runc).
     pub fn runc_root(&self) -> PathBuf {
         self.dir.join("runc")

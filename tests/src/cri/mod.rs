@@ -237,22 +237,7 @@ impl CriContainerd {
     /// The warm pool's key directory of `handler` (`<runsc root>/.pool/k8s.io/<key>`, the one
     /// whose template names the handler's policy), once a pod of it wrote one.
     pub fn pool_key_dir(&self, handler: &str) -> Option<PathBuf> {
-        let policy = self.policy_path(handler)?.display().to_string();
-        let ns = self
-            .layout
-            .runsc_root_base()
-            .join(".pool")
-            .join(CRI_NAMESPACE);
-        std::fs::read_dir(ns)
-            .ok()?
-            .flatten()
-            .map(|e| e.path())
-            .find(|d| {
-                std::fs::read_to_string(d.join("template.json"))
-                    .ok()
-                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                    .is_some_and(|t| t["config_path"] == policy.as_str())
-            })
+        self.layout.pool_key_dir(&self.policy_path(handler)?)
     }
 
     /// The audit log's records, parsed (lines that are not JSON left out).
