@@ -216,18 +216,33 @@ fn main() -> Result<()> {
             PolicyOverride::write(&ctx.node, &ctx.installed, WARM_CLASS, &pooled, |t| {
                 Ok(t.to_string())
             })?;
-        let report = measure(&ctx, pods, idle);
-        // The warm sandboxes left go before the node does.
-        let drained = std::process::Command::new(ctx.installed.layout.shim_path())
-            .arg("pool-drain")
-            .arg(ctx.installed.layout.runsc_root_base())
-            .output()?;
-        if !drained.status.success() {
-            bail!("pool-drain: {drained:?}");
-        }
-        report
+        measure(&ctx, pods, idle)
     }));
+    if !matches!(outcome, Ok(Ok(_))) {
+        // The node's directory goes with it: its logs are kept for the failure's cause.
+        let keep = std::env::temp_dir().join("kube-pods-logs");
+        let _ = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(ctx.node.dir().join("logs"))
+            .arg(&keep)
+            .status();
+        // And the warm pool's templates and boot specs.
+        let _ = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(ctx.installed.layout.runsc_root_base().join(".pool"))
+            .arg(keep.join("pool"))
+            .status();
+        eprintln!("kube-pods: the node's logs are in {}", keep.display());
+    }
+    // The warm sandboxes left go before the node does.
+    let drained = std::process::Command::new(ctx.installed.layout.shim_path())
+        .arg("pool-drain")
+        .arg(ctx.installed.layout.runsc_root_base())
+        .output();
     let down = ctx.node.down();
+    if !drained.as_ref().is_ok_and(|o| o.status.success()) {
+        bail!("pool-drain: {drained:?}");
+    }
     let report = match outcome {
         Ok(r) => r?,
         Err(_) => bail!("the measurement panicked (see above)"),
@@ -241,13 +256,7 @@ fn main() -> Result<()> {
 fn pool_ready(ctx: &Ctx) -> usize {
     ctx.installed
         .policy_path(WARM_CLASS)
-        .and_then(|p| ctx.installed.layout.pool_key_dir(&p))
-        .and_then(|dir| fs::read_dir(dir.join("ready")).ok())
-        .map_or(0, |rd| {
-            rd.flatten()
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
-                .count()
-        })
+        .map_or(0, |p| ctx.installed.layout.pool_ready(&p))
 }
 
 /// Whether pod sandbox `sandbox` claimed a warm sandbox (its `pool-sandbox-claimed` record).

@@ -11,7 +11,8 @@
 //!   --churn-runs N       sandboxes per churn batch (20)
 //!   --churn-rounds N     batches per runtime and concurrency (2)
 //!   --criterion DIR      criterion's output (target/criterion) to include the policy figures
-//!   --only LIST          any of latency,exec,scaling,churn,pods,syscalls,engines,output,egress
+//!   --only LIST          any of latency,exec,scaling,churn,pods,refill,syscalls,engines,output,
+//!                        egress
 //!                        (all by default)
 //!   --exec-runs N        timed `ctr task exec ID true` per runtime into a running sandbox (30)
 //!   --syscall-rounds N   rounds of the syscall-heavy workload (create + find) per runtime (7)
@@ -47,6 +48,7 @@ mod output;
 mod pods;
 mod policy;
 mod procfs;
+mod refill;
 mod report;
 mod scaling;
 mod stats;
@@ -123,6 +125,7 @@ fn parse_args() -> BenchResult<Args> {
             "scaling".into(),
             "churn".into(),
             "pods".into(),
+            "refill".into(),
             "syscalls".into(),
             "engines".into(),
             "output".into(),
@@ -302,6 +305,12 @@ fn main() -> BenchResult<()> {
     } else {
         None
     };
+    let refill = if want("refill") {
+        eprintln!("bench: warm pool refill after a burst of claims, against running pods");
+        Some(refill::measure(&shim)?)
+    } else {
+        None
+    };
     let syscalls = if want("syscalls") {
         eprintln!(
             "bench: syscall-heavy workload, {} rounds (+1 warm-up)",
@@ -381,6 +390,9 @@ fn main() -> BenchResult<()> {
         Some(p) => markdown.push_str(&format!("\n{}", p.markdown())),
         None => markdown.push_str("\n**Pods**: not measured in this run (`--only pods`).\n"),
     }
+    if let Some(x) = &refill {
+        markdown.push_str(&format!("\n{}", x.markdown()));
+    }
     if let Some(x) = &syscalls {
         markdown.push_str(&format!("\n{}", x.markdown()));
     }
@@ -424,6 +436,7 @@ fn main() -> BenchResult<()> {
         "exec": exec.as_ref().map(|x| x.to_json()),
         "syscalls": syscalls.as_ref().map(|x| x.to_json()),
         "pods": pods.as_ref().map(|p| p.to_json()),
+        "refill": refill.as_ref().map(|r| r.to_json()),
         "engines": engines.as_ref().map(|e| e.to_json()),
         "output": output.as_ref().map(|o| o.to_json()),
         "egress": egress.as_ref().map(|e| e.to_json()),

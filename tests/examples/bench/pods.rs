@@ -164,18 +164,6 @@ fn one_pod(cri: &CriContainerd, handler: &str, marker: &mut Marker) -> Result<Po
     })
 }
 
-/// The ready warm sandboxes of [`WARM_HANDLER`]'s pool (0 before its first pod wrote the
-/// pool's template).
-fn warm_ready(cri: &CriContainerd) -> usize {
-    cri.pool_key_dir(WARM_HANDLER)
-        .and_then(|d| std::fs::read_dir(d.join("ready")).ok())
-        .map_or(0, |rd| {
-            rd.flatten()
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
-                .count()
-        })
-}
-
 pub fn measure(shim: &std::path::Path, rounds: usize) -> BenchResult<Pods> {
     let mut opts = CriOptions {
         log_level: "info".into(),
@@ -228,7 +216,7 @@ pub fn measure(shim: &std::path::Path, rounds: usize) -> BenchResult<Pods> {
             let full = gvisor_hardened_tests::poll_until(
                 "the warm pool to be full",
                 std::time::Duration::from_secs(60),
-                || (warm_ready(&cri) >= POOL_SIZE).then_some(()),
+                || (cri.pool_ready(WARM_HANDLER) >= POOL_SIZE).then_some(()),
             );
             if full.is_err() {
                 failed.push(format!(

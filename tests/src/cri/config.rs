@@ -91,6 +91,17 @@ impl CriLayout {
     pub fn runsc_root_base(&self) -> PathBuf {
         self.dir.join("runsc")
     }
+    /// How many warm sandboxes the pool of the policy at `policy` holds ready (0 before a pod
+    /// of it wrote the pool's template).
+    pub fn pool_ready(&self, policy: &Path) -> usize {
+        self.pool_key_dir(policy)
+            .and_then(|d| fs::read_dir(d.join("ready")).ok())
+            .map_or(0, |rd| {
+                rd.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                    .count()
+            })
+    }
     /// The warm pool's key directory of the policy at `policy` (`<runsc root>/.pool/k8s.io/
     /// <key>`, the one whose template names that file), once a pod of it wrote one.
     pub fn pool_key_dir(&self, policy: &Path) -> Option<PathBuf> {

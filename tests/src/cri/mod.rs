@@ -240,6 +240,12 @@ impl CriContainerd {
         self.layout.pool_key_dir(&self.policy_path(handler)?)
     }
 
+    /// How many warm sandboxes `handler`'s pool holds ready.
+    pub fn pool_ready(&self, handler: &str) -> usize {
+        self.policy_path(handler)
+            .map_or(0, |p| self.layout.pool_ready(&p))
+    }
+
     /// The audit log's records, parsed (lines that are not JSON left out).
     pub fn audit_records(&self) -> Vec<serde_json::Value> {
         self.audit_log()

@@ -264,6 +264,28 @@ impl Container {
             },
             "noNewPrivileges": true,
         });
+        // What the holder or runsc says on failure ends up in the error: a file in the bundle,
+        // not a pipe, so nothing waits on a writer the sandbox might keep open.
+        let said_path = self.bundle.join("pool-hostname.out");
+        let said = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&said_path)
+            .map_err(|e| {
+                ShimError::Internal(format!(
+                    "container {}: {}: {e}",
+                    self.id,
+                    said_path.display()
+                ))
+            })?;
+        let said_too = said.try_clone().map_err(|e| {
+            ShimError::Internal(format!(
+                "container {}: {}: {e}",
+                self.id,
+                said_path.display()
+            ))
+        })?;
         let started = self
             .runtime
             .exec(gvisor_hardened_core::runtime::ExecCall {
@@ -272,9 +294,20 @@ impl Container {
                 bundle: &self.bundle,
                 process: &process,
                 console_socket: None,
-                stdio: Default::default(),
+                stdio: gvisor_hardened_core::runtime::RunscStdio {
+                    stdin: None,
+                    stdout: Some(said.into()),
+                    stderr: Some(said_too.into()),
+                },
             })
-            .await?;
+            .await;
+        let started = match started {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = std::fs::remove_file(&said_path);
+                return Err(e.into());
+            }
+        };
         let exit = self
             .runtime
             .watch(started.pid)
@@ -283,10 +316,14 @@ impl Container {
                 source,
             })?
             .await;
+        let output = std::fs::read(&said_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&said_path);
         if exit.containerd_code() != 0 {
+            let output = String::from_utf8_lossy(&output[..output.len().min(2048)]);
             return Err(ShimError::Internal(format!(
-                "container {}: setting the claimed sandbox's hostname to {hostname:?} failed ({exit:?})",
-                self.id
+                "container {}: setting the claimed sandbox's hostname to {hostname:?} failed ({exit:?}): {}",
+                self.id,
+                output.trim()
             )));
         }
         Ok(())

@@ -98,6 +98,9 @@ pub fn template(hardened: &Value) -> Result<Value, &'static str> {
         });
     }
     if let Some(linux) = obj.get_mut("linux").and_then(Value::as_object_mut) {
+        if let Some(profile) = linux.get_mut("seccomp") {
+            allow_sethostname(profile)?;
+        }
         linux.remove("cgroupsPath");
         if let Some(nss) = linux.get_mut("namespaces").and_then(Value::as_array_mut) {
             for ns in nss.iter_mut().filter_map(Value::as_object_mut) {
@@ -108,6 +111,49 @@ pub fn template(hardened: &Value) -> Result<Value, &'static str> {
         }
     }
     Ok(t)
+}
+
+/// Lets the sandbox container's seccomp profile allow sethostname(2). A claim names the
+/// sandbox after its pod by exec'ing the holder with CAP_SYS_ADMIN in that container, and runsc
+/// applies the container's profile to every process in it (`--oci-seccomp`), execs included:
+/// a RuntimeDefault profile, which allows sethostname only to a container that has
+/// CAP_SYS_ADMIN, refused it (seen through a kubelet). Only the holder and the shim's own execs
+/// (the claim's, egress's forwarder without capabilities) run in that container; the pod's
+/// containers keep their own profiles. A profile that names sethostname with another action is
+/// left alone and the pod is not pooled.
+fn allow_sethostname(profile: &mut Value) -> Result<(), &'static str> {
+    const CALL: &str = "sethostname";
+    let allowed_by_default = profile["defaultAction"] == "SCMP_ACT_ALLOW";
+    let rules = profile["syscalls"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    let named: Vec<&Value> = rules
+        .iter()
+        .filter(|r| {
+            r["names"]
+                .as_array()
+                .is_some_and(|n| n.iter().any(|x| x == CALL))
+        })
+        .collect();
+    if named.iter().any(|r| {
+        r["action"] != "SCMP_ACT_ALLOW"
+            || r.get("args")
+                .is_some_and(|a| a.as_array().is_some_and(|a| !a.is_empty()))
+    }) {
+        return Err("the pod sandbox's seccomp profile has its own rule for sethostname, which a claim needs");
+    }
+    if allowed_by_default || !named.is_empty() {
+        return Ok(());
+    }
+    let obj = profile
+        .as_object_mut()
+        .ok_or("the seccomp profile is not an object")?;
+    let syscalls = obj.entry("syscalls").or_insert_with(|| json!([]));
+    syscalls
+        .as_array_mut()
+        .ok_or("the seccomp profile's syscalls are not a list")?
+        .push(json!({"names": [CALL], "action": "SCMP_ACT_ALLOW"}));
+    Ok(())
 }
 
 /// The spec a warm sandbox `pool_id` boots with: the template, the holder bound in from
@@ -300,6 +346,52 @@ mod tests {
             key("/usr/bin/runsc", None, &[], "p", &t),
             key("/usr/bin/runsc", None, &[], "p", &template(&other).unwrap())
         );
+    }
+
+    #[test]
+    fn a_runtime_default_profile_lets_the_claim_set_the_hostname_and_nothing_else_changes() {
+        let mut spec = pause_spec("a", 1 << 30);
+        spec["linux"]["seccomp"] = json!({
+            "defaultAction": "SCMP_ACT_ERRNO",
+            "syscalls": [
+                {"names": ["read", "write"], "action": "SCMP_ACT_ALLOW"},
+                {"names": ["ptrace"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1},
+            ],
+        });
+        let t = template(&spec).unwrap();
+        let rules = t["linux"]["seccomp"]["syscalls"].as_array().unwrap();
+        assert_eq!(rules.len(), 3);
+        assert_eq!(
+            &rules[..2],
+            &spec["linux"]["seccomp"]["syscalls"].as_array().unwrap()[..]
+        );
+        assert_eq!(
+            rules[2],
+            json!({"names": ["sethostname"], "action": "SCMP_ACT_ALLOW"})
+        );
+        assert_eq!(t["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ERRNO");
+    }
+
+    #[test]
+    fn a_profile_that_allows_sethostname_already_is_kept_as_it_is() {
+        for profile in [
+            json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["ptrace"], "action": "SCMP_ACT_ERRNO"}]}),
+            json!({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["sethostname", "read"], "action": "SCMP_ACT_ALLOW"}]}),
+        ] {
+            let mut spec = pause_spec("a", 1 << 30);
+            spec["linux"]["seccomp"] = profile.clone();
+            assert_eq!(template(&spec).unwrap()["linux"]["seccomp"], profile);
+        }
+    }
+
+    #[test]
+    fn a_profile_with_its_own_rule_against_sethostname_is_not_pooled() {
+        let mut spec = pause_spec("a", 1 << 30);
+        spec["linux"]["seccomp"] = json!({
+            "defaultAction": "SCMP_ACT_ALLOW",
+            "syscalls": [{"names": ["sethostname"], "action": "SCMP_ACT_ERRNO"}],
+        });
+        assert!(template(&spec).unwrap_err().contains("sethostname"));
     }
 
     #[test]
