@@ -280,10 +280,7 @@ fn a_pod_under_the_runtime_default_seccomp_profile_claims_and_gets_its_hostname(
         Some(serde_json::json!(ready[0]["id"])),
     );
     let app = cri.run_container(&warm, &sleeper("app")).unwrap();
-    let out = cri
-        .client()
-        .exec_sync(&app, &["hostname"], 20)
-        .unwrap();
+    let out = cri.client().exec_sync(&app, &["hostname"], 20).unwrap();
     assert!(out.success(), "{out}");
     assert_eq!(out.stdout.trim(), "warm-seccomp");
 
