@@ -164,11 +164,27 @@ fn one_pod(cri: &CriContainerd, handler: &str, marker: &mut Marker) -> Result<Po
     })
 }
 
-pub fn measure(shim: &std::path::Path, rounds: usize) -> BenchResult<Pods> {
+/// A private containerd with the CRI plugin and two handlers of the default policy: the cold
+/// one, and [`WARM_HANDLER`] with `pool` (the lines of a `[pool]` section).
+pub fn cri_with_pool(shim: &std::path::Path, pool: &str) -> BenchResult<CriContainerd> {
     let mut opts = CriOptions {
         log_level: "info".into(),
         ..CriOptions::with_shim(shim)
     };
+    opts.policies = vec![
+        (
+            DEFAULT_HANDLER.to_string(),
+            SHIPPED_DEFAULT_POLICY.to_string(),
+        ),
+        (
+            WARM_HANDLER.to_string(),
+            format!("{SHIPPED_DEFAULT_POLICY}\n[pool]\n{pool}\n"),
+        ),
+    ];
+    Ok(CriContainerd::start(opts)?)
+}
+
+pub fn measure(shim: &std::path::Path, rounds: usize) -> BenchResult<Pods> {
     // GVH_BENCH_POOL_REFILL: boots per minute, the policy's default (30) unless set; the
     // refill after a claim waits one interval, so it does not overlap the claiming pod's own
     // container starts (an experiment knob: 600 shows what overlapping costs).
@@ -176,16 +192,10 @@ pub fn measure(shim: &std::path::Path, rounds: usize) -> BenchResult<Pods> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(30);
-    opts.policies = vec![
-        (DEFAULT_HANDLER.to_string(), SHIPPED_DEFAULT_POLICY.to_string()),
-        (
-            WARM_HANDLER.to_string(),
-            format!(
-                "{SHIPPED_DEFAULT_POLICY}\n[pool]\nsize = {POOL_SIZE}\nmemory_limit = \"512Mi\"\nrefill_per_minute = {refill}\n"
-            ),
-        ),
-    ];
-    let cri = CriContainerd::start(opts)?;
+    let cri = cri_with_pool(
+        shim,
+        &format!("size = {POOL_SIZE}\nmemory_limit = \"512Mi\"\nrefill_per_minute = {refill}"),
+    )?;
     let mut samples: Vec<(String, Vec<f64>)> = HANDLERS
         .iter()
         .map(|(h, _)| (h.to_string(), Vec::new()))

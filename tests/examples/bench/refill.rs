@@ -17,9 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use gvisor_hardened_tests::cri::{
-    container_config, CriContainerd, CriOptions, Pod, HARDENED_HANDLER, SHIPPED_DEFAULT_POLICY,
-};
+use gvisor_hardened_tests::cri::{container_config, CriContainerd, Pod, HARDENED_HANDLER};
 use gvisor_hardened_tests::TEST_IMAGE_REF;
 use serde_json::{json, Value};
 
@@ -112,20 +110,10 @@ fn window(
 }
 
 pub fn measure(shim: &std::path::Path) -> BenchResult<Refill> {
-    let mut opts = CriOptions {
-        log_level: "info".into(),
-        ..CriOptions::with_shim(shim)
-    };
-    opts.policies = vec![
-        (HARDENED_HANDLER.to_string(), SHIPPED_DEFAULT_POLICY.to_string()),
-        (
-            WARM_HANDLER.to_string(),
-            format!(
-                "{SHIPPED_DEFAULT_POLICY}\n[pool]\nsize = {BURST}\nmemory_limit = \"{MEMORY_LIMIT_MIB}Mi\"\n"
-            ),
-        ),
-    ];
-    let cri = CriContainerd::start(opts)?;
+    let cri = crate::pods::cri_with_pool(
+        shim,
+        &format!("size = {BURST}\nmemory_limit = \"{MEMORY_LIMIT_MIB}Mi\""),
+    )?;
     let mut failed = Vec::new();
     let busy_pod = cri.run_pod("spinning", HARDENED_HANDLER)?;
     let busy = cri.run_container(
