@@ -73,7 +73,7 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
         }
     };
     let first = state.as_ref().map(runsc_delete);
-    let _swept_under = cleanup_lock.and_then(|l| l.exclusive().ok());
+    let swept_under = cleanup_lock.and_then(|l| l.exclusive().ok());
     // A pod container's delete can lose a race with its sandbox's: runsc 20221219 then fails
     // to reach the sandbox's control server that the other delete just killed. Once no other
     // delete runs (the exclusive lock), runsc sees the sandbox stopped and deletes the rest.
@@ -100,6 +100,8 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
             }
         }
     }
+    // The rest touches nothing another delete's runsc could race with.
+    drop(swept_under);
     if let Some(claim) = &claim {
         claim.forget();
     }
