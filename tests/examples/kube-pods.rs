@@ -235,10 +235,10 @@ fn main() -> Result<()> {
         eprintln!("kube-pods: the node's logs are in {}", keep.display());
     }
     // The warm sandboxes left go before the node does.
-    let drained = std::process::Command::new(ctx.installed.layout.shim_path())
-        .arg("pool-drain")
-        .arg(ctx.installed.layout.runsc_root_base())
-        .output();
+    let drained = ctx
+        .installed
+        .layout
+        .drain_pools(&ctx.installed.layout.shim_path());
     let down = ctx.node.down();
     if !drained.as_ref().is_ok_and(|o| o.status.success()) {
         bail!("pool-drain: {drained:?}");

@@ -170,10 +170,7 @@ pub fn measure(shim: &std::path::Path) -> BenchResult<Refill> {
             failed.push(format!("removing {}: {e}", pod.id));
         }
     }
-    let drained = std::process::Command::new(shim)
-        .arg("pool-drain")
-        .arg(cri.layout().runsc_root_base())
-        .output();
+    let drained = cri.layout().drain_pools(shim);
     if !drained.as_ref().is_ok_and(|o| o.status.success()) {
         failed.push(format!("pool-drain: {drained:?}"));
     }

@@ -91,6 +91,14 @@ impl CriLayout {
     pub fn runsc_root_base(&self) -> PathBuf {
         self.dir.join("runsc")
     }
+    /// `shim pool-drain <runsc root>`, as an operator runs it: every unclaimed warm sandbox of
+    /// every pool under this layout deleted. The command's output, for the caller to judge.
+    pub fn drain_pools(&self, shim: &Path) -> std::io::Result<std::process::Output> {
+        Command::new(shim)
+            .arg("pool-drain")
+            .arg(self.runsc_root_base())
+            .output()
+    }
     /// How many warm sandboxes the pool of the policy at `policy` holds ready (0 before a pod
     /// of it wrote the pool's template).
     pub fn pool_ready(&self, policy: &Path) -> usize {

@@ -219,11 +219,7 @@ fn assert_warm_sandbox_gone(cri: &CriContainerd, key: &Path, id: &str) {
 
 /// `pool-drain` as an operator runs it: every unclaimed warm sandbox deleted.
 fn drain(cri: &CriContainerd) -> String {
-    let out = std::process::Command::new(shim_binary().unwrap())
-        .arg("pool-drain")
-        .arg(cri.layout().runsc_root_base())
-        .output()
-        .unwrap();
+    let out = cri.layout().drain_pools(&shim_binary().unwrap()).unwrap();
     assert!(out.status.success(), "{out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
