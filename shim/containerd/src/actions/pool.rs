@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use gvisor_hardened_core::pool::{self, fill, KeyDir};
+use gvisor_hardened_core::pool::{self, drain, fill, KeyDir};
 use gvisor_hardened_core::reaper::Reaper;
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -26,6 +26,10 @@ pub fn fill(dir: &str) -> anyhow::Result<()> {
     });
     let line = match &result {
         Ok(r) if r.already_filling => "another filler is at work".to_string(),
+        Ok(r) if r.drained_own.is_some() => format!(
+            "the policy changed since this key was booted (or turned its pool off): drained {} warm",
+            r.drained_own.unwrap_or_default()
+        ),
         Ok(r) => format!(
             "booted {}, removed {} dead, {} ready{}{}",
             r.booted,
@@ -68,8 +72,8 @@ pub fn drain(policy_runsc_root: &str) -> anyhow::Result<()> {
         let reaper = Reaper::install()?;
         let mut total = 0;
         for ns in &namespaces {
-            for kd in fill::keys(ns) {
-                total += fill::drain(&kd, reaper.clone())
+            for kd in drain::keys(ns) {
+                total += drain::drain(&kd, reaper.clone())
                     .await
                     .with_context(|| format!("draining {}", kd.dir.display()))?;
             }

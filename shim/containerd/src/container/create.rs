@@ -106,6 +106,9 @@ impl Container {
         let pool = if cri_sandbox && prepared.policy.policy.pool.enabled() {
             pool_of(&env, &p, &prepared)
         } else {
+            if cri_sandbox {
+                drain_pools_turned_off(&env, &p, &prepared);
+            }
             None
         };
         let claimed = pool.as_ref().and_then(|kd| match pool::claim(kd) {
@@ -517,6 +520,45 @@ impl Container {
 
 /// The pool of this pod sandbox's key, its template written for the filler; `None` (a cold
 /// start) when it cannot be set up.
+/// A pod sandbox under a policy with its pool off: warm sandboxes booted for this policy
+/// source while its pool was on are handed to a filler each, which drains them (their policy
+/// changed), so turning a pool off gives its memory back with the next pod. Nothing is read
+/// but a missing directory when there never was a pool.
+fn drain_pools_turned_off(
+    env: &ShimEnv,
+    p: &CreateParams,
+    prepared: &gvisor_hardened_core::prepare::Prepared,
+) {
+    let namespace_dir =
+        pool::store::namespace_dir(&prepared.policy.policy.runsc.root, &env.namespace);
+    let stale = pool::drain::warm_keys_of_source(
+        &namespace_dir,
+        &env.namespace,
+        p.options.config_path.as_deref(),
+        &env.node_policy,
+    );
+    if stale.is_empty() {
+        return;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            log::warn!("pool: cannot find the shim binary to drain a pool turned off: {e}");
+            return;
+        }
+    };
+    for kd in stale {
+        log::info!(
+            "container {}: the pool of key {} is off under this policy; draining it",
+            p.id,
+            kd.key
+        );
+        if let Err(e) = pool::start_filler(&exe, &kd) {
+            log::warn!("pool {}: cannot start its drain: {e}", kd.key);
+        }
+    }
+}
+
 fn pool_of(
     env: &ShimEnv,
     p: &CreateParams,

@@ -8,7 +8,8 @@
 //!
 //! The refill rate holds across fillers (the key's last boot is kept on disk): a filler
 //! started by a claim waits out the rest of the interval, holding the lock. A drain asks it
-//! to stop (SIGTERM); it does so between boots, never in the middle of one.
+//! to stop (SIGTERM); it does so between boots, never in the middle of one. A filler that
+//! finds its key's policy changed (or its pool turned off) drains the key instead (`drain`).
 
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -17,9 +18,8 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::store::{Entry, KeyDir, PoolError, Template};
-use super::{memory, spec};
+use super::{drain, memory, spec};
 use crate::audit::{AuditEvent, AuditRecord, PoolAudit, Subject, Trail};
-use crate::host::{linux::LinuxHost, Host};
 use crate::policy_source::{self, sha256_hex, LoadedPolicy};
 use crate::reaper::Reaper;
 use crate::runsc::client::{read_pid_file, ProcessIo, Runsc};
@@ -38,6 +38,9 @@ pub struct FillReport {
     pub already_filling: bool,
     /// Stale keys beside this one it drained, or failed to (`drain_stale`).
     pub drained_stale: Vec<String>,
+    /// The policy changed since the key's template was written (or turned its pool off): no
+    /// pod claims from this key again, so its warm sandboxes were drained, this many.
+    pub drained_own: Option<usize>,
 }
 
 /// Fills the pool of `kd`. Only one filler per key works at a time (an flock on the key's
@@ -66,19 +69,20 @@ pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> 
     write_holder(&lock);
     let (template, policy) = template_and_policy(kd)?;
     if policy.sha256 != template.policy_sha256 {
-        return Err(PoolError::PolicyChanged {
-            key: kd.key.clone(),
-            want: template.policy_sha256.clone(),
-            got: policy.sha256.clone(),
+        // Pods under the policy as it is now compute another key (none, with the pool off).
+        let n = drain::drain_locked(kd, &template, reaper).await?;
+        return Ok(FillReport {
+            drained_own: Some(n),
+            ..Default::default()
         });
     }
     let pool = policy.policy.pool.clone();
     let mut report = FillReport {
-        drained_stale: drain_stale(kd, &template, &policy, &reaper).await,
+        drained_stale: drain::drain_stale(kd, &template, &policy, &reaper).await,
         ..Default::default()
     };
     let factory = RunscFactory::new(reaper.clone());
-    let (removed, failed) = prune(kd, &factory, &template).await;
+    let (removed, failed) = drain::prune(kd, &factory, &template).await;
     report.removed_dead = removed;
     if !failed.is_empty() {
         report.stopped = Some(format!(
@@ -139,7 +143,7 @@ pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> 
     Ok(report)
 }
 
-fn open_lock(kd: &KeyDir) -> Result<std::fs::File, PoolError> {
+pub(super) fn open_lock(kd: &KeyDir) -> Result<std::fs::File, PoolError> {
     let path = kd.lock_path();
     std::fs::OpenOptions::new()
         .create(true)
@@ -164,41 +168,6 @@ fn write_holder(lock: &std::fs::File) {
     let _ = lock
         .set_len(0)
         .and_then(|()| lock.write_all_at(format!("{pid} {start}\n").as_bytes(), 0));
-}
-
-/// The pid and start time in a lock file's text.
-fn parse_holder(text: &str) -> Option<(i32, u64)> {
-    let mut words = text.split_whitespace();
-    Some((words.next()?.parse().ok()?, words.next()?.parse().ok()?))
-}
-
-/// Takes the key's fill lock for a drain. A filler that holds it is asked to stop (SIGTERM
-/// through a pidfd, checked against the start time it wrote into the lock file) and waited for:
-/// it ends after the boot it is in, if any, and writes its last log line before it exits. A
-/// filler that holds the lock but has not written its pid yet is not signalled; the lock is
-/// then taken when it ends on its own.
-fn lock_out_filler(kd: &KeyDir) -> Result<std::fs::File, PoolError> {
-    use gvisor_hardened_proc::host_process::{start_time_of, HostProcess};
-    use rustix::fs::{flock, FlockOperation};
-    let lock = open_lock(kd)?;
-    if flock(lock.as_fd(), FlockOperation::NonBlockingLockExclusive).is_ok() {
-        return Ok(lock);
-    }
-    let holder = std::fs::read_to_string(kd.lock_path())
-        .ok()
-        .and_then(|t| parse_holder(&t))
-        .and_then(|(pid, start)| HostProcess::open_checked(pid, Some(start), start_time_of));
-    if let Some(filler) = holder {
-        if filler.signal(libc::SIGTERM).is_ok() {
-            filler.wait_exited(Duration::from_secs(60));
-        }
-    }
-    flock(lock.as_fd(), FlockOperation::LockExclusive).map_err(|e| PoolError::Io {
-        path: kd.lock_path(),
-        what: "taking the fill lock",
-        source: e.into(),
-    })?;
-    Ok(lock)
 }
 
 /// The key's template and the policy it names, loaded now, with runsc at the template's path.
@@ -234,46 +203,6 @@ pub fn resolve_binary(name: &str) -> Option<std::path::PathBuf> {
         })
 }
 
-/// Whether `other`'s warm sandboxes can no longer be claimed by anyone: it was booted for the
-/// same policy source as `current`, under a policy that has changed since or from a runsc
-/// binary that has been replaced. (Another pod shape of the same policy is not stale.)
-fn stale_beside(current: &Template, current_policy_sha256: &str, other: &Template) -> bool {
-    other.key != current.key
-        && other.namespace == current.namespace
-        && other.config_path == current.config_path
-        && other.node_policy == current.node_policy
-        && (other.policy_sha256 != current_policy_sha256
-            || other.runsc_binary != current.runsc_binary
-            || other.runsc_identity != Identity::of(&other.runsc_binary.display().to_string()))
-}
-
-/// Drains the keys beside `kd` that [`stale_beside`] finds: their sandboxes were booted for a
-/// policy or runsc that no pod will claim under again. A filler runs whenever a pooled pod
-/// starts, so a changed policy's old pool goes with the first pod under the new one. Best
-/// effort: the names of the keys drained, and the errors of those that were not.
-async fn drain_stale(
-    kd: &KeyDir,
-    template: &Template,
-    policy: &LoadedPolicy,
-    reaper: &Reaper,
-) -> Vec<String> {
-    let Some(namespace_dir) = kd.dir.parent() else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for other in keys(namespace_dir) {
-        let Ok(t) = other.template() else { continue };
-        if !stale_beside(template, &policy.sha256, &t) {
-            continue;
-        }
-        match drain(&other, reaper.clone()).await {
-            Ok(n) => out.push(format!("drained stale key {} ({n} warm)", other.key)),
-            Err(e) => out.push(format!("draining stale key {}: {e}", other.key)),
-        }
-    }
-    out
-}
-
 fn new_id() -> String {
     let ms = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -307,29 +236,6 @@ async fn client_for(
         });
     }
     Ok(client)
-}
-
-/// The client that deletes the key's warm sandboxes: the template's runsc binary and state
-/// root, with no more flags than a delete needs (as containerd's `delete` action runs it). It
-/// does not depend on the policy, which may have changed its flags or be gone.
-async fn cleanup_client(
-    factory: &RunscFactory,
-    template: &Template,
-    kd: &KeyDir,
-) -> Result<Runsc, PoolError> {
-    let fail = |reason: String| PoolError::Boot {
-        key: kd.key.clone(),
-        reason,
-    };
-    let root = template
-        .global_args
-        .iter()
-        .find_map(|a| a.strip_prefix("--root="))
-        .ok_or_else(|| fail("the template names no runsc --root".to_string()))?;
-    factory
-        .cleanup_client(&template.runsc_binary.display().to_string(), root)
-        .await
-        .map_err(|e| fail(e.to_string()))
 }
 
 /// The subject of a warm sandbox's records: no pod yet, the pool's runsc id.
@@ -406,90 +312,10 @@ async fn boot(
     .await;
     if booted.is_err() {
         let _ = client.delete(&id, true).await;
-        remove_pool_cgroups(&id);
+        drain::remove_pool_cgroups(&id);
         kd.forget(&id);
     }
     booted
-}
-
-/// What `runsc delete` may leave of a warm sandbox's own cgroup.
-fn remove_pool_cgroups(id: &str) {
-    let _ = LinuxHost.remove_cgroups(&spec::pool_cgroups_path(id), id);
-}
-
-/// Deletes the warm sandboxes that died (found in `ready/`, or moved to `dead/` by a claimant
-/// that found them dead) and those a drain moved there, so a dead one is never claimed and
-/// its place is refilled. How many it deleted, and why it could not delete the others (their
-/// entries stay in `dead/` for the next filler).
-async fn prune(kd: &KeyDir, factory: &RunscFactory, template: &Template) -> (usize, Vec<String>) {
-    let mut dead: Vec<Entry> = kd.entries(&kd.dead());
-    for e in kd.entries(&kd.ready()) {
-        if !super::claim::alive(&e) && kd.take(&e.id, &kd.dead()).unwrap_or(false) {
-            dead.push(e);
-        }
-    }
-    let mut removed = 0;
-    let mut failed = Vec::new();
-    for e in &dead {
-        let deleted = match cleanup_client(factory, template, kd).await {
-            Ok(client) => match client.delete(&e.id, true).await {
-                Ok(()) => Ok(()),
-                Err(err) if err.is_gone() => Ok(()),
-                Err(err) => Err(err.to_string()),
-            },
-            Err(err) => Err(err.to_string()),
-        };
-        match deleted {
-            Ok(()) => {
-                remove_pool_cgroups(&e.id);
-                kd.forget(&e.id);
-                removed += 1;
-            }
-            Err(err) => failed.push(format!("{}: {err}", e.id)),
-        }
-    }
-    (removed, failed)
-}
-
-/// The keys with a template under a namespace's pool directory.
-pub fn keys(namespace_dir: &Path) -> Vec<KeyDir> {
-    let Ok(rd) = std::fs::read_dir(namespace_dir) else {
-        return Vec::new();
-    };
-    rd.filter_map(|e| e.ok())
-        .map(|e| KeyDir::at(e.path()))
-        .filter(|kd| kd.template_path().is_file())
-        .collect()
-}
-
-/// Deletes every warm sandbox of `kd` that no pod claimed, and the key's directory if nothing
-/// claimed is left in it: a node's pool turned off, or a test's end. Returns how many were
-/// deleted.
-pub async fn drain(kd: &KeyDir, reaper: Reaper) -> Result<usize, PoolError> {
-    // Held until the key is gone: no filler boots while it is drained, or after, into a
-    // directory that no longer exists.
-    let _lock = lock_out_filler(kd)?;
-    // Only the template: a drain deletes what a policy booted that may have changed since,
-    // or whose file is gone.
-    let template = kd.template()?;
-    let factory = RunscFactory::new(reaper);
-    let mut n = 0;
-    for e in kd.entries(&kd.ready()) {
-        if kd.take(&e.id, &kd.dead())? {
-            n += 1;
-        }
-    }
-    let (removed, failed) = prune(kd, &factory, &template).await;
-    if !failed.is_empty() {
-        return Err(PoolError::Boot {
-            key: kd.key.clone(),
-            reason: format!("cannot delete warm sandboxes: {}", failed.join("; ")),
-        });
-    }
-    if kd.entries(&kd.claimed()).is_empty() {
-        let _ = std::fs::remove_dir_all(&kd.dir);
-    }
-    Ok(n.max(removed))
 }
 
 /// The template of a pod's sandbox: what a filler needs to boot warm sandboxes it can claim.
@@ -537,92 +363,5 @@ impl TemplateInputs<'_> {
                 spec,
             },
         ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A template of key `key` for policy `sha`, with runsc at `runsc` as it is now.
-    fn template(key: &str, sha: &str, runsc: &Path) -> Template {
-        Template {
-            key: key.into(),
-            namespace: "k8s.io".into(),
-            config_path: Some("/etc/gvisor-hardened/tool.toml".into()),
-            node_policy: "/etc/gvisor-hardened/policy.toml".into(),
-            policy_sha256: sha.into(),
-            runsc_binary: runsc.to_path_buf(),
-            runsc_identity: Identity::of(&runsc.display().to_string()),
-            runsc: policy_injector::RunscFlags {
-                network: policy_injector::NetworkMode::None,
-                oci_seccomp: true,
-                net_raw: false,
-                host_uds: "none".into(),
-                overlay: None,
-                platform: None,
-                extra: Default::default(),
-            },
-            global_args: Vec::new(),
-            hold_binary: "/hold".into(),
-            spec: serde_json::json!({}),
-        }
-    }
-
-    #[test]
-    fn a_key_of_a_changed_policy_or_a_replaced_runsc_is_stale_and_another_shape_is_not() {
-        let tmp = tempfile::tempdir().unwrap();
-        let runsc = tmp.path().join("runsc");
-        std::fs::write(&runsc, b"old runsc").unwrap();
-        let current = template("new", "sha-2", &runsc);
-        // Booted under the policy before its change.
-        assert!(stale_beside(
-            &current,
-            "sha-2",
-            &template("old", "sha-1", &runsc)
-        ));
-        // Another pod shape under the same policy: its pods still come.
-        assert!(!stale_beside(
-            &current,
-            "sha-2",
-            &template("shape", "sha-2", &runsc)
-        ));
-        // Another policy file's pool is not this one's to judge.
-        let mut other_source = template("other", "sha-9", &runsc);
-        other_source.config_path = Some("/etc/gvisor-hardened/agent.toml".into());
-        assert!(!stale_beside(&current, "sha-2", &other_source));
-        assert!(!stale_beside(&current, "sha-2", &current));
-        // runsc replaced in place: a key written before is stale, though path and policy match.
-        let before = template("before", "sha-2", &runsc);
-        std::fs::remove_file(&runsc).unwrap();
-        std::fs::write(&runsc, b"new runsc, another file").unwrap();
-        assert!(stale_beside(&current, "sha-2", &before));
-    }
-
-    #[test]
-    fn a_lock_file_names_its_holder_by_pid_and_start_time() {
-        assert_eq!(parse_holder("4242 987654\n"), Some((4242, 987654)));
-        assert_eq!(parse_holder(""), None);
-        assert_eq!(parse_holder("4242"), None);
-    }
-
-    #[test]
-    fn a_drain_takes_a_free_lock_at_once_and_holds_it() {
-        let tmp = tempfile::tempdir().unwrap();
-        let kd = KeyDir::new(tmp.path().to_str().unwrap(), "default", "k");
-        kd.create().unwrap();
-        let held = lock_out_filler(&kd).unwrap();
-        let other = open_lock(&kd).unwrap();
-        assert!(rustix::fs::flock(
-            other.as_fd(),
-            rustix::fs::FlockOperation::NonBlockingLockExclusive
-        )
-        .is_err());
-        drop(held);
-        assert!(rustix::fs::flock(
-            other.as_fd(),
-            rustix::fs::FlockOperation::NonBlockingLockExclusive
-        )
-        .is_ok());
     }
 }

@@ -3,12 +3,14 @@
 //!
 //! - `spec`: pure; the template a warm sandbox boots from and the key pods share a pool by.
 //! - `store`: the pool on disk; a claim is a rename, so one sandbox serves one pod.
-//! - `fill`: the filler, which boots warm sandboxes within the policy's bounds.
+//! - `fill`: the filler, which boots warm sandboxes within the policy's bounds; `drain`:
+//!   deleting the warm sandboxes no pod will claim.
 //! - `claim`: the shim's side; `adopt`: runsc's record of the claimed sandbox's cgroup;
 //!   `memory`: what a warm sandbox costs (PSS).
 
 pub mod adopt;
 pub mod claim;
+pub mod drain;
 pub mod fill;
 pub mod memory;
 pub mod spec;

@@ -50,12 +50,6 @@ pub enum PoolError {
         want: Vec<String>,
         got: Vec<String>,
     },
-    #[error("pool {key}: the policy changed since the template was written (sha256 {want}, now {got}): not filling")]
-    PolicyChanged {
-        key: String,
-        want: String,
-        got: String,
-    },
     #[error("pool {key}: booting a warm sandbox: {reason}")]
     Boot { key: String, reason: String },
     #[error("pool {key}: claimed sandbox {id}: {reason}")]
@@ -97,6 +91,21 @@ pub struct Template {
     pub hold_binary: PathBuf,
     /// `spec::template` of the pod's hardened sandbox spec.
     pub spec: Value,
+}
+
+impl Template {
+    /// Whether it was written for pods of this policy source: the same containerd namespace
+    /// and the same policy file (a RuntimeClass's `ConfigPath`, else the node's policy).
+    pub fn is_of_source(
+        &self,
+        namespace: &str,
+        config_path: Option<&str>,
+        node_policy: &Path,
+    ) -> bool {
+        self.namespace == namespace
+            && self.config_path.as_deref() == config_path
+            && self.node_policy == node_policy
+    }
 }
 
 /// One warm sandbox.

@@ -265,6 +265,39 @@ fn a_changed_policy_drains_the_old_pool_when_its_first_pod_starts() {
 }
 
 #[test]
+fn a_pool_turned_off_is_drained_when_its_next_pod_starts() {
+    let cri = start("size = 1\nrefill_per_minute = 600", "size = 1");
+    let handler = HARDENED_HANDLER;
+    let (cold, ready, old_key) = filled(&cri, handler, 1);
+    let old = ids_of(&ready);
+
+    // The operator turns the pool off. Nobody runs pool-drain: the warm sandbox must not
+    // stay booted, holding memory, for pods that will never claim it.
+    let policy = cri.policy_path(handler).unwrap();
+    let edited = pooled(SHIPPED_DEFAULT_POLICY, "size = 0");
+    std::fs::write(&policy, test_policy(&edited, cri.layout()).unwrap()).unwrap();
+    let after = cri.run_pod("after", handler).unwrap();
+    assert!(
+        cri.pool_claim_of(&after.id).is_none(),
+        "a pod of a policy with its pool off claimed a warm sandbox"
+    );
+    poll_until(
+        "the old key's directory to go",
+        Duration::from_secs(15),
+        || (!old_key.exists()).then_some(()),
+    )
+    .unwrap_or_else(|e| panic!("{e}:\n{}", pool_state(&cri)));
+    for id in &old {
+        assert_warm_sandbox_gone(&cri, &old_key, id);
+    }
+    // Nothing boots for the policy as it is now.
+    assert_eq!(cri.pool_key_dir(handler), None, "{}", pool_state(&cri));
+
+    remove_pods(&cri, &[(after, vec![]), (cold, vec![])]);
+    assert_clean_cri_shutdown(cri);
+}
+
+#[test]
 fn a_drain_deletes_the_pool_of_a_policy_whose_file_is_gone() {
     let cri = start("size = 1\nrefill_per_minute = 600", "size = 1");
     let handler = HARDENED_HANDLER;
