@@ -58,4 +58,7 @@ t write_1000_files write_files
 t cp_r_venv cp -r "$ws/venv" "$ws/venv-copy"
 t ls_la ls -la "$ws/files"
 echo "info ls_la_lines $(wc -l <"$log")"
+t ls_la_again ls -la "$ws/files"
+t ls_names ls "$ws/files"
+t spawn_true /bin/true
 echo "info venv_files $(find "$ws/venv" | wc -l)"

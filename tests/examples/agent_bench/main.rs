@@ -238,12 +238,15 @@ fn main() -> BenchResult<()> {
     let mut wrappers = BTreeMap::new();
     for v in &vars {
         match v.kind {
-            Kind::Hardened { platform, directfs } => {
+            Kind::Hardened {
+                platform,
+                extra_flags,
+            } => {
                 let p = variants::hardened_policy(
                     &setup.dir,
                     v.key,
                     platform,
-                    directfs,
+                    extra_flags,
                     &setup.workspaces,
                     &up,
                 )?;

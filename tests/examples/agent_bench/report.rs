@@ -30,6 +30,12 @@ pub const STEPS: &[(&str, &str, Option<f64>)] = &[
     ),
     ("cp_r_venv", "`cp -r` of the venv (workspace)", Some(5.0)),
     ("ls_la", "`ls -la` of the 1000 files (workspace)", Some(5.0)),
+    // What bounds `ls -la` from below: the same listing again (what the sentry kept), the
+    // names alone (one process, the directory read, no per-file call) and one process that
+    // does nothing.
+    ("ls_la_again", "`ls -la` of the 1000 files, again", None),
+    ("ls_names", "`ls` of the 1000 files (names only)", None),
+    ("spawn_true", "`/bin/true` (one process start)", None),
 ];
 
 /// One container's run.
@@ -136,9 +142,11 @@ fn min_max(v: &[f64]) -> Option<(f64, f64)> {
     Some((lo, hi))
 }
 
-/// "1.23" for seconds, finer below 0.1 s.
+/// "1.23" for seconds, finer below 0.1 s and again below 0.01 s.
 fn secs(x: f64) -> String {
-    if x < 0.1 {
+    if x < 0.01 {
+        format!("{x:.4}")
+    } else if x < 0.1 {
         format!("{x:.3}")
     } else {
         format!("{x:.2}")

@@ -4,8 +4,10 @@
 //!   coding-agent.toml`: read-only root, uid 1000, tmpfs scratch, the workspace bind writable
 //!   with git protection, loopback only), plus an egress allowlist of the two upstream names
 //!   (the proxy resolves them through the policy's `hosts`; `require_sni` on), the platform and,
-//!   for one labelled row, `directfs = true`. Only the audit log and the writable root move into
-//!   the bench's directory.
+//!   for labelled trade-off rows, one runsc flag (`directfs = true`, or `file-access-mounts =
+//!   "exclusive"`: the sentry trusts what it cached of the workspace bind instead of asking the
+//!   gofer again, so a change made from the host while the sandbox runs may go unseen). Only the
+//!   audit log and the writable root move into the bench's directory.
 //! - **plain runsc**: containerd's Go shim driving the same runsc binary with nothing but the
 //!   platform chosen (its defaults otherwise: directfs, its own rootfs overlay, gVisor's netstack
 //!   in the container's network namespace), in a [`ClientNet`](crate::upstream::ClientNet).
@@ -28,7 +30,8 @@ pub enum Kind {
     /// Our shim; `platform` as in `[runsc] platform` ("" = the shim's choice).
     Hardened {
         platform: &'static str,
-        directfs: bool,
+        /// `[runsc] extra_flags` beyond the preset (trade-off rows, not the default).
+        extra_flags: &'static [(&'static str, &'static str)],
     },
     /// The Go shim + the stack's runsc, `--platform` and `--network` only when named.
     PlainRunsc {
@@ -65,7 +68,7 @@ pub fn for_stack(stack: Stack) -> Vec<Variant> {
                 "gvisor-hardened, systrap (default policy: directfs off)",
                 Kind::Hardened {
                     platform: "systrap",
-                    directfs: false,
+                    extra_flags: &[],
                 },
                 "systrap",
             ),
@@ -74,7 +77,7 @@ pub fn for_stack(stack: Stack) -> Vec<Variant> {
                 "gvisor-hardened, ptrace",
                 Kind::Hardened {
                     platform: "ptrace",
-                    directfs: false,
+                    extra_flags: &[],
                 },
                 "ptrace",
             ),
@@ -83,7 +86,16 @@ pub fn for_stack(stack: Stack) -> Vec<Variant> {
                 "gvisor-hardened, systrap, `directfs = true` (trade-off row, not the default)",
                 Kind::Hardened {
                     platform: "systrap",
-                    directfs: true,
+                    extra_flags: &[("directfs", "true")],
+                },
+                "systrap",
+            ),
+            v(
+                "hardened_systrap_exclusive",
+                "gvisor-hardened, systrap, `file-access-mounts = \"exclusive\"` (trade-off row, not the default)",
+                Kind::Hardened {
+                    platform: "systrap",
+                    extra_flags: &[("file-access-mounts", "exclusive")],
                 },
                 "systrap",
             ),
@@ -113,7 +125,7 @@ pub fn for_stack(stack: Stack) -> Vec<Variant> {
                 "gvisor-hardened, ptrace",
                 Kind::Hardened {
                     platform: "",
-                    directfs: false,
+                    extra_flags: &[],
                 },
                 "ptrace",
             ),
@@ -140,7 +152,7 @@ pub fn hardened_policy(
     dir: &Path,
     key: &str,
     platform: &str,
-    directfs: bool,
+    extra_flags: &[(&str, &str)],
     workspaces: &Path,
     up: &Upstream,
 ) -> BenchResult<PathBuf> {
@@ -155,9 +167,11 @@ pub fn hardened_policy(
     doc["mounts"]["writable_sources"] = value(writable);
     let mut runsc = Table::new();
     runsc["platform"] = value(platform);
-    if directfs {
+    if !extra_flags.is_empty() {
         let mut extra = InlineTable::new();
-        extra.insert("directfs", "true".into());
+        for &(flag, v) in extra_flags {
+            extra.insert(flag, v.into());
+        }
         runsc["extra_flags"] = value(extra);
     }
     doc["runsc"] = Item::Table(runsc);
