@@ -221,33 +221,52 @@ fn an_empty_pool_is_a_cold_start() {
     assert_clean_cri_shutdown(cri);
 }
 
-#[test]
-fn a_changed_policy_drains_the_old_pool_when_its_first_pod_starts() {
-    let cri = start("size = 1\nrefill_per_minute = 600", "size = 1");
-    let handler = HARDENED_HANDLER;
-    let (cold, ready, old_key) = filled(&cri, handler, 1);
-    let old = ids_of(&ready);
-
-    // The operator edits the policy. Warm sandboxes booted under the old one must not serve
-    // pods of the new one, nor stay booted for nobody.
+/// Rewrites `handler`'s policy with `[pool]` as `pool`, starts a pod under it, and checks that
+/// the pod claimed nothing of the old pool and that the old key (`old_key`, holding `old`)
+/// goes, every sandbox of it deleted. Returns the pod.
+fn edit_pool_and_see_the_old_one_go(
+    cri: &CriContainerd,
+    handler: &str,
+    pool: &str,
+    old_key: &Path,
+    old: &[String],
+) -> Pod {
     let policy = cri.policy_path(handler).unwrap();
-    let edited = pooled(SHIPPED_DEFAULT_POLICY, "size = 2\nrefill_per_minute = 600");
+    let edited = pooled(SHIPPED_DEFAULT_POLICY, pool);
     std::fs::write(&policy, test_policy(&edited, cri.layout()).unwrap()).unwrap();
     let after = cri.run_pod("after", handler).unwrap();
     assert!(
         cri.pool_claim_of(&after.id).is_none(),
-        "a pod of the new policy claimed a sandbox of the old one"
+        "a pod of the edited policy ({pool}) claimed a sandbox of the old one"
     );
-    // Its filler drains the old key before it boots for the new one.
     poll_until(
         "the old key's directory to go",
         Duration::from_secs(15),
         || (!old_key.exists()).then_some(()),
     )
-    .unwrap_or_else(|e| panic!("{e}:\n{}", pool_state(&cri)));
-    for id in &old {
-        assert_warm_sandbox_gone(&cri, &old_key, id);
+    .unwrap_or_else(|e| panic!("{e}:\n{}", pool_state(cri)));
+    for id in old {
+        assert_warm_sandbox_gone(cri, old_key, id);
     }
+    after
+}
+
+#[test]
+fn a_changed_policy_drains_the_old_pool_when_its_first_pod_starts() {
+    let cri = start("size = 1\nrefill_per_minute = 600", "size = 1");
+    let handler = HARDENED_HANDLER;
+    let (cold, ready, old_key) = filled(&cri, handler, 1);
+
+    // The operator edits the policy. Warm sandboxes booted under the old one must not serve
+    // pods of the new one, nor stay booted for nobody: its filler drains the old key before
+    // it boots for the new one.
+    let after = edit_pool_and_see_the_old_one_go(
+        &cri,
+        handler,
+        "size = 2\nrefill_per_minute = 600",
+        &old_key,
+        &ids_of(&ready),
+    );
     let fresh = wait_ready(&cri, handler, 2);
     let new_key = cri.pool_key_dir(handler).unwrap();
     assert_ne!(new_key, old_key);
@@ -269,27 +288,11 @@ fn a_pool_turned_off_is_drained_when_its_next_pod_starts() {
     let cri = start("size = 1\nrefill_per_minute = 600", "size = 1");
     let handler = HARDENED_HANDLER;
     let (cold, ready, old_key) = filled(&cri, handler, 1);
-    let old = ids_of(&ready);
 
     // The operator turns the pool off. Nobody runs pool-drain: the warm sandbox must not
     // stay booted, holding memory, for pods that will never claim it.
-    let policy = cri.policy_path(handler).unwrap();
-    let edited = pooled(SHIPPED_DEFAULT_POLICY, "size = 0");
-    std::fs::write(&policy, test_policy(&edited, cri.layout()).unwrap()).unwrap();
-    let after = cri.run_pod("after", handler).unwrap();
-    assert!(
-        cri.pool_claim_of(&after.id).is_none(),
-        "a pod of a policy with its pool off claimed a warm sandbox"
-    );
-    poll_until(
-        "the old key's directory to go",
-        Duration::from_secs(15),
-        || (!old_key.exists()).then_some(()),
-    )
-    .unwrap_or_else(|e| panic!("{e}:\n{}", pool_state(&cri)));
-    for id in &old {
-        assert_warm_sandbox_gone(&cri, &old_key, id);
-    }
+    let after =
+        edit_pool_and_see_the_old_one_go(&cri, handler, "size = 0", &old_key, &ids_of(&ready));
     // Nothing boots for the policy as it is now.
     assert_eq!(cri.pool_key_dir(handler), None, "{}", pool_state(&cri));
 
