@@ -270,25 +270,20 @@ impl Container {
         // What the holder or runsc says on failure ends up in the error: a file in the bundle,
         // not a pipe, so nothing waits on a writer the sandbox might keep open.
         let said_path = self.bundle.join("pool-hostname.out");
-        let said = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&said_path)
-            .map_err(|e| {
-                ShimError::Internal(format!(
-                    "container {}: {}: {e}",
-                    self.id,
-                    said_path.display()
-                ))
-            })?;
-        let said_too = said.try_clone().map_err(|e| {
+        let said_err = |e: std::io::Error| {
             ShimError::Internal(format!(
                 "container {}: {}: {e}",
                 self.id,
                 said_path.display()
             ))
-        })?;
+        };
+        let said = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&said_path)
+            .map_err(said_err)?;
+        let said_too = said.try_clone().map_err(said_err)?;
         let started = self
             .runtime
             .exec(gvisor_hardened_core::runtime::ExecCall {

@@ -477,6 +477,22 @@ pub fn forwarder_spawner(
     })
 }
 
+/// The runsc flags the default policy gives a spec: loopback only, spec seccomp applied, no raw
+/// sockets, no host sockets, runsc's own platform and overlay. A fixture for the tests of this
+/// crate that need flags but do not test how they are made.
+#[cfg(test)]
+pub(crate) fn default_policy_flags() -> RunscFlags {
+    RunscFlags {
+        network: NetworkMode::None,
+        oci_seccomp: true,
+        net_raw: false,
+        host_uds: "none".into(),
+        overlay: None,
+        platform: None,
+        extra: Default::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,15 +500,7 @@ mod tests {
     #[test]
     fn default_policy_asks_for_loopback_only_no_raw_sockets_no_host_sockets() {
         let policy = Policy::default();
-        let flags = RunscFlags {
-            network: NetworkMode::None,
-            oci_seccomp: true,
-            net_raw: false,
-            host_uds: "none".into(),
-            overlay: None,
-            platform: None,
-            extra: Default::default(),
-        };
+        let flags = default_policy_flags();
         let args = wanted_flags(&policy, &flags, "default", Path::new("/b/c1"))
             .unwrap()
             .to_arg_strings();
@@ -519,13 +527,9 @@ mod tests {
     fn unknown_platform_fails_closed() {
         let policy = Policy::default();
         let flags = RunscFlags {
-            network: NetworkMode::None,
             oci_seccomp: false,
-            net_raw: false,
-            host_uds: "none".into(),
-            overlay: None,
             platform: Some("vmware".into()),
-            extra: Default::default(),
+            ..default_policy_flags()
         };
         assert!(matches!(
             wanted_flags(&policy, &flags, "ns", Path::new("/b")),
