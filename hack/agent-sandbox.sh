@@ -80,9 +80,11 @@ if [ -n "$id" ] && [ -r "$audit" ] && command -v jq >/dev/null; then
     select(.container_id == $id and .event == "exit" and .workspace != null) | .workspace |
     ([.carried[]? | "carried back into \(.gitdir): \((.files // []) + (.config // []) | join(", "))" ]
      + [.carried[]?.not_carried[]? | "kept in the sandbox: \(.)"]
-     + [.neutralised[]? | .moved[]? | "quarantined: \(.path) -> \(.to // "(report only)") (\(.reason))"]
+     + [.neutralised[]? | .moved[]? | "quarantined: \(.path) -> \(.to // .disarmed // "(report only)") (\(.reason))"]
      + [.neutralised[]? | .config_removed[]? | "removed from a new repository'"'"'s config: \(.)"]
-     + [.quarantined[]? | "quarantined: \(.path) -> \(.to // "(report only)") (\(.reason))"]
+     + [.git_links[]? | "\(if .removed then "removed" else "found (report only)" end) \(.kind) \(.path)\(if .target then " -> \(.target)" else "" end) (\(.reason))"]
+     + [.quarantined[]? | "quarantined: \(.path) -> \(.to // .disarmed // "(report only)") (\(.reason))"]
+     + [.hook_inputs_changed[]? | "changed, and run or read by your hook \(.hooks | join(", ")): \(.path) (\(.change)); review it before your next commit"]
      + [.errors[]? | "error: \(.)"])[]' "$audit" | sed 's/^/agent-sandbox: /' >&2
 fi
 exit "$rc"

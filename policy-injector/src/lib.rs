@@ -14,6 +14,7 @@ pub mod egress;
 pub mod error;
 pub mod export;
 pub mod git_config;
+pub mod git_hooks;
 mod glob;
 pub mod harden;
 mod json;
@@ -31,8 +32,8 @@ pub use egress::EgressPlan;
 pub use error::{HardenError, PolicyError, Rejection};
 pub use harden::{
     clamp_resources, harden, harden_owned, harden_process, ClampedResources, Context, Engine,
-    EngineContext, EntryKind, GitEntry, GitEntryKind, GitTree, Hardened, HardenedProcess, HostTree,
-    Lifetime, RunscFlags, StagedGitDir, TreeEntry, TreeList,
+    EngineContext, EntryKind, GitEntry, GitEntryKind, GitTree, Hardened, HardenedProcess, HookNote,
+    HostTree, Lifetime, RunscFlags, StagedGitDir, TreeEntry, TreeList,
 };
 pub use mount::is_bind_mount;
 pub use policy::{

@@ -66,16 +66,33 @@ pub fn is_git_dir(name: &str, has: impl Fn(&str) -> bool) -> bool {
     name == ".git" || (has("HEAD") && (has("commondir") || (has("objects") && has("refs"))))
 }
 
-/// The suffix a quarantined entry gets: `hooks` becomes `hooks.quarantine-<12 hex of the id>`.
-/// Git, direnv and editors look entries up by their exact names, so the renamed one is inert
-/// and stays beside the original place for the developer to read.
-pub fn quarantine_name(name: &str, container_id: &str, n: u32) -> String {
-    let short: String = container_id.chars().take(12).collect();
-    if n == 0 {
-        format!("{name}.quarantine-{short}")
-    } else {
-        format!("{name}.quarantine-{short}-{n}")
+/// The longest file name Linux file systems take (NAME_MAX).
+const NAME_MAX: usize = 255;
+
+/// The name a quarantined entry gets: `hooks` becomes `hooks.quarantine-<12 characters of
+/// the id>-<nonce>`. Git, direnv and editors look entries up by their exact names, so the
+/// renamed one is inert and stays beside the original place for the developer to read. The
+/// nonce is the caller's random hex: a sandbox knows its own id (Docker makes its first 12
+/// characters the hostname) and could otherwise create every name first and make the set-aside
+/// fail. A long name is cut (at a character boundary) so that the whole stays a file name.
+pub fn quarantine_name(name: &str, container_id: &str, nonce: &str) -> String {
+    let short: String = container_id
+        .chars()
+        .take(12)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let suffix = format!(".quarantine-{short}-{nonce}");
+    let mut keep = name.len().min(NAME_MAX.saturating_sub(suffix.len()));
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
     }
+    format!("{}{suffix}", &name[..keep])
 }
 
 #[cfg(test)]
@@ -110,14 +127,31 @@ mod tests {
     }
 
     #[test]
-    fn quarantine_names_are_unique_per_attempt() {
+    fn quarantine_names_carry_the_id_and_the_nonce() {
         assert_eq!(
-            quarantine_name("hooks", "0123456789abcdef", 0),
-            "hooks.quarantine-0123456789ab"
+            quarantine_name("hooks", "0123456789abcdef", "f00d"),
+            "hooks.quarantine-0123456789ab-f00d"
         );
         assert_eq!(
-            quarantine_name("config", "job1", 2),
-            "config.quarantine-job1-2"
+            quarantine_name("config", "job1", "00aa"),
+            "config.quarantine-job1-00aa"
         );
+        // An id that is no file name (runc's command line takes any bytes) stays one name.
+        assert_eq!(
+            quarantine_name("hooks", "a/b", "1"),
+            "hooks.quarantine-a_b-1"
+        );
+    }
+
+    #[test]
+    fn a_long_name_is_cut_to_stay_a_file_name() {
+        let long = "é".repeat(200);
+        let q = quarantine_name(&long, "0123456789abcdef", "0123456789abcdef");
+        assert!(q.len() <= NAME_MAX, "{}", q.len());
+        assert!(
+            q.ends_with(".quarantine-0123456789ab-0123456789abcdef"),
+            "{q}"
+        );
+        assert!(q.starts_with('é'));
     }
 }

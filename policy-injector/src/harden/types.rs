@@ -48,6 +48,26 @@ pub struct Context {
 pub struct GitTree {
     /// Bind source as written in the spec -> what was found below it.
     pub found: BTreeMap<String, Vec<GitEntry>>,
+    /// Bind source as written -> the owner's hooks in its repositories that run project files.
+    pub hooks: BTreeMap<String, Vec<HookNote>>,
+}
+
+/// One of the owner's hooks and the project files it runs or reads, as the caller read it:
+/// named in the create record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookNote {
+    /// The hook file, relative to the bind source (absolute when outside it).
+    pub hook: String,
+    /// The tool that wrote it (`husky 9`, `pre-commit`, `lefthook`...) or `script`.
+    pub tool: String,
+    /// Relative to the bind source: protected (read-only inside, quarantined at exit when new
+    /// or replaced).
+    pub protected: Vec<String>,
+    /// Relative to the bind source: left writable (dependencies, manifests), changes reported
+    /// at exit.
+    pub reported: Vec<String>,
+    /// Why the hook could not be read through, when it could not.
+    pub unread: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

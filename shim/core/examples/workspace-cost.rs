@@ -41,13 +41,13 @@ fn main() {
     for round in 0..rounds {
         let id = format!("cost{round}");
         let t = Instant::now();
-        let found =
+        let mut found =
             find(std::slice::from_ref(&source), &policy.mounts.workspace, &id).expect("the search");
         finds.push(t.elapsed());
         let t = Instant::now();
         let ctx = Context {
             container_id: id.clone(),
-            git_tree: found.tree,
+            git_tree: std::mem::take(&mut found.tree),
             ..Context::default()
         };
         let h = harden(&spec, &policy, &ctx).expect("hardened");
@@ -58,7 +58,7 @@ fn main() {
             staged: &h.staged_git,
             writable: vec![(project.clone(), "/work".into())],
             host_tree: &ctx.host_tree,
-            references: &found.references,
+            git: &found,
         })
         .expect("staged");
         stages.push(t.elapsed());

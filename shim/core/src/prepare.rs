@@ -345,11 +345,11 @@ impl Inputs {
                 return Err(e);
             }
         }
-        let references = match find_git(&self.spec, &self.policy.policy, &ctx) {
-            Ok(found) => {
-                ctx.git_tree = found.tree;
+        let git = match find_git(&self.spec, &self.policy.policy, &ctx) {
+            Ok(mut found) => {
+                ctx.git_tree = std::mem::take(&mut found.tree);
                 protect_references(&mut ctx.host_tree, &found.references);
-                found.references
+                found
             }
             Err(e) => {
                 let e = PrepareError::from(e);
@@ -396,7 +396,7 @@ impl Inputs {
                 .map(|m| (m.source, m.destination))
                 .collect(),
             host_tree: &ctx.host_tree,
-            references: &references,
+            git: &git,
         });
         if let Err(e) = staged {
             let e = PrepareError::from(e);

@@ -130,6 +130,49 @@ pub(super) fn add(mounts: &mut Vec<Value>, binds: &[Bind], pass: &mut Pass<'_>) 
                 }
             }
         }
+        report_hooks(bind, pass);
+    }
+}
+
+/// Names each of the owner's hooks in this bind that runs or reads project files, and what
+/// became of those files: protected (by the protect step, through the caller's references) or
+/// left writable and reported at exit.
+fn report_hooks(bind: &Bind, pass: &mut Pass<'_>) {
+    let Some(notes) = pass.ctx.git_tree.hooks.get(&bind.source) else {
+        return;
+    };
+    let lines: Vec<(String, String)> = notes
+        .iter()
+        .map(|n| {
+            let mut parts = Vec::new();
+            if !n.protected.is_empty() {
+                parts.push(format!(
+                    "protected (read-only inside, quarantined at exit when new or replaced): {}",
+                    n.protected.join(", ")
+                ));
+            }
+            if !n.reported.is_empty() {
+                parts.push(format!(
+                    "left writable (the agent's work), changes reported at exit: {}",
+                    n.reported.join(", ")
+                ));
+            }
+            if let Some(why) = &n.unread {
+                parts.push(format!("not read through: {why}"));
+            }
+            (
+                format!("mounts[{}]", join(&bind.dest, &n.hook)),
+                format!(
+                    "the owner's hook {} ({}) runs project files; {} (mounts.workspace.git)",
+                    n.hook,
+                    n.tool,
+                    parts.join("; ")
+                ),
+            )
+        })
+        .collect();
+    for (label, reason) in lines {
+        pass.record(Rule::Mounts, label, Action::Reported, None, None, reason);
     }
 }
 
@@ -163,6 +206,7 @@ mod tests {
         Context {
             git_tree: GitTree {
                 found: [(PROJECT.to_string(), entries)].into_iter().collect(),
+                ..GitTree::default()
             },
             ..Context::default()
         }
@@ -253,5 +297,41 @@ mod tests {
         let c = ctx(vec![dir(".git", &["objects"])]);
         let h = harden_with(&spec_with_project(json!(["rbind"])), &p, &c).unwrap();
         assert!(mount_at(&h.spec, "/work/.git").is_none());
+    }
+
+    #[test]
+    fn the_owners_hooks_that_run_project_files_are_named_with_what_became_of_them() {
+        let mut c = ctx(vec![dir(".git", &["objects"])]);
+        c.git_tree.hooks.insert(
+            PROJECT.to_string(),
+            vec![crate::harden::types::HookNote {
+                hook: ".husky/_/pre-commit".into(),
+                tool: "husky 9".into(),
+                protected: vec![".husky".into()],
+                reported: vec!["package.json".into(), "node_modules/.bin".into()],
+                unread: None,
+            }],
+        );
+        let h = harden_with(&spec_with_project(json!(["rbind"])), &policy(), &c).unwrap();
+        let d = h
+            .decisions
+            .iter()
+            .find(|d| d.field == "mounts[/work/.husky/_/pre-commit]")
+            .expect("a decision for the hook");
+        assert_eq!(d.action, Action::Reported);
+        assert!(d.reason.contains("husky 9"), "{}", d.reason);
+        assert!(
+            d.reason.contains(
+                "protected (read-only inside, quarantined at exit when new or replaced): .husky"
+            ),
+            "{}",
+            d.reason
+        );
+        assert!(
+            d.reason
+                .contains("changes reported at exit: package.json, node_modules/.bin"),
+            "{}",
+            d.reason
+        );
     }
 }

@@ -75,6 +75,11 @@ pub(super) struct ExitEvidence {
 }
 
 impl ExitEvidence {
+    /// The workspace's one line for the user, when the exit changed or found anything.
+    pub(super) fn workspace_summary(&self) -> Option<String> {
+        self.workspace.as_ref()?.summary()
+    }
+
     pub(super) fn annotate<'a>(&'a self, rec: &mut AuditRecord<'a>) {
         if let Some(report) = &self.output {
             rec.set_output(report);
@@ -156,6 +161,9 @@ impl Container {
                 })?;
         for e in &report.errors {
             log::warn!("container {}: workspace: {e}", self.id);
+        }
+        if let Some(line) = report.summary() {
+            log::warn!("container {}: {line}", self.id);
         }
         Some(report)
     }

@@ -40,7 +40,7 @@ impl Container {
             self.report_oom().await;
         }
         if process.is_init() {
-            self.tell_the_kubelet_why(cause);
+            self.tell_the_kubelet_why(cause, evidence.workspace_summary());
         }
         let pid = process.pid();
         self.events()
@@ -84,24 +84,24 @@ impl Container {
         )
     }
 
-    /// Enforcement ended a pod's container: one line in its termination-message file, before the
-    /// exit is published, so the kubelet's status shows the reason beside exit 137. Best effort:
-    /// the exit record in the audit log says the same and is what counts.
-    fn tell_the_kubelet_why(&self, cause: ExitCause) {
+    /// Enforcement ended a pod's container, or the workspace's exit changed or found something
+    /// in the pod's volumes: a line each in its termination-message file, before the exit is
+    /// published, so the kubelet's status shows them beside the exit code. Best effort: the exit
+    /// record in the audit log says the same and is what counts.
+    fn tell_the_kubelet_why(&self, cause: ExitCause, workspace: Option<String>) {
         use gvisor_hardened_core::sandbox::termination_message::{append, message};
         let Some(path) = &self.termination_message else {
             return;
         };
-        let Some(line) = message(cause, self.lifetime.max_runtime, self.lifetime.idle_timeout)
-        else {
-            return;
-        };
-        if let Err(e) = append(path, &line) {
-            log::warn!(
-                "container {}: writing the termination message {}: {e}",
-                self.id,
-                path.display()
-            );
+        let enforcement = message(cause, self.lifetime.max_runtime, self.lifetime.idle_timeout);
+        for line in enforcement.iter().chain(workspace.iter()) {
+            if let Err(e) = append(path, line) {
+                log::warn!(
+                    "container {}: writing the termination message {}: {e}",
+                    self.id,
+                    path.display()
+                );
+            }
         }
     }
 

@@ -19,6 +19,8 @@ use policy_injector::{GitEntry, GitEntryKind, GitTree};
 use sha2::{Digest, Sha256};
 
 use super::fsutil::{list_dir, Listed, MAX_GIT_PATH};
+use super::refs::{references, Refs};
+use super::resolve::Binds;
 use super::WorkspaceError;
 
 /// Where a container's staging copy of `gitdir` lives.
@@ -50,12 +52,42 @@ struct Search<'a> {
     mount_roots: HashSet<(u64, u64)>,
 }
 
-/// What the search found: the git directories and gitlinks for the mounts rule, and per bind
-/// source the paths the repositories' configs point at (see `refs.rs`), to protect.
+/// What the search found: the git directories and gitlinks for the mounts rule (with the
+/// owner's hooks that run project files, for the create record), and per bind source what the
+/// repositories' configs and hooks reach (see `refs.rs`): paths to protect, the links on the way
+/// to them, and what is only reported.
 #[derive(Debug, Default)]
 pub struct Found {
     pub tree: GitTree,
     pub references: BTreeMap<String, Vec<String>>,
+    pub links: BTreeMap<String, Vec<String>>,
+    /// Per bind: the paths left writable that hooks read or run, with those hooks.
+    pub reported: BTreeMap<String, Vec<(String, Vec<String>)>>,
+}
+
+impl Found {
+    fn add(&mut self, refs: Refs) {
+        let put = |map: &mut BTreeMap<String, Vec<String>>, items: Vec<(String, String)>| {
+            for (bind, rel) in items {
+                let list = map.entry(bind).or_default();
+                if !list.contains(&rel) {
+                    list.push(rel);
+                }
+            }
+        };
+        put(&mut self.references, refs.protect);
+        put(&mut self.links, refs.links);
+        for (bind, note) in refs.hooks {
+            let inputs = self.reported.entry(bind.clone()).or_default();
+            for rel in &note.reported {
+                match inputs.iter_mut().find(|(r, _)| r == rel) {
+                    Some((_, hooks)) => hooks.push(note.hook.clone()),
+                    None => inputs.push((rel.clone(), vec![note.hook.clone()])),
+                }
+            }
+            self.tree.hooks.entry(bind).or_default().push(note);
+        }
+    }
 }
 
 /// Searches each bind source (as the spec writes it) for git directories and gitlinks.
@@ -76,6 +108,7 @@ pub fn find(
         repos: 0,
         mount_roots: HashSet::new(),
     };
+    let binds = Binds::new(sources);
     for source in sources {
         let root = Path::new(source);
         let meta = fs::metadata(root).map_err(WorkspaceError::io(root))?;
@@ -84,19 +117,17 @@ pub fn find(
         }
         let mut found = Vec::new();
         search.walk(source, root, meta.dev(), &mut found)?;
-        let mut refs: Vec<String> = found
-            .iter()
-            .filter(|e| matches!(e.kind, GitEntryKind::Dir { .. }))
-            .flat_map(|e| super::refs::config_references(&root.join(&e.path), root))
-            .collect();
-        refs.sort();
-        refs.dedup();
-        if !refs.is_empty() {
-            out.references.insert(source.clone(), refs);
+        for e in &found {
+            if matches!(e.kind, GitEntryKind::Dir { .. }) {
+                out.add(references(&root.join(&e.path), &binds, source));
+            }
         }
         if !found.is_empty() {
             out.tree.found.insert(source.clone(), found);
         }
+    }
+    for list in out.references.values_mut().chain(out.links.values_mut()) {
+        list.sort();
     }
     Ok(out)
 }

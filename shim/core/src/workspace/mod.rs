@@ -31,11 +31,19 @@
 //! sandbox working on the same project at the same time could, and is not defended against
 //! (README).
 
+mod aside;
+mod carry;
 mod conclude;
 mod config;
 mod find;
 mod fsutil;
+mod hooks;
+mod inputs;
+mod neutralise;
 mod refs;
+mod report;
+mod resolve;
+mod search;
 mod stage;
 mod state;
 
@@ -44,8 +52,9 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
-pub use conclude::{conclude, CarriedRepo, Moved, Neutralised, WorkspaceReport};
+pub use conclude::conclude;
 pub use find::{find, staging_path, Found};
+pub use report::{CarriedRepo, GitLink, InputChange, Moved, Neutralised, WorkspaceReport};
 pub use stage::{discard, stage, StageRequest};
 pub use state::{WorkspaceState, STATE_FILE};
 

@@ -1,17 +1,19 @@
-//! Paths in a writable bind that the developer's own git config makes git run or read:
-//! `core.hooksPath = .husky` (husky's setup), `include.path = ../.gitconfig` (a config shared
-//! through the repository), `filter.x.clean = ./tools/clean.sh`. The sandbox can write those
-//! files, and the developer's next commit would run them, so each is protected like a
-//! `[mounts] protect` path: read-only inside the sandbox, quarantined at exit if the sandbox
-//! made a new one.
+//! Paths in a writable bind that the developer's own git config and hooks make git run or
+//! read: `core.hooksPath = .husky` (husky's setup), `include.path = ../.gitconfig` (a config
+//! shared through the repository), `filter.x.clean = sh fmt.sh`, and what the hooks run
+//! (`hooks.rs`). The sandbox can write those files, and the developer's next commit would run
+//! them, so each is protected like a `[mounts] protect` path: read-only inside the sandbox,
+//! quarantined at exit if the sandbox made a new one.
 //!
 //! Read for each repository: the system config, the global configs of the git directory's
 //! owner (the developer who will run git there), the repository's config and config.worktree,
-//! and every file they include, as the host's git would. A path counts when it names something
-//! inside the bind; `~/` is the owner's home. Values of keys the new-repository allowlist keeps
-//! (remote URLs, branch names) are data and are not looked at; in every other value each token
-//! with a `/` is taken for a path (relative ones from the top of the working tree, where git
-//! runs hooks, filters and aliases), which errs on the side of protecting one path too many.
+//! and every file they include, as the host's git would. A path counts when it ends inside a
+//! bind once its symbolic links are followed (`resolve.rs`; the links on the way are watched);
+//! `~/` is the owner's home. Values of keys the new-repository allowlist keeps (remote URLs,
+//! branch names) are data and are not looked at; in every other value each word with a `/` is
+//! taken for a path (relative ones from the top of the working tree, where git runs hooks,
+//! filters and aliases) and each other word for a file name when such a file is there, which
+//! errs on the side of protecting one path too many.
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -19,16 +21,34 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use policy_injector::git_config::{self, ConfigFile, KeyClass};
+use policy_injector::git_hooks::words;
+use policy_injector::HookNote;
 
 use super::config::normalise;
 use super::fsutil::read_regular;
+use super::hooks::{self, HookRuns};
+use super::resolve::{resolve, Binds};
 
 /// Config files read per repository (includes included).
 const MAX_FILES: usize = 32;
 const MAX_INCLUDE_DEPTH: usize = 10;
 
-/// What a repository's configs point at inside `bind_root`, relative to it.
-pub(super) fn config_references(gitdir: &Path, bind_root: &Path) -> Vec<String> {
+/// What one repository's configs and hooks reach in the writable binds, each path as (bind
+/// source as written, path relative to it).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Refs {
+    /// Protected: read-only inside where they exist, quarantined at exit when new or replaced.
+    pub protect: Vec<(String, String)>,
+    /// Symbolic links on the way to those: a bind cannot cover a link without following it, so
+    /// each must be the same link at exit or is quarantined.
+    pub links: Vec<(String, String)>,
+    /// The hooks that run project files, per bind, for the create record.
+    pub hooks: Vec<(String, HookNote)>,
+}
+
+/// What the configs and hooks of the repository at `gitdir`, found in the bind `bind`, reach
+/// in `binds`.
+pub(super) fn references(gitdir: &Path, binds: &Binds, bind: &str) -> Refs {
     let owner_home = fs::metadata(gitdir).ok().and_then(|m| home_of(m.uid()));
     let mut reader = Reader {
         home: owner_home.clone(),
@@ -43,45 +63,144 @@ pub(super) fn config_references(gitdir: &Path, bind_root: &Path) -> Vec<String> 
     reader.read(&gitdir.join("config"), 0);
     reader.read(&gitdir.join("config.worktree"), 0);
     let worktree = worktree_of(gitdir, &reader.configs);
-    let mut paths: Vec<PathBuf> = reader.files.clone();
+    let mut places = Places::new(gitdir, binds, bind);
+    for f in &reader.files {
+        places.protect(f);
+    }
+    let mut hooks_dir = gitdir.join("hooks");
     for (_, config) in &reader.configs {
         for entry in &config.entries {
             let Some(value) = entry.value.as_deref() else {
                 continue;
             };
-            let key = entry.key.to_string();
-            if key == "core.hookspath" {
+            if entry.key.to_string() == "core.hookspath" {
                 if let Some(p) = reader.resolve(value, &worktree) {
-                    paths.push(p);
+                    places.protect(&p);
+                    hooks_dir = p;
                 }
                 continue;
             }
             if git_config::allowed(KeyClass::NewRepo, entry).is_ok() {
                 continue;
             }
-            for token in value
-                .split(|b| b" \t;|&()<>'\"`".contains(b))
-                .filter(|t| t.contains(&b'/'))
+            // A command git runs from the top of the working tree: its path words, and its
+            // bare words that name a file there (`sh fmt.sh`).
+            let text = String::from_utf8_lossy(value);
+            let w = words(&text);
+            for p in w
+                .paths
+                .iter()
+                .filter_map(|p| reader.resolve(p.as_bytes(), &worktree))
             {
-                if let Some(p) = reader.resolve(token, &worktree) {
-                    paths.push(p);
+                places.protect(&p);
+            }
+            for name in &w.names {
+                let p = worktree.join(name);
+                if fs::metadata(&p).is_ok_and(|m| m.is_file()) {
+                    places.protect(&p);
                 }
             }
         }
     }
-    // What is inside the git directory is in its staging copy: the host's own never reaches
-    // the sandbox.
-    let mut out: Vec<String> = paths
-        .into_iter()
-        .filter(|p| !p.starts_with(gitdir))
-        .filter_map(|p| {
-            let rel = p.strip_prefix(bind_root).ok()?;
-            (!rel.as_os_str().is_empty()).then(|| rel.to_str().map(str::to_string))?
-        })
-        .collect();
-    out.sort();
-    out.dedup();
-    out
+    // A hooks directory that is (or leads into) the project is protected as a whole.
+    places.protect(&hooks_dir);
+    for runs in hooks::analyse(&hooks_dir, &worktree) {
+        places.hook(runs);
+    }
+    places.finish()
+}
+
+/// Turns absolute paths into bind-relative ones through [`resolve`], leaving out what is
+/// inside the git directory itself (its staging copy stands in for it) or outside every bind.
+struct Places<'a> {
+    gitdir: PathBuf,
+    binds: &'a Binds,
+    /// The bind the repository is in: its hooks are named under it.
+    bind: String,
+    out: Refs,
+}
+
+impl<'a> Places<'a> {
+    fn new(gitdir: &Path, binds: &'a Binds, bind: &str) -> Places<'a> {
+        Places {
+            gitdir: resolve(gitdir).target,
+            binds,
+            bind: bind.to_string(),
+            out: Refs::default(),
+        }
+    }
+
+    /// Where `path` is in a bind once its links are followed, the links on the way recorded.
+    fn place(&mut self, path: &Path) -> Option<(String, String)> {
+        let r = resolve(path);
+        for link in &r.links {
+            if link.starts_with(&self.gitdir) {
+                continue;
+            }
+            if let Some((bind, rel)) = self.binds.locate(link) {
+                push(&mut self.out.links, (bind.to_string(), rel));
+            }
+        }
+        if r.target.starts_with(&self.gitdir) {
+            return None;
+        }
+        self.binds
+            .locate(&r.target)
+            .map(|(b, rel)| (b.to_string(), rel))
+    }
+
+    fn protect(&mut self, path: &Path) -> Option<String> {
+        let placed = self.place(path)?;
+        let rel = placed.1.clone();
+        push(&mut self.out.protect, placed);
+        Some(rel)
+    }
+
+    fn hook(&mut self, runs: HookRuns) {
+        let mut note = HookNote {
+            hook: match self.binds.locate(&runs.hook) {
+                Some((_, rel)) => rel,
+                None => runs.hook.display().to_string(),
+            },
+            tool: runs.tool.to_string(),
+            unread: runs.unread,
+            ..HookNote::default()
+        };
+        for p in &runs.protect {
+            if let Some(rel) = self.protect(p) {
+                push(&mut note.protected, rel);
+            }
+        }
+        for p in &runs.reported {
+            // Named under the repository's own bind (where the hook's relative names are).
+            match self.binds.locate(&resolve(p).target) {
+                Some((b, rel)) if b == self.bind => push(&mut note.reported, rel),
+                _ => {}
+            }
+        }
+        if !note.protected.is_empty() || !note.reported.is_empty() || note.unread.is_some() {
+            self.out.hooks.push((self.bind.clone(), note));
+        }
+    }
+
+    /// The result, each list sorted, a path inside another protected path left out (the
+    /// parent's bind covers it).
+    fn finish(mut self) -> Refs {
+        self.out.protect.sort();
+        let all = self.out.protect.clone();
+        self.out.protect.retain(|(b, rel)| {
+            !all.iter()
+                .any(|(ob, orel)| ob == b && rel.starts_with(&format!("{orel}/")))
+        });
+        self.out.links.sort();
+        self.out
+    }
+}
+
+fn push<T: PartialEq>(v: &mut Vec<T>, item: T) {
+    if !v.contains(&item) {
+        v.push(item);
+    }
 }
 
 struct Reader {
@@ -177,51 +296,131 @@ fn home_of(uid: u32) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::symlink;
 
     fn repo(root: &Path, config: &str) -> PathBuf {
         let git = root.join(".git");
-        fs::create_dir_all(&git).unwrap();
+        fs::create_dir_all(git.join("hooks")).unwrap();
         fs::write(git.join("config"), config).unwrap();
         git
     }
 
+    fn project() -> (tempfile::TempDir, PathBuf, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(dir.path()).unwrap();
+        let source = root.display().to_string();
+        (dir, root, source)
+    }
+
+    fn protected(refs: &Refs) -> Vec<&str> {
+        refs.protect.iter().map(|(_, r)| r.as_str()).collect()
+    }
+
+    fn refs_of(git: &Path, source: &str) -> Refs {
+        references(git, &Binds::new(&[source.to_string()]), source)
+    }
+
     #[test]
     fn a_hooks_path_in_the_working_tree_is_a_reference() {
-        let dir = tempfile::tempdir().unwrap();
-        let git = repo(dir.path(), "[core]\n\thooksPath = .husky\n");
-        assert_eq!(config_references(&git, dir.path()), [".husky"]);
+        let (_d, root, source) = project();
+        let git = repo(&root, "[core]\n\thooksPath = .husky\n");
+        assert_eq!(protected(&refs_of(&git, &source)), [".husky"]);
     }
 
     #[test]
     fn an_included_file_in_the_tree_and_what_it_names_are_references() {
-        let dir = tempfile::tempdir().unwrap();
-        let git = repo(dir.path(), "[include]\n\tpath = ../tools/gitconfig\n");
-        fs::create_dir_all(dir.path().join("tools")).unwrap();
+        let (_d, root, source) = project();
+        let git = repo(&root, "[include]\n\tpath = ../tools/gitconfig\n");
+        fs::create_dir_all(root.join("tools")).unwrap();
         fs::write(
-            dir.path().join("tools/gitconfig"),
+            root.join("tools/gitconfig"),
             "[filter \"fmt\"]\n\tclean = ./tools/fmt.sh %f\n",
         )
         .unwrap();
-        let refs = config_references(&git, dir.path());
-        assert!(refs.contains(&"tools/gitconfig".to_string()), "{refs:?}");
-        assert!(refs.contains(&"tools/fmt.sh".to_string()), "{refs:?}");
+        let refs = refs_of(&git, &source);
+        assert_eq!(protected(&refs), ["tools/fmt.sh", "tools/gitconfig"]);
+    }
+
+    #[test]
+    fn a_bare_file_name_in_a_command_is_a_reference_where_the_file_exists() {
+        let (_d, root, source) = project();
+        let git = repo(
+            &root,
+            "[filter \"fmt\"]\n\tclean = sh fmt.sh\n[alias]\n\tt = !sh tool.sh\n[diff \"x\"]\n\ttextconv = python3 conv.py\n",
+        );
+        for f in ["fmt.sh", "tool.sh"] {
+            fs::write(root.join(f), "true\n").unwrap();
+        }
+        // conv.py does not exist: `python3 conv.py` would fail, and a new one is not looked
+        // for (only paths with a `/` are watched for creation).
+        assert_eq!(protected(&refs_of(&git, &source)), ["fmt.sh", "tool.sh"]);
     }
 
     #[test]
     fn commands_from_path_and_urls_are_not_references() {
-        let dir = tempfile::tempdir().unwrap();
+        let (_d, root, source) = project();
         let git = repo(
-            dir.path(),
+            &root,
             "[core]\n\tfsmonitor = watchman-hook\n[remote \"o\"]\n\turl = ../other/repo\n[diff \"x\"]\n\ttextconv = /usr/bin/strings\n",
         );
-        assert!(config_references(&git, dir.path()).is_empty());
+        assert!(refs_of(&git, &source).protect.is_empty());
     }
 
     #[test]
     fn paths_outside_the_bind_are_not_references() {
-        let dir = tempfile::tempdir().unwrap();
-        let project = dir.path().join("p");
+        let (_d, root, _) = project();
+        let project = root.join("p");
         let git = repo(&project, "[core]\n\thooksPath = ../../shared-hooks\n");
-        assert!(config_references(&git, &project).is_empty());
+        assert!(refs_of(&git, &project.display().to_string())
+            .protect
+            .is_empty());
+    }
+
+    #[test]
+    fn a_hooks_path_that_is_a_link_protects_its_target_and_watches_the_link() {
+        let (_d, root, source) = project();
+        let git = repo(&root, "[core]\n\thooksPath = .githooks\n");
+        fs::create_dir_all(root.join("tools/hooks")).unwrap();
+        symlink("tools/hooks", root.join(".githooks")).unwrap();
+        let refs = refs_of(&git, &source);
+        assert_eq!(protected(&refs), ["tools/hooks"]);
+        assert_eq!(refs.links, [(source.clone(), ".githooks".to_string())]);
+    }
+
+    #[test]
+    fn a_hooks_directory_linked_into_the_project_is_protected() {
+        let (_d, root, source) = project();
+        let git = repo(&root, "");
+        fs::remove_dir(git.join("hooks")).unwrap();
+        fs::create_dir_all(root.join("scripts/hooks")).unwrap();
+        fs::write(root.join("scripts/hooks/pre-commit"), "#!/bin/sh\ntrue\n").unwrap();
+        symlink("../scripts/hooks", git.join("hooks")).unwrap();
+        let refs = refs_of(&git, &source);
+        assert!(protected(&refs).contains(&"scripts/hooks"), "{refs:?}");
+        assert_eq!(refs.hooks.len(), 1, "{refs:?}");
+        assert_eq!(refs.hooks[0].1.hook, "scripts/hooks/pre-commit");
+    }
+
+    #[test]
+    fn a_path_inside_a_protected_directory_is_covered_by_it() {
+        let (_d, root, source) = project();
+        let git = repo(&root, "[core]\n\thooksPath = .husky/_\n");
+        fs::create_dir_all(root.join(".husky/_")).unwrap();
+        fs::write(
+            root.join(".husky/_/pre-commit"),
+            "#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"",
+        )
+        .unwrap();
+        fs::write(root.join(".husky/pre-commit"), "npx lint-staged\n").unwrap();
+        let refs = refs_of(&git, &source);
+        let p = protected(&refs);
+        assert!(p.contains(&".husky"), "{p:?}");
+        assert!(!p.iter().any(|r| r.starts_with(".husky/")), "{p:?}");
+        let note = &refs.hooks[0].1;
+        assert_eq!(note.tool, "husky 9");
+        assert!(
+            note.reported.contains(&"package.json".to_string()),
+            "{note:?}"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! The staging copies: made after the spec is hardened and before the sandbox exists, undone
 //! completely if anything fails (the create then fails with the reason).
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -10,9 +11,11 @@ use policy_injector::tree_glob::TreeGlob;
 use policy_injector::workspace::{is_carried, CARRIED_FILES, LIVE_DIRS, STAGING_DIR};
 use policy_injector::{EntryKind, HostTree, StagedGitDir, TreeList};
 
-use super::fsutil::{list_dir, quarantine, Fingerprint, MAX_GIT_PATH};
+use super::fsutil::{list_dir, Fingerprint, MAX_GIT_PATH};
+use super::inputs::Print;
 use super::state::{
-    CarriedFile, ProtectedPath, ReferencedPath, StagedRepo, WatchedBind, WorkspaceState,
+    CarriedFile, HookInput, ProtectedPath, ReferencedPath, StagedRepo, WatchedBind, WatchedLink,
+    WorkspaceState,
 };
 use super::WorkspaceError;
 
@@ -30,8 +33,9 @@ pub struct StageRequest<'a> {
     pub writable: Vec<(PathBuf, String)>,
     /// What the protect/mask search found below the binds, with the config references.
     pub host_tree: &'a HostTree,
-    /// Paths the repositories' configs point at, per bind source (`Found::references`).
-    pub references: &'a std::collections::BTreeMap<String, Vec<String>>,
+    /// What the repositories' configs and hooks reach, per bind source (the create-time
+    /// search; its `tree` is not read here).
+    pub git: &'a super::Found,
 }
 
 /// Makes every staging copy and returns the state the exit needs (also written to the
@@ -52,26 +56,38 @@ pub fn stage(req: &StageRequest<'_>) -> Result<Option<WorkspaceState>, Workspace
             destination: destination.clone(),
         })
         .collect();
-    let referenced = binds
-        .iter()
-        .enumerate()
-        .flat_map(|(i, b)| {
-            req.references
-                .get(&b.source.display().to_string())
-                .into_iter()
-                .flatten()
-                .map(move |path| ReferencedPath {
-                    bind: i,
-                    path: path.clone(),
-                })
-        })
+    let per_bind = |map: &BTreeMap<String, Vec<String>>| -> Vec<(usize, String)> {
+        binds
+            .iter()
+            .enumerate()
+            .flat_map(|(i, b)| {
+                map.get(&b.source.display().to_string())
+                    .into_iter()
+                    .flatten()
+                    .map(move |p| (i, p.clone()))
+            })
+            .collect()
+    };
+    // The links are watched like the referenced paths, by identity; they are never bound.
+    let links: Vec<(usize, String)> = per_bind(&req.git.links);
+    let referenced = per_bind(&req.git.references)
+        .into_iter()
+        .chain(links.iter().cloned())
+        .map(|(bind, path)| ReferencedPath { bind, path })
         .collect();
     let mut state = WorkspaceState {
         container_id: req.container_id.to_string(),
         at_exit: w.at_exit,
         protect: req.policy.mounts.protect.clone(),
         referenced,
-        protected_paths: protected_paths(&binds, req.host_tree),
+        // What the references are at create, beside the protect list's matches: a referenced
+        // path holding another file at exit was replaced.
+        protected_paths: protected_paths(&binds, req.host_tree)
+            .into_iter()
+            .chain(identities(&binds, &per_bind(&req.git.references)))
+            .collect(),
+        links: watched_links(&binds, &links),
+        hook_inputs: hook_inputs(&binds, &req.git.reported),
         binds,
         staged: Vec::new(),
         concluded: false,
@@ -104,6 +120,63 @@ pub(super) fn remove_staging(repo: &StagedRepo, gitdir: &Path) {
     }
     // The parent goes when empty (another container's copy may still be in it).
     let _ = fs::remove_dir(gitdir.join(STAGING_DIR));
+}
+
+/// The identity of each `(bind, path)` that exists now.
+fn identities(binds: &[WatchedBind], paths: &[(usize, String)]) -> Vec<ProtectedPath> {
+    paths
+        .iter()
+        .filter_map(|(bind, path)| {
+            let m = fs::symlink_metadata(binds.get(*bind)?.source.join(path)).ok()?;
+            Some(ProtectedPath {
+                bind: *bind,
+                path: path.clone(),
+                dev: m.dev(),
+                ino: m.ino(),
+            })
+        })
+        .collect()
+}
+
+/// Each link of `paths` as it is now.
+fn watched_links(binds: &[WatchedBind], paths: &[(usize, String)]) -> Vec<WatchedLink> {
+    paths
+        .iter()
+        .filter_map(|(bind, path)| {
+            let full = binds.get(*bind)?.source.join(path);
+            let m = fs::symlink_metadata(&full).ok()?;
+            Some(WatchedLink {
+                bind: *bind,
+                path: path.clone(),
+                dev: m.dev(),
+                ino: m.ino(),
+                target: fs::read_link(&full).ok()?,
+            })
+        })
+        .collect()
+}
+
+/// What the hooks read or run that stays writable, each with its print now.
+fn hook_inputs(
+    binds: &[WatchedBind],
+    reported: &BTreeMap<String, Vec<(String, Vec<String>)>>,
+) -> Vec<HookInput> {
+    let mut out = Vec::new();
+    for (i, b) in binds.iter().enumerate() {
+        for (path, hooks) in reported
+            .get(&b.source.display().to_string())
+            .into_iter()
+            .flatten()
+        {
+            out.push(HookInput {
+                bind: i,
+                path: path.clone(),
+                hooks: hooks.clone(),
+                print: Print::of(&b.source.join(path)),
+            });
+        }
+    }
+    out
 }
 
 fn protected_paths(binds: &[WatchedBind], tree: &HostTree) -> Vec<ProtectedPath> {
@@ -219,7 +292,8 @@ fn make_parent(gitdir: &Path, container_id: &str) -> Result<(), WorkspaceError> 
         if ours {
             return Ok(());
         }
-        let moved = quarantine(&parent, container_id)?;
+        let moved = super::aside::rename_aside(&parent, container_id)
+            .map_err(WorkspaceError::io(&parent))?;
         log::warn!(
             "{} was not the runtime's (owner {}, mode {:o}): renamed to {}",
             parent.display(),

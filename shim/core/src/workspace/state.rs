@@ -8,6 +8,7 @@ use policy_injector::policy::WorkspaceExitAction;
 use serde::{Deserialize, Serialize};
 
 use super::fsutil::Fingerprint;
+use super::inputs::Print;
 use super::WorkspaceError;
 
 /// The state file in the bundle.
@@ -29,6 +30,14 @@ pub struct WorkspaceState {
     /// create. Identity by device and inode: the same path holding another file at exit was
     /// replaced.
     pub protected_paths: Vec<ProtectedPath>,
+    /// Symbolic links on the way to referenced paths (a hook that is a link to a project
+    /// script, a `core.hooksPath` that is a link): a bind cannot cover a link, so each must be
+    /// the same link at exit.
+    #[serde(default)]
+    pub links: Vec<WatchedLink>,
+    /// What the owner's hooks read or run that stays writable, as it was at create.
+    #[serde(default)]
+    pub hook_inputs: Vec<HookInput>,
     /// True once [`super::conclude`] ran: a later delete does not conclude again.
     pub concluded: bool,
 }
@@ -74,6 +83,43 @@ pub struct ReferencedPath {
     pub bind: usize,
     /// Relative to the bind's source.
     pub path: String,
+}
+
+/// A link as it was at create. Its target too: a link the sandbox removed and made again can
+/// get the same inode number back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchedLink {
+    /// Index into [`WorkspaceState::binds`].
+    pub bind: usize,
+    /// Relative to the bind's source.
+    pub path: String,
+    pub dev: u64,
+    pub ino: u64,
+    pub target: PathBuf,
+}
+
+impl WatchedLink {
+    /// Whether `path` is this link still.
+    pub fn is_at(&self, path: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(m) = std::fs::symlink_metadata(path) else {
+            return false;
+        };
+        m.file_type().is_symlink()
+            && (m.dev(), m.ino()) == (self.dev, self.ino)
+            && std::fs::read_link(path).is_ok_and(|t| t == self.target)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookInput {
+    /// Index into [`WorkspaceState::binds`].
+    pub bind: usize,
+    /// Relative to the bind's source.
+    pub path: String,
+    /// The hooks that read or run it.
+    pub hooks: Vec<String>,
+    pub print: Print,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

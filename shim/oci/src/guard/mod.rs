@@ -405,6 +405,9 @@ impl Guard {
         })
         .await
         .unwrap_or_default();
+        if let Some(line) = workspace.as_ref().and_then(|w| w.summary()) {
+            log::warn!("container {}: {line}", self.record.id);
+        }
         let (code, cause) = self.conclude(
             status,
             output.as_ref(),

@@ -15,6 +15,8 @@ use serde_json::json;
 
 use super::*;
 
+mod hostile;
+
 const ID: &str = "c0ffee";
 
 struct Lab {
@@ -75,8 +77,8 @@ impl Lab {
     fn create(&self) -> serde_json::Value {
         let spec = self.spec();
         let sources = vec![self.project.display().to_string()];
-        let found = find(&sources, &self.policy.mounts.workspace, ID).unwrap();
-        let git_tree = found.tree;
+        let mut found = find(&sources, &self.policy.mounts.workspace, ID).unwrap();
+        let git_tree = std::mem::take(&mut found.tree);
         let host_tree = crate::host_tree::scan(&spec, &self.policy, &self.bundle).unwrap();
         let ctx = Context {
             container_id: ID.into(),
@@ -95,7 +97,7 @@ impl Lab {
                 .map(|m| (m.source, m.destination))
                 .collect(),
             host_tree: &host_tree,
-            references: &found.references,
+            git: &found,
         })
         .unwrap()
         .expect("a writable bind");
