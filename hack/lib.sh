@@ -8,7 +8,7 @@ REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
 APT_PACKAGES=(
   containerd runc runsc busybox-static protobuf-compiler
   containernetworking-plugins iproute2 jq hyperfine python3-pip gcc g++ libc6-dev
-  ca-certificates curl openssl git iptables
+  ca-certificates curl openssl git iptables python3-venv
 )
 
 # The workspace's features as hack/test.sh builds and tests it: policy-injector's operator CLI,
@@ -161,6 +161,12 @@ sys.exit(m.version("ocsf-json-schema") != "1.2.0" or m.version("opentelemetry-pr
     python3 -m pip install -q --disable-pip-version-check "${PYTHON_EXPORT_PACKAGES[@]}" 2>/dev/null \
       || python3 -m pip install -q --disable-pip-version-check --break-system-packages "${PYTHON_EXPORT_PACKAGES[@]}"
   fi
+}
+
+# The git hook tools the workspace tests set up as a project's owner would (husky, lefthook,
+# simple-git-hooks from npm, pre-commit from PyPI; hack/hook-tools.sh pins and caches them).
+ensure_hook_tools() {
+  "$HACK_DIR/hook-tools.sh" --print >/dev/null
 }
 
 # The egress forwarder as a static binary at $1 (see hack/build-forwarder.sh). Two rustc

@@ -10,8 +10,10 @@ ensure_engines
 ensure_rust
 ensure_stack
 trap 'rm -f "$GVH_DEPS"' EXIT
-# Before the tests: the audit-record schema test validates with Python's jsonschema.
+# Before the tests: the audit-record schema test validates with Python's jsonschema; the
+# workspace tests use the owner's git hook tools.
 ensure_python_tools
+ensure_hook_tools
 cd "$REPO_ROOT"
 
 log "cargo fmt --check"

@@ -127,3 +127,15 @@ fn a_runner_is_recognised_by_the_last_part_of_a_path_too() {
     assert_eq!(names, ["lint-staged", "make"]);
     assert!(w.runners[0].protected.contains(&".lintstagedrc"));
 }
+
+#[test]
+fn the_commands_a_script_runs_are_the_first_words_of_its_commands() {
+    let w = words("#!/bin/sh\nFOO=1 git diff --cached --quiet || exec npm test\nif prettier --check .; then echo ok; fi\n$(dirname x) ./local/tool\n");
+    assert_eq!(w.commands, ["git", "npm", "prettier", "echo", "dirname"]);
+}
+
+#[test]
+fn the_directories_of_a_path_list_are_not_paths_to_protect() {
+    let w = words("export PATH=\"node_modules/.bin:$PATH\"\nsh -e \"$s\"\n");
+    assert!(w.paths.is_empty(), "{w:?}");
+}

@@ -18,7 +18,16 @@ pub struct Words {
     pub options: Vec<(String, String)>,
     /// Commands recognised by name that read project files by themselves.
     pub runners: Vec<&'static Runner>,
+    /// The command names the text runs (the first word of each command, after assignments and
+    /// keywords; not a path): what a project directory put first on `PATH` would shadow.
+    pub commands: Vec<String>,
 }
+
+/// Words that start a command without being one.
+const KEYWORDS: &[&str] = &[
+    "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "for", "case", "esac", "!",
+    "exec", "time", "command", "env", "nohup", "builtin",
+];
 
 /// Characters that end a word: blanks and what shell, YAML, JSON and git config put between
 /// words.
@@ -65,6 +74,21 @@ pub fn words(text: &str) -> Words {
         for chunk in line.split_whitespace() {
             option(chunk, &mut out.options);
         }
+        for segment in line.split(|c| ";|&(){}`".contains(c)) {
+            let first = segment
+                .split_whitespace()
+                .map(|w| w.trim_matches(|c| c == '"' || c == '\''))
+                .find(|w| !KEYWORDS.contains(w) && !w.contains('='));
+            if let Some(cmd) = first.filter(|w| is_name(w)) {
+                if !out.commands.iter().any(|c| c == cmd) {
+                    out.commands.push(cmd.to_string());
+                }
+            }
+        }
+        // A `PATH=` list names directories to search, not files to run (husky's
+        // `export PATH="node_modules/.bin:$PATH"`): the commands found there are the caller's
+        // to watch.
+        let path_list = line.contains("PATH=");
         for word in line.split(is_separator).filter(|w| !w.is_empty()) {
             // `!cmd` is how git config spells a shell alias or helper; a sentence's full stop
             // is not part of a file name.
@@ -79,7 +103,7 @@ pub fn words(text: &str) -> Words {
                 }
             }
             if word.contains('/') {
-                if !word.contains("//") && !out.paths.iter().any(|p| p == word) {
+                if !path_list && !word.contains("//") && !out.paths.iter().any(|p| p == word) {
                     out.paths.push(word.to_string());
                 }
             } else if is_name(word) && !out.names.iter().any(|n| n == word) {

@@ -66,6 +66,9 @@ pub struct HookNote {
     /// Relative to the bind source: left writable (dependencies, manifests), changes reported
     /// at exit.
     pub reported: Vec<String>,
+    /// Relative to the bind source: left writable, quarantined at exit when new or replaced
+    /// (links on the way, what the hook's `PATH` finds in the project).
+    pub watched: Vec<String>,
     /// Why the hook could not be read through, when it could not.
     pub unread: Option<String>,
 }

@@ -169,6 +169,8 @@ fn entries() -> Result<Vec<Entry>> {
         }
     }
     out.push(Entry::symlink("usr/bin/git", "../lib/git-core/git"));
+    // `#!/usr/bin/env sh`, the shebang of husky's and other tools' hook stubs.
+    out.push(Entry::symlink("usr/bin/env", "../../bin/env"));
     let mut stack = vec![PathBuf::from(TEMPLATES)];
     while let Some(dir) = stack.pop() {
         dirs.insert(rel(&dir));

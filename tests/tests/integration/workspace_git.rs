@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use gvisor_hardened_tests::docker::{assert_clean_docker_shutdown, DockerOptions, Dockerd};
-use gvisor_hardened_tests::workspace::{prelude, sh_quote, Attack, Workspace, ATTACKS};
+use gvisor_hardened_tests::workspace::{
+    attacks, hook_tools_env, prelude, sh_quote, Attack, Workspace,
+};
 use gvisor_hardened_tests::*;
 
 /// The coding-agent preset with the test's project root writable and its audit log and runsc
@@ -61,7 +63,7 @@ fn every_attack_runs_its_code_on_the_host_without_a_sandbox() {
     let root = scratch_root();
     let ws = Workspace::create(&root).unwrap();
     let mut silent = Vec::new();
-    for attack in ATTACKS {
+    for attack in attacks() {
         let (project, canary) = ws.project(attack.name).unwrap();
         ws.set_up(&project, attack).unwrap();
         let out = ws.owner_sh(&project, &script_for(&canary, attack)).unwrap();
@@ -73,22 +75,34 @@ fn every_attack_runs_its_code_on_the_host_without_a_sandbox() {
     assert!(silent.is_empty(), "{}", silent.join("\n\n"));
 }
 
-/// Runs each attack in a sandbox through `run`, then the owner's trigger; returns what fired.
+/// What one sandbox run gave: its output and its exit record's `workspace` member.
+struct Ran {
+    output: String,
+    workspace: serde_json::Value,
+}
+
+/// Runs each attack in a sandbox through `run`, then the owner's trigger; returns what fired,
+/// and what the exit record should have said and did not ([`record_misses`]).
 fn attacks_after_sandboxes(
     ws: &Workspace,
-    mut run: impl FnMut(&Attack, &Path, String) -> String,
+    mut run: impl FnMut(&Attack, &Path, String) -> Ran,
 ) -> Vec<String> {
     let mut fired_list = Vec::new();
-    for attack in ATTACKS {
+    for attack in attacks() {
         let (project, canary) = ws.project(attack.name).unwrap();
         ws.set_up(&project, attack).unwrap();
-        let output = run(attack, &project, script_for(&canary, attack));
+        let Ran { output, workspace } = run(attack, &project, script_for(&canary, attack));
         assert!(output.contains(ATTACK_RAN), "{}: {output}", attack.name);
         if std::env::var_os("GVH_SHOW_WORKSPACE").is_some() {
-            eprintln!("=== {}\n{output}", attack.name);
+            eprintln!("=== {}\n{output}\nworkspace: {workspace}", attack.name);
         }
         if let Some(f) = fired(ws, &project, &canary, attack) {
-            fired_list.push(format!("{f}\nsandbox output:\n{output}"));
+            fired_list.push(format!(
+                "{f}\nsandbox output:\n{output}\nworkspace: {workspace}"
+            ));
+        }
+        for miss in record_misses(attack, &project, &workspace) {
+            fired_list.push(format!("{}: {miss}\nworkspace: {workspace}", attack.name));
         }
         let leftovers = staging_copies(&project);
         if !leftovers.is_empty() {
@@ -99,6 +113,71 @@ fn attacks_after_sandboxes(
         }
     }
     fired_list
+}
+
+/// What the exit must have done for the attacks whose canary alone would not show it: the
+/// guessed quarantine names were really made (so the set-aside worked around them, by a name
+/// the sandbox could not guess), the link in logs/ was removed and named, the command planted
+/// where husky 9 looks first was set aside.
+fn record_misses(attack: &Attack, project: &Path, workspace: &serde_json::Value) -> Vec<String> {
+    let mut misses = Vec::new();
+    let text = workspace.to_string();
+    if workspace["action"] != "quarantine" {
+        misses.push("no exit record with the workspace's quarantine".to_string());
+    }
+    let guessed = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten().any(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.contains(".quarantine-") && n.ends_with("-999")
+                })
+            })
+            .unwrap_or(false)
+    };
+    match attack.name {
+        "precreate-new-repository" => {
+            if !guessed(&project.join("newrepo/.git")) {
+                misses.push("the sandbox's guessed names are not there".into());
+            }
+            let moved = &workspace["neutralised"][0]["moved"];
+            let renamed = moved.as_array().is_some_and(|m| {
+                m.len() == 2
+                    && m.iter()
+                        .all(|x| x["to"].is_string() && x["disarmed"].is_null())
+            });
+            if !renamed {
+                misses.push("hooks and config were not both renamed aside".into());
+            }
+        }
+        "precreate-hooks-path" => {
+            if !guessed(project) {
+                misses.push("the sandbox's guessed names are not there".into());
+            }
+            if !text.contains(".githooks.quarantine-") {
+                misses.push(".githooks was not renamed aside".into());
+            }
+        }
+        "stash-log-link" => {
+            let removed = workspace["git_links"].as_array().is_some_and(|l| {
+                l.iter().any(|x| {
+                    x["path"]
+                        .as_str()
+                        .is_some_and(|p| p.ends_with(".git/logs/refs/stash"))
+                        && x["target"] == "../../hooks/post-commit"
+                        && x["removed"] == true
+                })
+            });
+            if !removed {
+                misses.push("the link in logs/ is not named as removed".into());
+            }
+        }
+        "husky9-path-shadow" if !text.contains("node_modules/.bin/git.quarantine-") => {
+            misses.push("node_modules/.bin/git was not set aside".into());
+        }
+        _ => {}
+    }
+    misses
 }
 
 fn staging_copies(project: &Path) -> Vec<PathBuf> {
@@ -142,6 +221,7 @@ fn no_attack_runs_its_code_on_the_host_after_a_sandbox_through_ctr() {
                 &Run::new(image.reference(), &id)
                     .runtime(Runtime::hardened_with_policy(&policy))
                     .flags(["--mount", &mount, "--cwd", "/work"])
+                    .flags(["--env", &format!("GVH_ID={id}")])
                     .sh(script),
             )
             .unwrap();
@@ -150,12 +230,10 @@ fn no_attack_runs_its_code_on_the_host_after_a_sandbox_through_ctr() {
             .into_iter()
             .find(|l| l["container_id"] == id.as_str() && l["event"] == "exit")
             .unwrap_or_else(|| panic!("{}: no exit record\n{out}", attack.name));
-        assert!(
-            exit["workspace"]["action"] == "quarantine",
-            "{}: {exit}",
-            attack.name
-        );
-        format!("{out}\nworkspace: {}", exit["workspace"])
+        Ran {
+            output: out.to_string(),
+            workspace: exit["workspace"].clone(),
+        }
     });
     assert!(fired.is_empty(), "{}", fired.join("\n\n"));
     assert_clean_shutdown(c);
@@ -171,8 +249,9 @@ fn no_attack_runs_its_code_on_the_host_after_a_sandbox_through_docker() {
     })
     .unwrap();
     import_git_image(&d);
-    let fired = attacks_after_sandboxes(&ws, |_, project, script| {
+    let fired = attacks_after_sandboxes(&ws, |attack, project, script| {
         let volume = format!("{}:/work", project.display());
+        let cidfile = d.dir().path().join(format!("{}.cid", attack.name));
         let out = d
             .docker()
             .args([
@@ -185,6 +264,8 @@ fn no_attack_runs_its_code_on_the_host_after_a_sandbox_through_docker() {
                 "--user",
                 "1000:1000",
             ])
+            .arg("--cidfile")
+            .arg(&cidfile)
             .args([
                 "-v",
                 &volume,
@@ -197,7 +278,15 @@ fn no_attack_runs_its_code_on_the_host_after_a_sandbox_through_docker() {
             ])
             .output()
             .unwrap();
-        out.to_string()
+        let id = std::fs::read_to_string(&cidfile).unwrap();
+        let exit = d
+            .dir()
+            .audit_record(id.trim(), "exit")
+            .unwrap_or_else(|| panic!("{}: no exit record\n{out}", attack.name));
+        Ran {
+            output: out.to_string(),
+            workspace: exit["workspace"].clone(),
+        }
     });
     assert_clean_docker_shutdown(d);
     let _ = std::fs::remove_dir_all(&root);
@@ -215,7 +304,8 @@ fn import_git_image(d: &Dockerd) {
 }
 
 /// An agent's git day, inside: config, commit, branches, a remote, fetch, tracking, a
-/// submodule checked out; then what the owner's git on the host sees.
+/// submodule checked out and committed to, a merge, an annotated tag; then what the owner's
+/// git on the host sees.
 const WORKFLOW: &str = r#"
 set -e
 git config user.name agent
@@ -228,19 +318,32 @@ git fetch -q upstream
 git branch --track tracked upstream/main
 git -c protocol.file.allow=always submodule update -q --init
 git checkout -q -b feature && echo f > f && git add f && git commit -q -m feature && git checkout -q main
+git merge -q --no-ff --no-edit -m 'merge feature' feature
+git tag -a v1 -m 'release v1'
+mkdir -p node_modules/.bin && printf '#!/bin/sh\n' > node_modules/.bin/prettier
+(cd sub && git checkout -q -b work && echo more >> s && git add s && git -c user.name=agent -c user.email=agent@example.test commit -q -m 'sub work')
+git add sub && git commit -q -m 'bump sub'
 git status --porcelain
 echo workflow-done
 "#;
 
 fn check_workflow_result(ws: &Workspace, project: &Path, out: &str) {
     assert!(out.contains("workflow-done"), "{out}");
+    // The owner's husky hook ran inside at every commit, and what the agent installed in
+    // node_modules (which the hook does not run by name) stays.
+    assert!(out.contains("lint-ran"), "{out}");
+    assert!(project.join("node_modules/.bin/prettier").exists());
     let sh = |cmd: &str| {
         let o = ws.owner_sh(project, cmd).unwrap();
         assert!(o.success(), "{cmd}: {o}\nsandbox: {out}");
         o.stdout.trim().to_string()
     };
-    assert_eq!(sh("git log -1 --format=%s main"), "agent work");
+    assert_eq!(sh("git log -1 --format=%s main"), "bump sub");
     assert_eq!(sh("git log -1 --format=%an main"), "agent");
+    assert_eq!(sh("git log -1 --format=%s main~1"), "merge feature");
+    assert_eq!(sh("git log -1 --format=%s main~2"), "agent work");
+    assert_eq!(sh("git cat-file -t v1"), "tag");
+    assert_eq!(sh("git describe --tags main~1"), "v1");
     assert_eq!(sh("git rev-parse --abbrev-ref HEAD"), "main");
     for branch in ["agent-branch", "feature", "tracked"] {
         sh(&format!("git rev-parse --verify -q refs/heads/{branch}"));
@@ -254,22 +357,30 @@ fn check_workflow_result(ws: &Workspace, project: &Path, out: &str) {
     sh("git rev-parse --verify -q refs/remotes/upstream/main");
     // The agent's identity stayed in its copy: the developer's commits stay theirs.
     assert_eq!(sh("git config --local user.name || echo unset"), "unset");
-    assert_eq!(sh("git -C sub log -1 --format=%s"), "sub");
+    assert_eq!(sh("git -C sub log -1 --format=%s"), "sub work");
+    assert_eq!(
+        sh("git -C sub rev-parse HEAD"),
+        sh("git rev-parse main:sub"),
+        "the superproject records the submodule's new commit"
+    );
     assert_eq!(sh("git status --porcelain"), "");
     sh("git fsck --no-progress");
     assert!(staging_copies(project).is_empty());
 }
 
-/// The owner takes the submodule out first: the sandbox's `submodule update --init` clones it.
-const WORKFLOW_SETUP: &str = "git submodule deinit -q -f sub && rm -rf .git/modules/sub";
+/// The owner takes the submodule out first (the sandbox's `submodule update --init` clones
+/// it) and uses husky 9 with a hook that runs a project script, which the agent's commits
+/// inside run too.
+const WORKFLOW_SETUP: &str = "git submodule deinit -q -f sub && rm -rf .git/modules/sub && \
+    \"$HUSKY\" >/dev/null && mkdir -p scripts && printf 'echo lint-ran\\n' > scripts/lint.sh && \
+    printf 'sh scripts/lint.sh\\n' > .husky/pre-commit && echo node_modules/ >> .gitignore && \
+    git add -A && git commit -q -m 'husky' --no-verify";
 
 /// A fresh project set up for [`WORKFLOW`], and the script to run in it.
 fn workflow_project(ws: &Workspace) -> (PathBuf, String) {
     let (project, _) = ws.project("workflow").unwrap();
-    ws.owner_sh(&project, WORKFLOW_SETUP)
-        .unwrap()
-        .checked()
-        .unwrap();
+    let setup = format!("{}{WORKFLOW_SETUP}", hook_tools_env().unwrap());
+    ws.owner_sh(&project, &setup).unwrap().checked().unwrap();
     let script = format!(
         "REMOTES={}\n{WORKFLOW}",
         sh_quote(&ws.remotes().display().to_string())
@@ -353,4 +464,69 @@ fn git_workflows_inside_reach_the_host_through_docker() {
     check_workflow_result(&ws, &project, &out.to_string());
     assert_clean_docker_shutdown(d);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// What `hack/agent-sandbox.sh` prints after the run, for the exit's new findings: a link the
+/// sandbox left in `.git/logs` (removed, with its target) and a file the owner's hook runs
+/// through npx that the sandbox changed (reported, not protected).
+#[test]
+fn agent_sandbox_prints_the_links_it_removed_and_the_hook_inputs_that_changed() {
+    let root = scratch_root();
+    let ws = Workspace::create(&root).unwrap();
+    let d = Dockerd::start(DockerOptions {
+        extra_policies: vec![("agent".into(), agent_policy(&ws.projects_root(), ""))],
+    })
+    .unwrap();
+    import_git_image(&d);
+    let (project, _) = ws.project("agent-sandbox-prints").unwrap();
+    ws.owner_sh(
+        &project,
+        "printf '#!/bin/sh\\nnpx lint-staged\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && echo '{}' > package.json",
+    )
+    .unwrap()
+    .checked()
+    .unwrap();
+    let script = "mkdir -p .git/logs/refs && ln -s /home/dev/.bashrc .git/logs/refs/stash && echo '{\"lint-staged\": {\"*\": \"sh x\"}}' > package.json";
+    let mut cmd = std::process::Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../hack/agent-sandbox.sh"
+    ));
+    cmd.env(
+        "DOCKER_HOST",
+        format!("unix://{}", d.dir().path().join("docker.sock").display()),
+    )
+    .env("DOCKER_CONFIG", d.dir().path().join("cli"))
+    .env("GVH_RUNTIME", "agent")
+    .env("GVH_AUDIT_LOG", d.dir().audit_log())
+    .arg(GIT_IMAGE_REF)
+    .arg(&project)
+    .args(["sh", "-c", script]);
+    let out = gvisor_hardened_tests::process::output_with_deadline(
+        &mut cmd,
+        None,
+        std::time::Duration::from_secs(120),
+    )
+    .unwrap();
+    assert!(out.success(), "{out}");
+    assert!(
+        out.stderr.contains(&format!(
+            "agent-sandbox: removed symlink {}/.git/logs/refs/stash -> /home/dev/.bashrc",
+            project.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "agent-sandbox: changed, and run or read by your hook .git/hooks/pre-commit: {}/package.json (changed)",
+            project.display()
+        )),
+        "{out}"
+    );
+    assert!(fs_missing(&project.join(".git/logs/refs/stash")));
+    assert_clean_docker_shutdown(d);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+fn fs_missing(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_err()
 }

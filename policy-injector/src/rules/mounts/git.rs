@@ -151,6 +151,12 @@ fn report_hooks(bind: &Bind, pass: &mut Pass<'_>) {
                     n.protected.join(", ")
                 ));
             }
+            if !n.watched.is_empty() {
+                parts.push(format!(
+                    "watched (quarantined at exit when new or replaced): {}",
+                    n.watched.join(", ")
+                ));
+            }
             if !n.reported.is_empty() {
                 parts.push(format!(
                     "left writable (the agent's work), changes reported at exit: {}",
@@ -309,6 +315,7 @@ mod tests {
                 tool: "husky 9".into(),
                 protected: vec![".husky".into()],
                 reported: vec!["package.json".into(), "node_modules/.bin".into()],
+                watched: vec!["node_modules/.bin/git".into()],
                 unread: None,
             }],
         );

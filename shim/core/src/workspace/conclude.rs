@@ -161,8 +161,14 @@ fn quarantine_replaced(
             }
         }
     }
-    let mut out = Vec::new();
+    // Parents first: what is below a path set aside went with it.
+    found.protect.sort_by(|a, b| a.2.cmp(&b.2));
+    let mut out: Vec<Moved> = Vec::new();
+    let mut gone: Vec<&Path> = Vec::new();
     for (bind, rel, path, id) in &found.protect {
+        if gone.iter().any(|g| path.starts_with(g)) {
+            continue;
+        }
         let here = |p: &ProtectedPath| p.bind == *bind && p.path == *rel;
         let was_file = state.protected_paths.iter().filter(|p| here(p));
         let was_link = state
@@ -190,6 +196,7 @@ fn quarantine_replaced(
             "[mounts] protect"
         };
         out.push(disarm.aside(path, &format!("{what}: {list}")));
+        gone.push(path);
     }
     out
 }

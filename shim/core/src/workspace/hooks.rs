@@ -33,6 +33,9 @@ pub(super) struct HookRuns {
     pub protect: Vec<PathBuf>,
     /// Absolute paths it reads or runs that are the agent's ordinary work.
     pub reported: Vec<PathBuf>,
+    /// Absolute paths it would run if they appeared or changed, watched without a bind
+    /// (husky 9 puts `node_modules/.bin` first on `PATH`: a command of the hook's there).
+    pub watch: Vec<PathBuf>,
     /// Why it is not fully understood, when it is not.
     pub unread: Option<String>,
 }
@@ -96,6 +99,8 @@ impl Reader<'_> {
         };
         let tool = recognise(&text, rel_dir);
         out.tool = tool_name(&tool);
+        let shadowing =
+            matches!(tool, HookTool::Husky9).then(|| self.worktree.join("node_modules/.bin"));
         let files = tool_files(&tool, rel_dir);
         out.protect
             .extend(files.protected.iter().map(|p| self.worktree.join(p)));
@@ -103,7 +108,7 @@ impl Reader<'_> {
             .extend(files.reported.iter().map(|p| self.worktree.join(p)));
         // Scripts, configs and the files in the tool's directories, breadth first.
         let mut queue: VecDeque<PathBuf> = VecDeque::new();
-        self.take_words(&words(&text), &mut out, &mut queue);
+        self.take_words(&words(&text), &mut out, &mut queue, shadowing.as_deref());
         for p in &files.protected {
             self.queue_tree(&self.worktree.join(p), &mut queue);
         }
@@ -115,7 +120,7 @@ impl Reader<'_> {
             }
             read.push(real.clone());
             if let Ok(text) = self.text(&real) {
-                self.take_words(&words(&text), &mut out, &mut queue);
+                self.take_words(&words(&text), &mut out, &mut queue, shadowing.as_deref());
             }
         }
         if *self.budget == 0 {
@@ -125,6 +130,7 @@ impl Reader<'_> {
         }
         dedup(&mut out.protect);
         dedup(&mut out.reported);
+        dedup(&mut out.watch);
         out
     }
 
@@ -145,8 +151,18 @@ impl Reader<'_> {
     }
 
     /// The paths `w` names become protected (and queued to be read); its runners' files are
-    /// protected or reported.
-    fn take_words(&self, w: &Words, out: &mut HookRuns, queue: &mut VecDeque<PathBuf>) {
+    /// protected or reported; with a project directory first on `PATH` (`shadowing`), each
+    /// command's name there is watched.
+    fn take_words(
+        &self,
+        w: &Words,
+        out: &mut HookRuns,
+        queue: &mut VecDeque<PathBuf>,
+        shadowing: Option<&Path>,
+    ) {
+        if let Some(dir) = shadowing {
+            out.watch.extend(w.commands.iter().map(|c| dir.join(c)));
+        }
         // `~/` is the shell's home, never the project.
         for p in w.paths.iter().filter(|p| !p.starts_with('~')) {
             let path = self.path_of(p);
@@ -188,8 +204,13 @@ impl Reader<'_> {
         joined.components().collect()
     }
 
-    /// A protected directory of a hook tool: its files are read too (bounded).
+    /// A hook tool's protected file, or the files of its protected directory (bounded): read
+    /// too.
     fn queue_tree(&self, dir: &Path, queue: &mut VecDeque<PathBuf>) {
+        if fs::metadata(dir).is_ok_and(|m| m.is_file()) {
+            queue.push_back(dir.to_path_buf());
+            return;
+        }
         let mut stack = vec![(dir.to_path_buf(), 0)];
         let mut files = 0;
         while let Some((d, depth)) = stack.pop() {
@@ -352,6 +373,26 @@ mod tests {
         let pre = &analyse(&root.join(".git/hooks"), &root)[0];
         assert_eq!(pre.tool, "pre-commit");
         assert!(pre.protect.contains(&root.join(".pre-commit-config.yaml")));
+        assert!(
+            pre.protect.contains(&root.join("scripts/lint.sh")),
+            "{:?}",
+            pre.protect
+        );
+    }
+
+    #[test]
+    fn lefthook_protects_the_scripts_its_config_names() {
+        let (_d, root) = project();
+        write(
+            &root.join(".git/hooks/pre-commit"),
+            "#!/bin/sh\ncall_lefthook()\n{\n  lefthook \"$@\"\n}\ncall_lefthook run \"pre-commit\"\n",
+        );
+        write(
+            &root.join("lefthook.yml"),
+            "pre-commit:\n  commands:\n    lint:\n      run: sh scripts/lint.sh\n",
+        );
+        let pre = &analyse(&root.join(".git/hooks"), &root)[0];
+        assert_eq!(pre.tool, "lefthook");
         assert!(
             pre.protect.contains(&root.join("scripts/lint.sh")),
             "{:?}",

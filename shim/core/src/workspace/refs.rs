@@ -39,8 +39,9 @@ const MAX_INCLUDE_DEPTH: usize = 10;
 pub(super) struct Refs {
     /// Protected: read-only inside where they exist, quarantined at exit when new or replaced.
     pub protect: Vec<(String, String)>,
-    /// Symbolic links on the way to those: a bind cannot cover a link without following it, so
-    /// each must be the same link at exit or is quarantined.
+    /// Symbolic links on the way to those (a bind cannot cover a link without following it),
+    /// and what a hook tool's `PATH` would find: each must be what it was at exit, or is
+    /// quarantined.
     pub links: Vec<(String, String)>,
     /// The hooks that run project files, per bind, for the create record.
     pub hooks: Vec<(String, HookNote)>,
@@ -149,11 +150,21 @@ impl<'a> Places<'a> {
             .map(|(b, rel)| (b.to_string(), rel))
     }
 
-    fn protect(&mut self, path: &Path) -> Option<String> {
+    /// Protects what `path` leads to; inside a dependency directory (`node_modules`), where
+    /// the agent's installs must keep working, watches it instead. Returns the relative path
+    /// and whether it is protected (true) or watched.
+    fn protect(&mut self, path: &Path) -> Option<(String, bool)> {
         let placed = self.place(path)?;
         let rel = placed.1.clone();
+        if Path::new(&rel)
+            .components()
+            .any(|c| c.as_os_str() == "node_modules")
+        {
+            push(&mut self.out.links, placed);
+            return Some((rel, false));
+        }
         push(&mut self.out.protect, placed);
-        Some(rel)
+        Some((rel, true))
     }
 
     fn hook(&mut self, runs: HookRuns) {
@@ -167,8 +178,19 @@ impl<'a> Places<'a> {
             ..HookNote::default()
         };
         for p in &runs.protect {
-            if let Some(rel) = self.protect(p) {
-                push(&mut note.protected, rel);
+            match self.protect(p) {
+                Some((rel, true)) => push(&mut note.protected, rel),
+                Some((rel, false)) => push(&mut note.watched, rel),
+                None => {}
+            }
+        }
+        for p in &runs.watch {
+            let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else {
+                continue;
+            };
+            if let Some((b, rel)) = self.binds.locate(&resolve(dir).target.join(name)) {
+                push(&mut self.out.links, (b.to_string(), rel.clone()));
+                push(&mut note.watched, rel);
             }
         }
         for p in &runs.reported {
@@ -178,7 +200,11 @@ impl<'a> Places<'a> {
                 _ => {}
             }
         }
-        if !note.protected.is_empty() || !note.reported.is_empty() || note.unread.is_some() {
+        if !note.protected.is_empty()
+            || !note.reported.is_empty()
+            || !note.watched.is_empty()
+            || note.unread.is_some()
+        {
             self.out.hooks.push((self.bind.clone(), note));
         }
     }

@@ -138,7 +138,7 @@ fn identities(binds: &[WatchedBind], paths: &[(usize, String)]) -> Vec<Protected
         .collect()
 }
 
-/// Each link of `paths` as it is now.
+/// Each watched path of `paths` that exists, as it is now.
 fn watched_links(binds: &[WatchedBind], paths: &[(usize, String)]) -> Vec<WatchedLink> {
     paths
         .iter()
@@ -148,9 +148,8 @@ fn watched_links(binds: &[WatchedBind], paths: &[(usize, String)]) -> Vec<Watche
             Some(WatchedLink {
                 bind: *bind,
                 path: path.clone(),
-                dev: m.dev(),
-                ino: m.ino(),
-                target: fs::read_link(&full).ok()?,
+                print: Fingerprint::of(&m),
+                target: fs::read_link(&full).ok(),
             })
         })
         .collect()

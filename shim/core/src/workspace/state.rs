@@ -85,29 +85,27 @@ pub struct ReferencedPath {
     pub path: String,
 }
 
-/// A link as it was at create. Its target too: a link the sandbox removed and made again can
-/// get the same inode number back.
+/// A path watched without a bind: a link on the way to a referenced path (a bind cannot cover
+/// a link without following it), or a file a hook tool's `PATH` would find. As it was at create,
+/// a link's target too: a link the sandbox removed and made again can get the same inode
+/// number back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchedLink {
     /// Index into [`WorkspaceState::binds`].
     pub bind: usize,
     /// Relative to the bind's source.
     pub path: String,
-    pub dev: u64,
-    pub ino: u64,
-    pub target: PathBuf,
+    pub print: Fingerprint,
+    pub target: Option<PathBuf>,
 }
 
 impl WatchedLink {
-    /// Whether `path` is this link still.
+    /// Whether `path` is what was watched still.
     pub fn is_at(&self, path: &Path) -> bool {
-        use std::os::unix::fs::MetadataExt;
         let Ok(m) = std::fs::symlink_metadata(path) else {
             return false;
         };
-        m.file_type().is_symlink()
-            && (m.dev(), m.ino()) == (self.dev, self.ino)
-            && std::fs::read_link(path).is_ok_and(|t| t == self.target)
+        Fingerprint::of(&m) == self.print && std::fs::read_link(path).ok() == self.target
     }
 }
 

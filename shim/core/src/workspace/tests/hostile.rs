@@ -269,3 +269,28 @@ fn a_changed_input_of_an_owners_hook_is_reported_at_exit() {
         [".git/hooks/pre-commit"]
     );
 }
+
+#[test]
+fn a_command_planted_where_husky_9_looks_first_is_quarantined() {
+    let lab = Lab::new();
+    write(
+        &lab.p(".husky/_/pre-commit"),
+        "#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"",
+    );
+    write(
+        &lab.p(".husky/pre-commit"),
+        "git diff --cached --quiet || true\n",
+    );
+    fs::write(
+        lab.p(".git/config"),
+        "[core]\n\trepositoryformatversion = 0\n\thooksPath = .husky/_\n",
+    )
+    .unwrap();
+    write(&lab.p("node_modules/.bin/prettier"), "#!/bin/sh\n");
+    lab.create();
+    write(&lab.p("node_modules/.bin/git"), "#!/bin/sh\nevil\n");
+    let report = lab.conclude();
+    assert!(!lab.p("node_modules/.bin/git").exists(), "{report:?}");
+    // What the hooks do not run by name stays.
+    assert!(lab.p("node_modules/.bin/prettier").exists());
+}

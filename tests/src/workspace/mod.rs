@@ -11,6 +11,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::error::{HarnessError, Result};
@@ -19,60 +20,31 @@ use crate::process::{output_with_deadline, CommandOutput};
 /// The developer's uid and gid: the project's owner, who runs git on the host.
 pub const OWNER: u32 = 1000;
 
+mod attacks;
+
+pub use attacks::{attacks, HOOK_TOOL_ATTACKS, REPOSITORY_ATTACKS};
+
 /// One attack: what the sandbox does, and what the owner runs afterwards.
 pub struct Attack {
     pub name: &'static str,
-    /// What the owner had set up before the sandbox ran (run on the project copy first).
+    /// What the owner had set up before the sandbox ran (run on the project copy first, with
+    /// the hook tools' paths in `$HUSKY`, `$LEFTHOOK`, `$SGH` and `$PRE_COMMIT`).
     pub setup: &'static str,
     /// Shell run in the project's root. `$C` is the canary file, `evil FILE` writes a script
-    /// there that appends to it.
+    /// there that appends to it, `$ID` is the first 12 characters of the container's id (the
+    /// hostname under Docker, `GVH_ID` under ctr) and `guess NAME` makes every quarantine name
+    /// of NAME a sandbox that knows its id can predict.
     pub script: &'static str,
     /// The owner's commands, run in the project's root on the host after the sandbox ended.
     pub trigger: &'static str,
 }
 
-/// Every attack of issue 17, and the config keys it lists, each with a trigger that makes the
-/// host's git run the planted code when nothing stops it.
-pub const ATTACKS: &[Attack] = &[
-    Attack { setup: "", name: "hook", script: "evil .git/hooks/pre-commit", trigger: "git commit -q --allow-empty -m t" },
-    Attack { setup: "", name: "hooks-path", script: "mkdir -p .evilhooks && evil .evilhooks/pre-commit && git config core.hooksPath .evilhooks", trigger: "git commit -q --allow-empty -m t" },
-    Attack { setup: "", name: "fsmonitor", script: "evil .evil && git config core.fsmonitor ./.evil", trigger: "git status" },
-    Attack { setup: "", name: "ssh-command", script: "evil .evil && git config core.sshCommand ./.evil", trigger: "git ls-remote ssh://127.0.0.1:1/x" },
-    Attack { setup: "", name: "editor", script: "evil .evil && git config core.editor ./.evil", trigger: "git commit -q --allow-empty" },
-    Attack { setup: "", name: "pager", script: "evil .evil && git config core.pager ./.evil", trigger: "script -qec 'git -p log -1' /dev/null < /dev/null" },
-    Attack { setup: "", name: "sequence-editor", script: "evil .evil && git config sequence.editor ./.evil", trigger: "git rebase -q -i HEAD~1" },
-    Attack { setup: "", name: "textconv", script: "evil .evil && echo '*.txt diff=evil' >> .gitattributes && git config diff.evil.textconv ./.evil && echo changed >> notes.txt", trigger: "git diff notes.txt" },
-    Attack { setup: "", name: "diff-external", script: "evil .evil && git config diff.external ./.evil && echo changed >> notes.txt", trigger: "git diff notes.txt" },
-    Attack { setup: "", name: "filter", script: "evil .evil && echo '*.dat filter=evil' >> .gitattributes && git config filter.evil.clean ./.evil && echo new > y.dat", trigger: "git add y.dat" },
-    Attack { setup: "", name: "merge-driver", script: "evil .evil && echo 'README merge=evil' >> .gitattributes && git config merge.evil.driver ./.evil", trigger: "git merge -q other -m m" },
-    Attack { setup: "", name: "credential-helper", script: "evil .evil && git config credential.helper '!./.evil'", trigger: "printf 'protocol=https\\nhost=127.0.0.1\\n\\n' | git credential fill" },
-    Attack { setup: "", name: "gpg-program", script: "evil .evil && git config gpg.program ./.evil", trigger: "git commit -q -S --allow-empty -m t" },
-    Attack { setup: "", name: "alias", script: "evil .evil && git config alias.st '!./.evil'", trigger: "git st" },
-    Attack { setup: "", name: "include", script: "evil .evil && printf '[core]\\n\\tfsmonitor = ./.evil\\n' > .evil.inc && git config include.path ../.evil.inc", trigger: "git status" },
-    Attack { setup: "", name: "include-if", script: "evil .evil && printf '[core]\\n\\tfsmonitor = ./.evil\\n' > .evil.inc && git config 'includeIf.gitdir:/.path' ../.evil.inc", trigger: "git status" },
-    Attack { setup: "", name: "uploadpack", script: "evil .evil && git config remote.origin.uploadpack ./.evil", trigger: "git fetch -q origin" },
-    Attack { setup: "", name: "ext-transport", script: "evil .evil && git config protocol.ext.allow always && git remote add evil 'ext::sh -c ./.evil'", trigger: "git fetch -q evil" },
-    Attack { setup: "", name: "commondir", script: "mkdir -p .evilcommon/objects .evilcommon/refs .evilcommon/hooks && evil .evilcommon/hooks/pre-commit && echo ../.evilcommon > .git/commondir", trigger: "git commit -q --allow-empty -m t" },
-    Attack { setup: "", name: "config-worktree", script: "evil .evil && git config core.repositoryformatversion 1 && git config extensions.worktreeConfig true && printf '[core]\\n\\tfsmonitor = ./.evil\\n' > .git/config.worktree", trigger: "git status" },
-    Attack { setup: "", name: "worktrees", script: "mkdir -p .evilcommon/objects .evilcommon/refs .evilcommon/hooks .git/worktrees/wt wt && evil .evilcommon/hooks/pre-commit && echo 'ref: refs/heads/wt' > .git/worktrees/wt/HEAD && echo ../../../.evilcommon > .git/worktrees/wt/commondir && echo \"$PWD/wt/.git\" > .git/worktrees/wt/gitdir && echo 'gitdir: ../.git/worktrees/wt' > wt/.git", trigger: "git -C wt commit -q --allow-empty -m t" },
-    Attack { setup: "", name: "rename-dot-git", script: "if mv .git .git-old; then cp -a .git-old .git; fi; evil .git/hooks/pre-commit", trigger: "git commit -q --allow-empty -m t" },
-    Attack { setup: "", name: "nested-hook", script: "evil vendor/lib/.git/hooks/pre-commit", trigger: "git -C vendor/lib commit -q --allow-empty -m t" },
-    Attack { setup: "", name: "nested-hooks-path", script: "mkdir -p vendor/lib/.h && evil vendor/lib/.h/pre-commit && git -C vendor/lib config core.hooksPath .h", trigger: "git -C vendor/lib commit -q --allow-empty -m t" },
-    Attack { setup: "", name: "nested-renamed", script: "mv vendor/lib vendor/lib-old && mkdir vendor/lib && cp -a vendor/lib-old/. vendor/lib/ && evil vendor/lib/.git/hooks/pre-commit", trigger: "git -C vendor/lib commit -q --allow-empty -m t" },
-    Attack { setup: "", name: "new-repository", script: "git init -q newrepo && evil newrepo/.git/hooks/pre-commit", trigger: "git -C newrepo commit -q --allow-empty -m t" },
-    Attack { setup: "", name: "submodule-hook", script: "evil .git/modules/sub/hooks/pre-commit", trigger: "git -C sub commit -q --allow-empty -m t" },
-    Attack { setup: "", name: "submodule-fsmonitor", script: "evil .evil && git -C sub config core.fsmonitor ../.evil", trigger: "git status" },
-    Attack { setup: "", name: "gitdir-file", script: "cp -a .git .evilgit && evil .evilgit/hooks/pre-commit && mkdir -p newdir && echo 'gitdir: ../.evilgit' > newdir/.git", trigger: "git -C newdir commit -q --allow-empty -m t" },
-    Attack { setup: "", name: "bare-repository", script: "git clone -q --bare . evil.git && evil evil.git/hooks/reference-transaction", trigger: "git -C evil.git update-ref refs/heads/canary HEAD" },
-    Attack { setup: "", name: "rebase-todo", script: "evil .evil && GIT_SEQUENCE_EDITOR='f() { printf \"break\\nexec ./.evil\\n\" > \"$1\"; }; f' git rebase -q -i HEAD", trigger: "git rebase --continue" },
-    Attack { setup: "git config core.hooksPath .husky", name: "husky-hook", script: "evil .husky/pre-commit", trigger: "git commit -q --allow-empty -m t" },
-    Attack { setup: "git config include.path ../.gitconfig.shared", name: "shared-config", script: "evil .evil && printf '[core]\\n\\tfsmonitor = ./.evil\\n' >> .gitconfig.shared", trigger: "git status" },
-];
-
 /// The shell functions and variables every attack script starts with.
 pub fn prelude(canary: &Path) -> String {
     format!(
         "C={canary}\nevil() {{ printf '#!/bin/sh\\necho fired >> %s\\nexit 0\\n' \"$C\" > \"$1\" && chmod +x \"$1\"; }}\n\
+         ID=$(printf %s \"${{GVH_ID:-$(hostname)}}\" | cut -c1-12)\n\
+         guess() {{ for n in '' $(seq 1 999); do mkdir -p \"$1.quarantine-$ID${{n:+-$n}}\"; done; mkdir -p \"$1.quarantine-$ID-0000000000000000\"; }}\n\
          export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=agent@example.test GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=agent@example.test\n",
         canary = sh_quote(&canary.display().to_string())
     )
@@ -181,7 +153,8 @@ mkdir -p vendor && git init -q vendor/lib && cd vendor/lib && echo lib > l && gi
         if attack.setup.is_empty() {
             return Ok(());
         }
-        self.owner_sh(project, attack.setup)?.checked().map(drop)
+        let script = format!("{}{}", hook_tools_env()?, attack.setup);
+        self.owner_sh(project, &script)?.checked().map(drop)
     }
 
     /// `sh -c SCRIPT` as the owner in `dir`, with the owner's home and a deadline. EDITOR and
@@ -242,4 +215,41 @@ fn chown_tree(root: &Path) -> Result<()> {
         p = parent.to_path_buf();
     }
     Ok(())
+}
+
+/// `HUSKY=... LEFTHOOK=... SGH=... PRE_COMMIT=...` as shell assignments: the hook tools the
+/// owner uses, from `hack/hook-tools.sh --print` (which hack/test.sh ran, installing them).
+pub fn hook_tools_env() -> Result<&'static str> {
+    static ENV: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/hook-tools.sh");
+        let out = Command::new(&script)
+            .arg("--print")
+            .output()
+            .map_err(|e| format!("running {}: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} --print failed: {}",
+                script.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut env = String::new();
+        for (name, var) in [
+            ("husky", "HUSKY"),
+            ("lefthook", "LEFTHOOK"),
+            ("simple-git-hooks", "SGH"),
+            ("pre-commit", "PRE_COMMIT"),
+        ] {
+            let path = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}=")))
+                .ok_or_else(|| format!("hack/hook-tools.sh --print names no {name}"))?;
+            env.push_str(&format!("{var}={}\n", sh_quote(path)));
+        }
+        Ok(env)
+    })
+    .as_deref()
+    .map_err(|e| HarnessError::Config(e.clone()))
 }
