@@ -523,6 +523,30 @@ fn agent_sandbox_prints_the_links_it_removed_and_the_hook_inputs_that_changed() 
         "{out}"
     );
     assert!(fs_missing(&project.join(".git/logs/refs/stash")));
+    // At create, the record named the hook and what it runs from the project.
+    let create = d
+        .dir()
+        .audit_lines()
+        .into_iter()
+        .find(|l| l["event"] == "create")
+        .unwrap();
+    let hook = create["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| {
+            d["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("the owner's hook"))
+        })
+        .unwrap_or_else(|| panic!("no decision names the owner's hook: {create}"));
+    let reason = hook["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the owner's hook .git/hooks/pre-commit (script) runs project files")
+            && reason.contains("changes reported at exit: package.json, node_modules/.bin")
+            && reason.contains("protected (read-only inside, quarantined at exit when new or replaced): .lintstagedrc"),
+        "{reason}"
+    );
     assert_clean_docker_shutdown(d);
     let _ = std::fs::remove_dir_all(&root);
 }

