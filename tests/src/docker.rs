@@ -170,6 +170,25 @@ impl Dockerd {
         engine::run_rm_script(self.docker(), self.dir(), &runtime, args, script)
     }
 
+    /// `hack/agent-sandbox.sh IMAGE PROJECT` (the caller adds the command) against this
+    /// daemon, with its runtime `runtime` and the audit log the test policies write.
+    pub fn agent_sandbox(&self, runtime: &str, image: &str, project: &Path) -> Command {
+        let mut cmd = Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../hack/agent-sandbox.sh"
+        ));
+        cmd.env(
+            "DOCKER_HOST",
+            format!("unix://{}", self.dir.path().join("docker.sock").display()),
+        )
+        .env("DOCKER_CONFIG", self.dir.path().join("cli"))
+        .env("GVH_RUNTIME", runtime)
+        .env("GVH_AUDIT_LOG", self.dir.audit_log())
+        .arg(image)
+        .arg(project);
+        cmd
+    }
+
     /// `/usr/bin/docker -H unix://<dir>/docker.sock`, with its own config directory.
     pub fn docker(&self) -> EngineCommand {
         let mut cmd = Command::new(DOCKER);

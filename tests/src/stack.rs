@@ -109,21 +109,7 @@ fn deps() -> Result<&'static BTreeMap<String, PathBuf>> {
         let text = match std::env::var_os("GVH_DEPS") {
             Some(file) => fs::read_to_string(&file)
                 .map_err(|e| format!("reading GVH_DEPS={}: {e}", Path::new(&file).display()))?,
-            None => {
-                let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/deps.sh");
-                let out = Command::new(&script)
-                    .arg("--print")
-                    .output()
-                    .map_err(|e| format!("running {}: {e}", script.display()))?;
-                if !out.status.success() {
-                    return Err(format!(
-                        "{} --print failed: {}",
-                        script.display(),
-                        String::from_utf8_lossy(&out.stderr)
-                    ));
-                }
-                String::from_utf8_lossy(&out.stdout).into_owned()
-            }
+            None => hack_print("deps.sh")?,
         };
         Ok(text
             .lines()
@@ -133,6 +119,25 @@ fn deps() -> Result<&'static BTreeMap<String, PathBuf>> {
     })
     .as_ref()
     .map_err(|e| HarnessError::Config(e.clone()))
+}
+
+/// What `hack/SCRIPT --print` prints: `name=path` lines of what it built or installed.
+pub(crate) fn hack_print(script: &str) -> std::result::Result<String, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../hack")
+        .join(script);
+    let out = Command::new(&script)
+        .arg("--print")
+        .output()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} --print failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The directory of links to the selected stack's binaries, made once per process (and shared

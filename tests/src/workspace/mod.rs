@@ -222,19 +222,7 @@ fn chown_tree(root: &Path) -> Result<()> {
 pub fn hook_tools_env() -> Result<&'static str> {
     static ENV: OnceLock<std::result::Result<String, String>> = OnceLock::new();
     ENV.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/hook-tools.sh");
-        let out = Command::new(&script)
-            .arg("--print")
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{} --print failed: {}",
-                script.display(),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = crate::stack::hack_print("hook-tools.sh")?;
         let mut env = String::new();
         for (name, var) in [
             ("husky", "HUSKY"),

@@ -472,20 +472,8 @@ fn agent_sandbox_runs_the_preset_with_a_private_git_directory_and_env_files_mask
                   sandbox-probe write .git/hooks/pre-commit; sandbox-probe write .git/config; \
                   sandbox-probe write .env; wc -c < .env; wc -c < sub/.env.local; \
                   sandbox-probe statfs /home/agent/.cache";
-    let mut cmd = std::process::Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../hack/agent-sandbox.sh"
-    ));
-    cmd.env(
-        "DOCKER_HOST",
-        format!("unix://{}", d.dir().path().join("docker.sock").display()),
-    )
-    .env("DOCKER_CONFIG", d.dir().path().join("cli"))
-    .env("GVH_RUNTIME", "agent")
-    .env("GVH_AUDIT_LOG", d.dir().audit_log())
-    .arg(TEST_IMAGE_REF)
-    .arg(&project)
-    .args(["sh", "-c", script]);
+    let mut cmd = d.agent_sandbox("agent", TEST_IMAGE_REF, &project);
+    cmd.args(["sh", "-c", script]);
     let out = gvisor_hardened_tests::process::output_with_deadline(
         &mut cmd,
         None,

@@ -241,14 +241,9 @@ fn no_attack_runs_its_code_on_the_host_after_a_sandbox_through_ctr() {
 
 #[test]
 fn no_attack_runs_its_code_on_the_host_after_a_sandbox_through_docker() {
-    // The policy names the project root, so it exists before the daemon starts.
     let root = scratch_root();
     let ws = Workspace::create(&root).unwrap();
-    let d = Dockerd::start(DockerOptions {
-        extra_policies: vec![("agent".into(), agent_policy(&ws.projects_root(), ""))],
-    })
-    .unwrap();
-    import_git_image(&d);
+    let d = dockerd_with_agent_runtime(&ws);
     let fired = attacks_after_sandboxes(&ws, |attack, project, script| {
         let volume = format!("{}:/work", project.display());
         let cidfile = d.dir().path().join(format!("{}.cid", attack.name));
@@ -278,10 +273,10 @@ fn no_attack_runs_its_code_on_the_host_after_a_sandbox_through_docker() {
             ])
             .output()
             .unwrap();
-        let id = std::fs::read_to_string(&cidfile).unwrap();
+        let id = gvisor_hardened_tests::engine::read_cidfile(&cidfile).unwrap();
         let exit = d
             .dir()
-            .audit_record(id.trim(), "exit")
+            .audit_record(&id, "exit")
             .unwrap_or_else(|| panic!("{}: no exit record\n{out}", attack.name));
         Ran {
             output: out.to_string(),
@@ -293,7 +288,14 @@ fn no_attack_runs_its_code_on_the_host_after_a_sandbox_through_docker() {
     assert!(fired.is_empty(), "{}", fired.join("\n\n"));
 }
 
-fn import_git_image(d: &Dockerd) {
+/// A private dockerd with the coding-agent preset as runtime `agent` (the project root writable)
+/// and the git image imported. The policy names the project root, so it exists before the
+/// daemon starts.
+fn dockerd_with_agent_runtime(ws: &Workspace) -> Dockerd {
+    let d = Dockerd::start(DockerOptions {
+        extra_policies: vec![("agent".into(), agent_policy(&ws.projects_root(), ""))],
+    })
+    .unwrap();
     let tar = gvisor_hardened_tests::image::git_rootfs_tar().unwrap();
     d.docker()
         .arg("import")
@@ -301,6 +303,7 @@ fn import_git_image(d: &Dockerd) {
         .arg(GIT_IMAGE_REF)
         .checked()
         .unwrap();
+    d
 }
 
 /// An agent's git day, inside: config, commit, branches, a remote, fetch, tracking, a
@@ -426,11 +429,7 @@ fn git_workflows_inside_reach_the_host_through_ctr() {
 fn git_workflows_inside_reach_the_host_through_docker() {
     let root = scratch_root();
     let ws = Workspace::create(&root).unwrap();
-    let d = Dockerd::start(DockerOptions {
-        extra_policies: vec![("agent".into(), agent_policy(&ws.projects_root(), ""))],
-    })
-    .unwrap();
-    import_git_image(&d);
+    let d = dockerd_with_agent_runtime(&ws);
     let (project, script) = workflow_project(&ws);
     let volume = format!("{}:/work", project.display());
     let remotes = format!("{0}:{0}:ro", ws.remotes().display());
@@ -473,11 +472,7 @@ fn git_workflows_inside_reach_the_host_through_docker() {
 fn agent_sandbox_prints_the_links_it_removed_and_the_hook_inputs_that_changed() {
     let root = scratch_root();
     let ws = Workspace::create(&root).unwrap();
-    let d = Dockerd::start(DockerOptions {
-        extra_policies: vec![("agent".into(), agent_policy(&ws.projects_root(), ""))],
-    })
-    .unwrap();
-    import_git_image(&d);
+    let d = dockerd_with_agent_runtime(&ws);
     let (project, _) = ws.project("agent-sandbox-prints").unwrap();
     ws.owner_sh(
         &project,
@@ -487,20 +482,8 @@ fn agent_sandbox_prints_the_links_it_removed_and_the_hook_inputs_that_changed() 
     .checked()
     .unwrap();
     let script = "mkdir -p .git/logs/refs && ln -s /home/dev/.bashrc .git/logs/refs/stash && echo '{\"lint-staged\": {\"*\": \"sh x\"}}' > package.json";
-    let mut cmd = std::process::Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../hack/agent-sandbox.sh"
-    ));
-    cmd.env(
-        "DOCKER_HOST",
-        format!("unix://{}", d.dir().path().join("docker.sock").display()),
-    )
-    .env("DOCKER_CONFIG", d.dir().path().join("cli"))
-    .env("GVH_RUNTIME", "agent")
-    .env("GVH_AUDIT_LOG", d.dir().audit_log())
-    .arg(GIT_IMAGE_REF)
-    .arg(&project)
-    .args(["sh", "-c", script]);
+    let mut cmd = d.agent_sandbox("agent", GIT_IMAGE_REF, &project);
+    cmd.args(["sh", "-c", script]);
     let out = gvisor_hardened_tests::process::output_with_deadline(
         &mut cmd,
         None,

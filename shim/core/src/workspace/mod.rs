@@ -1,5 +1,5 @@
 //! `[mounts.workspace]`: nothing a sandbox writes into a writable bind makes the host's git run
-//! code afterwards (README, "The coding-agent preset").
+//! code afterwards (docs/workspace.md).
 //!
 //! Three steps, over the bind sources of one container:
 //!
@@ -7,7 +7,9 @@
 //!    git directory (`.git` directories, bare repositories, submodules' `.git/modules/*`,
 //!    linked worktrees' `.git/worktrees/*`) and every `.git` file (gitlink). The pure mounts
 //!    rule turns them into mounts: each git directory's *staging copy* at its own path, its
-//!    data directories (objects, refs, logs...) live on top, each gitlink read-only.
+//!    data directories (objects, refs, logs...) live on top, each gitlink read-only. What each
+//!    repository's config and hooks run from the project (`refs.rs`, `hooks.rs`, followed link
+//!    by link, `resolve.rs`) becomes read-only binds, watched links and reported inputs.
 //! 2. **Stage** ([`stage`], after hardening, before the sandbox exists): each staging copy is
 //!    made inside its git directory (`<gitdir>/gvisor-hardened/<id>/`, root's directory of
 //!    mode 0700 around it): the control files copied with their owners and modes, empty
@@ -16,10 +18,12 @@
 //! 3. **Conclude** ([`conclude`], after the sandbox ended, before the exit is announced):
 //!    search every writable bind for git directories, carry back from each staging copy what
 //!    is data (HEAD, index, packed refs...; not where the host changed it meanwhile) and the
-//!    config keys that cannot run code, neutralise every git directory the sandbox created or
-//!    moved (hooks, commondir, config.worktree and rebase state renamed aside, the config cut
-//!    to its safe keys), quarantine new or replaced paths of the `protect` list, remove the
-//!    staging copies, and report it all for the exit record.
+//!    config keys that cannot run code, remove links and special files from git directories,
+//!    neutralise every git directory the sandbox created or moved (hooks, commondir,
+//!    config.worktree and rebase state set aside, the config cut to its safe keys), set aside
+//!    new or replaced protected and watched paths (`aside.rs`: an unpredictable name, or
+//!    disarmed in place), name the changed inputs of the owner's hooks, remove the staging
+//!    copies, and report it all for the exit record.
 //!
 //! Why the staging copy is inside the git directory: the carry-back is then a `rename(2)`
 //! (same filesystem, atomic, no size limit), and a sandbox's clone of a new submodule lands on
@@ -29,7 +33,7 @@
 //!
 //! The sandbox has ended when [`conclude`] runs, so nothing it does races the checks; another
 //! sandbox working on the same project at the same time could, and is not defended against
-//! (README).
+//! (docs/workspace.md).
 
 mod aside;
 mod carry;

@@ -251,36 +251,9 @@ async fn egress_records_are_part_of_the_sandboxs_signed_trail() {
 #[tokio::test(start_paused = true)]
 async fn a_pod_stopped_at_its_limit_says_why_in_its_containers_termination_message() {
     let bed = Bed::with_policy("[lifetime]\nmax_runtime = \"60s\"\ngrace_period = \"5s\"");
-    let pod_dir = bed.bundle("kubelet").join("pods/uid-1/containers/app");
-    std::fs::create_dir_all(&pod_dir).unwrap();
-    let message = pod_dir.join("0a1b2c3d");
-    std::fs::write(&message, "").unwrap();
-    let pod = [
-        (CRI_TYPE, "sandbox"),
-        (CRI_SANDBOX, "pod"),
-        ("io.kubernetes.cri.sandbox-uid", "uid-1"),
-    ];
-    bed.shim.create(bed.request("pod", &pod)).await.unwrap();
-    bed.shim.start("pod", "").await.unwrap();
+    // The app container starts 10 s after its sandbox.
+    let (app, message) = pod_and_app_with_termination_message(&bed, Vec::new()).await;
     tokio::time::advance(std::time::Duration::from_secs(10)).await;
-    let app = bed.request(
-        "app",
-        &[
-            (CRI_TYPE, "container"),
-            (CRI_SANDBOX, "pod"),
-            ("io.kubernetes.cri.sandbox-uid", "uid-1"),
-            ("io.kubernetes.cri.container-name", "app"),
-        ],
-    );
-    let config = bed.bundle("app").join("config.json");
-    let mut spec: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
-    spec["mounts"].as_array_mut().unwrap().push(json!({
-        "destination": "/dev/termination-log",
-        "type": "bind",
-        "source": message,
-        "options": ["rbind", "rw"],
-    }));
-    std::fs::write(&config, spec.to_string()).unwrap();
     bed.shim.create(app).await.unwrap();
     bed.shim.start("app", "").await.unwrap();
     // The sandbox's limit (60 s after its start) fires; the app's (at 70 s) has not.
@@ -320,37 +293,10 @@ async fn what_the_workspace_exit_set_aside_is_said_in_the_termination_message() 
         "[mounts]\nwritable_sources = [\"{}/**\"]\nprotect = [\".envrc\"]\n",
         vol.path().display()
     ));
-    let pod_dir = bed.bundle("kubelet").join("pods/uid-1/containers/app");
-    std::fs::create_dir_all(&pod_dir).unwrap();
-    let message = pod_dir.join("0a1b2c3d");
-    std::fs::write(&message, "").unwrap();
-    let pod = [
-        (CRI_TYPE, "sandbox"),
-        (CRI_SANDBOX, "pod"),
-        ("io.kubernetes.cri.sandbox-uid", "uid-1"),
-    ];
-    bed.shim.create(bed.request("pod", &pod)).await.unwrap();
-    bed.shim.start("pod", "").await.unwrap();
-    let app = bed.request(
-        "app",
-        &[
-            (CRI_TYPE, "container"),
-            (CRI_SANDBOX, "pod"),
-            ("io.kubernetes.cri.sandbox-uid", "uid-1"),
-            ("io.kubernetes.cri.container-name", "app"),
-        ],
-    );
-    let config = bed.bundle("app").join("config.json");
-    let mut spec: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
-    let mounts = spec["mounts"].as_array_mut().unwrap();
-    mounts.push(json!({
-        "destination": "/dev/termination-log", "type": "bind", "source": message,
-        "options": ["rbind", "rw"],
-    }));
-    mounts.push(json!({
+    let volume = json!({
         "destination": "/work", "type": "bind", "source": vol.path(), "options": ["rbind", "rw"],
-    }));
-    std::fs::write(&config, spec.to_string()).unwrap();
+    });
+    let (app, message) = pod_and_app_with_termination_message(&bed, vec![volume]).await;
     bed.shim.create(app).await.unwrap();
     bed.shim.start("app", "").await.unwrap();
     // What the workload does.
@@ -373,4 +319,44 @@ async fn what_the_workspace_exit_set_aside_is_said_in_the_termination_message() 
     bed.exit_status("pod").await;
     bed.shim.delete("pod", "").await.unwrap();
     bed.assert_clean();
+}
+
+/// A pod's sandbox `pod` created and started, and the request for its app container `app`,
+/// whose spec binds the kubelet's termination-message file (returned) and `mounts`.
+async fn pod_and_app_with_termination_message(
+    bed: &Bed,
+    mounts: Vec<Value>,
+) -> (CreateTaskRequest, PathBuf) {
+    let pod_dir = bed.bundle("kubelet").join("pods/uid-1/containers/app");
+    std::fs::create_dir_all(&pod_dir).unwrap();
+    let message = pod_dir.join("0a1b2c3d");
+    std::fs::write(&message, "").unwrap();
+    let pod = [
+        (CRI_TYPE, "sandbox"),
+        (CRI_SANDBOX, "pod"),
+        ("io.kubernetes.cri.sandbox-uid", "uid-1"),
+    ];
+    bed.shim.create(bed.request("pod", &pod)).await.unwrap();
+    bed.shim.start("pod", "").await.unwrap();
+    let app = bed.request(
+        "app",
+        &[
+            (CRI_TYPE, "container"),
+            (CRI_SANDBOX, "pod"),
+            ("io.kubernetes.cri.sandbox-uid", "uid-1"),
+            ("io.kubernetes.cri.container-name", "app"),
+        ],
+    );
+    let config = bed.bundle("app").join("config.json");
+    let mut spec: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let list = spec["mounts"].as_array_mut().unwrap();
+    list.push(json!({
+        "destination": "/dev/termination-log",
+        "type": "bind",
+        "source": message,
+        "options": ["rbind", "rw"],
+    }));
+    list.extend(mounts);
+    std::fs::write(&config, spec.to_string()).unwrap();
+    (app, message)
 }
