@@ -117,12 +117,11 @@ impl WorkspaceReport {
         }
         let links = self.git_links.len();
         let mut parts = Vec::new();
-        if not > 0 || !self.errors.is_empty() {
-            parts.push(format!(
-                "{} could NOT be handled ({} errors)",
-                not,
-                self.errors.len()
-            ));
+        if not > 0 {
+            parts.push(format!("{not} could NOT be set aside or disarmed"));
+        }
+        if !self.errors.is_empty() {
+            parts.push(format!("{} errors", self.errors.len()));
         }
         if disarmed > 0 {
             parts.push(format!(
@@ -195,5 +194,36 @@ impl Moved {
             }
         };
         (m, error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_says_first_what_could_not_be_disarmed_and_nothing_when_nothing_happened() {
+        assert_eq!(WorkspaceReport::default().summary(), None);
+        let report = WorkspaceReport {
+            action: "quarantine",
+            quarantined: vec![
+                Moved {
+                    path: "/p/.envrc".into(),
+                    disarmed: Some("NOT disarmed: EPERM".into()),
+                    ..Moved::default()
+                },
+                Moved {
+                    path: "/p/.githooks".into(),
+                    to: Some("/p/.githooks.quarantine-x-y".into()),
+                    ..Moved::default()
+                },
+            ],
+            errors: vec!["/p/.envrc: EPERM".into()],
+            ..WorkspaceReport::default()
+        };
+        assert_eq!(
+            report.summary().unwrap(),
+            "gvisor-hardened: workspace: 1 could NOT be set aside or disarmed, 1 errors, 1 set aside; the exit record names each path"
+        );
     }
 }
