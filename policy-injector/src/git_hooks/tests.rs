@@ -91,6 +91,11 @@ fn variables_patterns_and_urls_are_not_paths() {
 fn yaml_and_json_values_are_read_word_by_word() {
     let yaml = "repos:\n- repo: local\n  hooks:\n  - id: lint\n    entry: ./scripts/lint.sh --fix\n    language: script\n";
     assert_eq!(words(yaml).paths, ["./scripts/lint.sh"]);
+    assert_eq!(words(yaml).run_paths, ["./scripts/lint.sh"]);
+    let lefthook = "pre-commit:\n  commands:\n    lint:\n      run: sh scripts/lint.sh\n";
+    assert_eq!(words(lefthook).run_paths, ["scripts/lint.sh"]);
+    let json = "{\"pre-commit\": \"sh tools/check.sh && npx lint-staged\"}";
+    assert_eq!(words(json).run_paths, ["tools/check.sh"]);
     let json = "{\"pre-commit\": \"sh check.sh && npx lint-staged\"}";
     let w = words(json);
     assert!(w.names.iter().any(|n| n == "check.sh"), "{w:?}");
@@ -138,4 +143,21 @@ fn the_commands_a_script_runs_are_the_first_words_of_its_commands() {
 fn the_directories_of_a_path_list_are_not_paths_to_protect() {
     let w = words("export PATH=\"node_modules/.bin:$PATH\"\nsh -e \"$s\"\n");
     assert!(w.paths.is_empty(), "{w:?}");
+}
+
+#[test]
+fn a_path_that_is_run_is_told_from_one_that_is_an_argument() {
+    let w = words("./tools/fmt --check src/ && sh scripts/lint.sh tests/\nexec node tools/x.js\n. ./lib/common.sh\neslint --config cfg/eslint.cjs src\n");
+    assert_eq!(
+        w.run_paths,
+        [
+            "./tools/fmt",
+            "scripts/lint.sh",
+            "tools/x.js",
+            "./lib/common.sh"
+        ]
+    );
+    for arg in ["src/", "tests/", "cfg/eslint.cjs"] {
+        assert!(w.paths.iter().any(|p| p == arg), "{arg}: {w:?}");
+    }
 }

@@ -11,6 +11,10 @@ pub struct Words {
     /// `~/bin/x`): relative ones are taken from the top of the working tree, where git runs
     /// hooks, filters and aliases and the hook tools run their commands.
     pub paths: Vec<String>,
+    /// Those of [`Words::paths`] that stand where something is run: a command (`./x.sh`), or
+    /// the script an interpreter is given (`sh scripts/x.sh`, `. lib.sh`, `node tools/x.js`).
+    /// The others are arguments: files a command reads, or directories it works on.
+    pub run_paths: Vec<String>,
     /// Words without a `/` that can be file names (`fmt.sh`, `Makefile`): they count where a
     /// regular file of that name is at the top of the working tree.
     pub names: Vec<String>,
@@ -22,6 +26,12 @@ pub struct Words {
     /// keywords; not a path): what a project directory put first on `PATH` would shadow.
     pub commands: Vec<String>,
 }
+
+/// Commands whose first argument that is not an option is a script they run.
+const INTERPRETERS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", ".", "source", "node", "python", "python3", "perl", "ruby",
+    "deno", "bun",
+];
 
 /// Words that start a command without being one.
 const KEYWORDS: &[&str] = &[
@@ -75,15 +85,7 @@ pub fn words(text: &str) -> Words {
             option(chunk, &mut out.options);
         }
         for segment in line.split(|c| ";|&(){}`".contains(c)) {
-            let first = segment
-                .split_whitespace()
-                .map(|w| w.trim_matches(|c| c == '"' || c == '\''))
-                .find(|w| !KEYWORDS.contains(w) && !w.contains('='));
-            if let Some(cmd) = first.filter(|w| is_name(w)) {
-                if !out.commands.iter().any(|c| c == cmd) {
-                    out.commands.push(cmd.to_string());
-                }
-            }
+            run_position(segment, &mut out);
         }
         // A `PATH=` list names directories to search, not files to run (husky's
         // `export PATH="node_modules/.bin:$PATH"`): the commands found there are the caller's
@@ -112,6 +114,35 @@ pub fn words(text: &str) -> Words {
         }
     }
     out
+}
+
+/// The command of one shell segment (a name, or a path it runs), and the script an
+/// interpreter there is given.
+fn run_position(segment: &str, out: &mut Words) {
+    let mut words = segment
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c| c == '"' || c == '\'' || c == '!'))
+        // Keywords and assignments, and a YAML or JSON key (`run:`, `entry:`) or list marker
+        // before a command written as a config value.
+        .skip_while(|w| KEYWORDS.contains(w) || w.contains('=') || w.ends_with(':') || *w == "-");
+    let Some(cmd) = words.next() else {
+        return;
+    };
+    let mut push_run = |w: &str| {
+        if w.contains('/') && !is_pattern(w) && !out.run_paths.iter().any(|p| p == w) {
+            out.run_paths.push(w.to_string());
+        }
+    };
+    push_run(cmd);
+    let base = cmd.rsplit('/').next().unwrap_or(cmd);
+    if INTERPRETERS.contains(&base) {
+        if let Some(script) = words.find(|w| !w.starts_with('-')) {
+            push_run(script);
+        }
+    }
+    if is_name(cmd) && !out.commands.iter().any(|c| c == cmd) {
+        out.commands.push(cmd.to_string());
+    }
 }
 
 /// `--name=value` (quotes and a closing bracket around the value taken off).

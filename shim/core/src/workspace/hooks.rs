@@ -166,8 +166,10 @@ impl Reader<'_> {
         // `~/` is the shell's home, never the project.
         for p in w.paths.iter().filter(|p| !p.starts_with('~')) {
             let path = self.path_of(p);
-            queue.push_back(path.clone());
-            out.protect.push(path);
+            if counts(w, p, &path) {
+                queue.push_back(path.clone());
+                out.protect.push(path);
+            }
         }
         for name in &w.names {
             let path = self.worktree.join(name);
@@ -228,6 +230,14 @@ impl Reader<'_> {
             }
         }
     }
+}
+
+/// Whether the path word `word` (at `path`) is something a hook runs: a script it runs,
+/// there or not (a new one would run), or an existing file an argument names (a config the
+/// command reads, often code). A directory an argument names (`eslint src/`) is what the
+/// command works on: protecting it would stop the agent's work, so it is not.
+pub(super) fn counts(w: &Words, word: &str, path: &Path) -> bool {
+    w.run_paths.iter().any(|r| r == word) || fs::metadata(path).is_ok_and(|m| m.is_file())
 }
 
 /// A path inside a Python virtual environment of the project (`.venv/bin/python3`, which a
@@ -310,6 +320,25 @@ mod tests {
         let runs = analyse(&root.join(".git/hooks"), &root);
         let p = &runs[0].protect;
         assert!(p.contains(&root.join(".git/hooks/pre-commit")), "{p:?}");
+    }
+
+    #[test]
+    fn a_directory_a_hook_works_on_stays_writable_and_a_script_it_runs_does_not() {
+        let (_d, root) = project();
+        write(
+            &root.join(".git/hooks/pre-commit"),
+            "#!/bin/sh\neslint --config cfg/eslint.cjs src/ && sh scripts/new.sh && cat dist/out.js\n",
+        );
+        write(&root.join("cfg/eslint.cjs"), "module.exports = {}\n");
+        fs::create_dir_all(root.join("src")).unwrap();
+        let p = &analyse(&root.join(".git/hooks"), &root)[0].protect;
+        assert!(p.contains(&root.join("cfg/eslint.cjs")), "{p:?}");
+        assert!(
+            p.contains(&root.join("scripts/new.sh")),
+            "a script it would run: {p:?}"
+        );
+        assert!(!p.contains(&root.join("src")), "{p:?}");
+        assert!(!p.contains(&root.join("dist/out.js")), "{p:?}");
     }
 
     #[test]

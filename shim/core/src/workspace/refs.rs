@@ -10,10 +10,11 @@
 //! and every file they include, as the host's git would. A path counts when it ends inside a
 //! bind once its symbolic links are followed (`resolve.rs`; the links on the way are watched);
 //! `~/` is the owner's home. Values of keys the new-repository allowlist keeps (remote URLs,
-//! branch names) are data and are not looked at; in every other value each word with a `/` is
-//! taken for a path (relative ones from the top of the working tree, where git runs hooks,
-//! filters and aliases) and each other word for a file name when such a file is there, which
-//! errs on the side of protecting one path too many.
+//! branch names) are data and are not looked at; in every other value a word with a `/` that
+//! is run (the command, or an interpreter's script) is taken for a path, there or not, and
+//! every other word for a file when such a file is there (relative ones from the top of the
+//! working tree, where git runs hooks, filters and aliases), which errs on the side of
+//! protecting one file too many; a directory an argument names stays writable.
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -88,12 +89,13 @@ pub(super) fn references(gitdir: &Path, binds: &Binds, bind: &str) -> Refs {
             // bare words that name a file there (`sh fmt.sh`).
             let text = String::from_utf8_lossy(value);
             let w = words(&text);
-            for p in w
-                .paths
-                .iter()
-                .filter_map(|p| reader.resolve(p.as_bytes(), &worktree))
-            {
-                places.protect(&p);
+            for word in &w.paths {
+                let Some(p) = reader.resolve(word.as_bytes(), &worktree) else {
+                    continue;
+                };
+                if hooks::counts(&w, word, &p) {
+                    places.protect(&p);
+                }
             }
             for name in &w.names {
                 let p = worktree.join(name);
