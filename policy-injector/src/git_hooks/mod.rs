@@ -34,6 +34,9 @@ pub enum HookTool {
     Lefthook,
     /// overcommit: runs `.overcommit.yml`'s hooks and the plugins of `.git-hooks/`.
     Overcommit,
+    /// simple-git-hooks: its command is in the hook itself; its config decides the next hook
+    /// it writes (when it runs again, on the owner's next `npm install`).
+    SimpleGitHooks,
     /// Anything else: a script whose words are read for project paths.
     Script,
 }
@@ -68,6 +71,9 @@ pub fn recognise(text: &str, hooks_dir: Option<&str>) -> HookTool {
     }
     if text.contains("Overcommit") || text.contains("overcommit") {
         return HookTool::Overcommit;
+    }
+    if text.contains("SKIP_SIMPLE_GIT_HOOKS") {
+        return HookTool::SimpleGitHooks;
     }
     if text.contains("husky-run") || (text.contains("# husky") && text.contains("/husky.sh\"")) {
         return HookTool::Husky4;
@@ -137,6 +143,13 @@ pub fn tool_files(tool: &HookTool, hooks_dir: Option<&str>) -> ToolFiles {
             ToolFiles {
                 protected,
                 reported: owned(&["node_modules/.bin", "package.json"]),
+            }
+        }
+        HookTool::SimpleGitHooks => {
+            let r = runner("simple-git-hooks").expect("a runner of the table");
+            ToolFiles {
+                protected: owned(r.protected),
+                reported: owned(r.reported),
             }
         }
         HookTool::Overcommit => ToolFiles {

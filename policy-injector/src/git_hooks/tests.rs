@@ -34,6 +34,11 @@ fn husky_4_pre_commit_lefthook_and_overcommit_stubs_are_recognised() {
         ),
         HookTool::Overcommit
     );
+    let sgh = "#!/bin/sh\nif [ \"$SKIP_SIMPLE_GIT_HOOKS\" = \"1\" ]; then\n    exit 0\nfi\nsh scripts/lint.sh";
+    assert_eq!(recognise(sgh, None), HookTool::SimpleGitHooks);
+    assert!(tool_files(&HookTool::SimpleGitHooks, None)
+        .protected
+        .contains(&".simple-git-hooks.json".to_string()));
     // husky 5-8's user hooks source `_/husky.sh` and are scripts like any other.
     assert_eq!(
         recognise(

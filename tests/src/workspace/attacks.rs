@@ -189,11 +189,19 @@ pub const HOOK_TOOL_ATTACKS: &[Attack] = &[
         script: "evil scripts/lint.sh",
         trigger: "echo t >> README && git add README && git commit -q -m t",
     },
-    // simple-git-hooks (npm): the command it wrote into the hook names a project script.
+    // simple-git-hooks (npm): the command it wrote into the hook names a project script; a
+    // config file of its own, which wins over package.json when the owner's next `npm
+    // install` runs it again.
     Attack {
         name: "simple-git-hooks-script",
         setup: "mkdir -p scripts && printf 'exit 0\\n' > scripts/lint.sh && printf '{\"name\": \"p\", \"simple-git-hooks\": {\"pre-commit\": \"sh scripts/lint.sh\"}}\\n' > package.json && git add -A && git commit -q -m sgh && \"$SGH\" >/dev/null",
         script: "evil scripts/lint.sh",
         trigger: "git commit -q --allow-empty -m t",
+    },
+    Attack {
+        name: "simple-git-hooks-new-config",
+        setup: "mkdir -p scripts && printf 'exit 0\\n' > scripts/lint.sh && printf '{\"name\": \"p\", \"simple-git-hooks\": {\"pre-commit\": \"sh scripts/lint.sh\"}}\\n' > package.json && git add -A && git commit -q -m sgh && \"$SGH\" >/dev/null",
+        script: "evil .evil && printf '{\"pre-commit\": \"sh .evil\"}\\n' > .simple-git-hooks.json",
+        trigger: "\"$SGH\" >/dev/null && git commit -q --allow-empty -m t",
     },
 ];

@@ -35,7 +35,8 @@ pub struct Attack {
     /// hostname under Docker, `GVH_ID` under ctr) and `guess NAME` makes every quarantine name
     /// of NAME a sandbox that knows its id can predict.
     pub script: &'static str,
-    /// The owner's commands, run in the project's root on the host after the sandbox ended.
+    /// The owner's commands, run in the project's root on the host after the sandbox ended
+    /// (with the hook tools' paths, as `setup`).
     pub trigger: &'static str,
 }
 
@@ -155,6 +156,13 @@ mkdir -p vendor && git init -q vendor/lib && cd vendor/lib && echo lib > l && gi
         }
         let script = format!("{}{}", hook_tools_env()?, attack.setup);
         self.owner_sh(project, &script)?.checked().map(drop)
+    }
+
+    /// Runs the attack's trigger as the owner in `project` (the hook tools' paths set, as for
+    /// the setup).
+    pub fn trigger(&self, project: &Path, attack: &Attack) -> Result<CommandOutput> {
+        let script = format!("{}{}", hook_tools_env()?, attack.trigger);
+        self.owner_sh(project, &script)
     }
 
     /// `sh -c SCRIPT` as the owner in `dir`, with the owner's home and a deadline. EDITOR and

@@ -26,7 +26,7 @@ fn agent_policy(projects: &Path, extra: &str) -> String {
 
 /// What an attack left: `None` when its code did not run on the host.
 fn fired(ws: &Workspace, project: &Path, canary: &Path, attack: &Attack) -> Option<String> {
-    let out = ws.owner_sh(project, attack.trigger).unwrap();
+    let out = ws.trigger(project, attack).unwrap();
     canary.exists().then(|| {
         format!(
             "{}: the owner's `{}` ran the sandbox's code\n{out}",

@@ -261,6 +261,7 @@ fn tool_name(tool: &HookTool) -> &'static str {
         HookTool::PreCommit { .. } => "pre-commit",
         HookTool::Lefthook => "lefthook",
         HookTool::Overcommit => "overcommit",
+        HookTool::SimpleGitHooks => "simple-git-hooks",
         HookTool::Script => "script",
     }
 }
