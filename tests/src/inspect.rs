@@ -210,6 +210,19 @@ fn find_dirs_named(dir: &Path, name: &str, depth: usize, found: &mut Vec<PathBuf
 }
 
 /// Cgroup directories named `name` (a container id) in any hierarchy.
+/// The content of `file` in the `controller` hierarchy's cgroup named after `name` (cgroup v1),
+/// trimmed.
+pub fn cgroup_file(name: &str, controller: &str, file: &str) -> String {
+    let dir = cgroups_named(name)
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains(&format!("/{controller}/")))
+        .unwrap_or_else(|| panic!("no {controller} cgroup named after {name}"));
+    std::fs::read_to_string(dir.join(file))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display()))
+        .trim()
+        .to_string()
+}
+
 pub fn cgroups_named(name: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for root in cgroup_roots() {

@@ -133,14 +133,20 @@ pub fn harden_process(
 }
 
 /// Clamps an Update's `LinuxResources` to the policy and to the container's
-/// `gvisor-hardened.dev/*` annotations, which can only tighten.
+/// `gvisor-hardened.dev/*` annotations, which can only tighten. `runsc_platform` is the platform
+/// the sandbox was created for (`Context::runsc_platform` at create): the pids limit is sized by
+/// it, so an update gives the limit the create gave, never the larger one of another platform.
 pub fn clamp_resources(
     resources: &Value,
     policy: &Policy,
     annotations: &BTreeMap<String, String>,
+    runsc_platform: Option<&str>,
 ) -> Result<ClampedResources, HardenError> {
     let mut out = as_object(resources, "resources")?.clone();
-    let ctx = Context::default();
+    let ctx = Context {
+        runsc_platform: runsc_platform.map(str::to_string),
+        ..Context::default()
+    };
     let mut pass = Pass::new(policy, &ctx);
     rules::annotations::read_tightening(
         annotations.iter().map(|(k, v)| (k.as_str(), v.as_str())),
@@ -320,7 +326,7 @@ mod tests {
     #[test]
     fn update_in_audit_mode_is_unchanged_but_reported() {
         let update = json!({"memory": {"limit": 1i64 << 40}});
-        let c = clamp_resources(&update, &audit(), &BTreeMap::new()).unwrap();
+        let c = clamp_resources(&update, &audit(), &BTreeMap::new(), None).unwrap();
         assert_eq!(c.resources, update);
         assert!(c.decisions.iter().any(|d| d.action == Action::Clamped));
     }

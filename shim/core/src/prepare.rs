@@ -101,6 +101,9 @@ pub struct Prepared {
     pub spec: Value,
     /// What egress needs when the policy's allowlist is on for this container.
     pub egress: Option<EgressPlan>,
+    /// The platform runsc runs the sandbox on, as the hardening sized the pids limit for it:
+    /// an update is sized the same way.
+    pub platform: Option<String>,
 }
 
 fn subject(
@@ -359,6 +362,7 @@ impl Inputs {
                 return Err(e);
             }
         };
+        let platform = ctx.runsc_platform.clone();
         let hardened = match harden_owned(self.spec, &self.policy.policy, &ctx) {
             Ok(h) => h,
             Err(e) => {
@@ -461,6 +465,7 @@ impl Inputs {
             cgroups_path,
             egress: hardened.egress,
             spec: hardened.spec,
+            platform,
         })
     }
 }

@@ -39,11 +39,23 @@ pub async fn run(c: &Opened, source: &Source) -> Result<()> {
         .sandbox_pid()
         .ok_or_else(|| OciError::NotRunning(id.clone()))?;
     let cgroups = c.host.sandbox_cgroups(pid as u32)?;
+    // The platform the create sized the pids limit for: the policy's, else runsc's default as
+    // found at create.
+    let platform = c.record.runsc.platform.clone().or_else(|| {
+        c.record
+            .features
+            .default_platform()
+            .map(|p| p.as_str().to_string())
+    });
+    let bounds = gvisor_hardened_core::sandbox::update::Bounds {
+        policy: &c.policy,
+        annotations: &c.record.annotations,
+        platform: platform.as_deref(),
+    };
     let applied = gvisor_hardened_core::sandbox::update::apply(
         id,
         &resources,
-        &c.policy,
-        &c.record.annotations,
+        &bounds,
         cgroups.as_ref(),
         c.runtime.as_ref(),
     )

@@ -187,21 +187,15 @@ fn docker_exec_tty_stop_start_top_stats_update_and_pause_work_hardened() {
 
     // update goes through the policy: a lower limit lands in the cgroup, a higher one is
     // clamped to the ceiling.
-    let limit = || {
-        let dir = inspect::cgroups_named(&id)
-            .into_iter()
-            .find(|p| p.to_string_lossy().contains("/memory/"))
-            .unwrap();
-        std::fs::read_to_string(dir.join("memory.limit_in_bytes"))
-            .unwrap()
-            .trim()
-            .to_string()
-    };
+    let limit = || inspect::cgroup_file(&id, "memory", "memory.limit_in_bytes");
+    let pids_before = inspect::cgroup_file(&id, "pids", "pids.max");
     d.docker()
         .args(["update", "--memory", "64m", "--memory-swap", "64m", &name])
         .checked()
         .unwrap();
     assert_eq!(limit(), (64u64 << 20).to_string());
+    // The process limit stays what the create gave (sized for the sandbox's platform).
+    assert_eq!(inspect::cgroup_file(&id, "pids", "pids.max"), pids_before);
     d.docker()
         .args(["update", "--memory", "64g", "--memory-swap", "64g", &name])
         .checked()

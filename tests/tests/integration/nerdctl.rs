@@ -189,6 +189,15 @@ fn a_detached_container_logs_execs_stops_and_is_removed() {
         .checked(["ps", "--format", "{{.Names}} {{.Status}}"])
         .unwrap();
     assert!(ps.stdout.contains("bg Up"), "{ps}");
+    // An update of the memory keeps the process limit the create gave (it was sized as on
+    // ptrace before, about four times looser) and lands in the sandbox's cgroup.
+    let pids_before = inspect::cgroup_file(&id, "pids", "pids.max");
+    n.checked(["update", "--memory", "300m", "bg"]).unwrap();
+    assert_eq!(inspect::cgroup_file(&id, "pids", "pids.max"), pids_before);
+    assert_eq!(
+        inspect::cgroup_file(&id, "memory", "memory.limit_in_bytes"),
+        (300u64 << 20).to_string()
+    );
     n.checked(["stop", "-t", "2", "bg"]).unwrap();
     let ps = n
         .checked(["ps", "-a", "--format", "{{.Names}} {{.Status}}"])

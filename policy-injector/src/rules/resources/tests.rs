@@ -152,7 +152,7 @@ fn clamp_resources_applies_policy_and_annotations() {
     ann.insert("gvisor-hardened.dev/pids".to_string(), "100".to_string());
     let update =
         json!({"memory": {"limit": 8i64 << 30}, "cpu": {"quota": 400000, "period": 100000}});
-    let c = crate::clamp_resources(&update, &policy, &ann).unwrap();
+    let c = crate::clamp_resources(&update, &policy, &ann, None).unwrap();
     assert_eq!(
         c.resources["memory"],
         json!({"limit": 1i64 << 30, "swap": 1i64 << 30})
@@ -162,10 +162,29 @@ fn clamp_resources_applies_policy_and_annotations() {
 }
 
 #[test]
+fn an_update_on_systrap_gives_the_pids_limit_the_create_gave() {
+    let policy = Policy::default();
+    let ctx = crate::harden::types::Context {
+        runsc_platform: Some("systrap".into()),
+        ..crate::harden::types::Context::default()
+    };
+    let created = harden_with(&base_spec(), &policy, &ctx).unwrap();
+    let at_create = &created.spec["linux"]["resources"]["pids"]["limit"];
+    // What `crictl update --memory` and `nerdctl update` send: no pids at all.
+    let update = json!({"memory": {"limit": 1i64 << 30}});
+    let none = std::collections::BTreeMap::new();
+    let c = crate::clamp_resources(&update, &policy, &none, Some("systrap")).unwrap();
+    assert_eq!(&c.resources["pids"]["limit"], at_create);
+    // Before, the update was sized as on ptrace: about four times the limit.
+    let ptrace = crate::clamp_resources(&update, &policy, &none, None).unwrap();
+    assert!(ptrace.resources["pids"]["limit"].as_i64() > at_create.as_i64());
+}
+
+#[test]
 fn clamp_resources_rejects_a_looser_annotation() {
     let mut ann = std::collections::BTreeMap::new();
     ann.insert("gvisor-hardened.dev/cpu".to_string(), "64".to_string());
-    let err = crate::clamp_resources(&json!({}), &Policy::default(), &ann).unwrap_err();
+    let err = crate::clamp_resources(&json!({}), &Policy::default(), &ann, None).unwrap_err();
     assert!(err.to_string().contains("gvisor-hardened.dev/cpu"), "{err}");
 }
 

@@ -149,6 +149,7 @@ impl Container {
             sandbox_process: Default::default(),
             lifetime: prepared.lifetime,
             annotations: prepared.annotations,
+            platform: prepared.platform,
             subject: prepared.subject,
             audit: prepared.audit,
             policy: prepared.policy,

@@ -80,6 +80,8 @@ pub struct Container {
     runtime: Arc<dyn SandboxRuntime>,
     policy: LoadedPolicy,
     annotations: BTreeMap<String, String>,
+    /// The runsc platform the hardening sized the pids limit for: an Update is sized the same.
+    platform: Option<String>,
     subject: Subject,
     /// This container's records in the audit log; its final record is signed over all of them
     /// when the policy has `[audit] signing_key`. Shared with the egress proxy's audit sink.

@@ -89,11 +89,15 @@ impl Container {
         let resources: Value = serde_json::from_slice(raw).map_err(|e| {
             ShimError::InvalidArgument(format!("update resources are not valid JSON: {e}"))
         })?;
+        let bounds = gvisor_hardened_core::sandbox::update::Bounds {
+            policy: &self.policy.policy,
+            annotations: &self.annotations,
+            platform: self.platform.as_deref(),
+        };
         let clamped = gvisor_hardened_core::sandbox::update::apply(
             &self.id,
             &resources,
-            &self.policy.policy,
-            &self.annotations,
+            &bounds,
             self.sandbox_cgroups()?.as_ref(),
             self.runtime.as_ref(),
         )

@@ -28,17 +28,29 @@ pub enum UpdateError {
     Runsc(#[from] RunscError),
 }
 
+/// What an update is clamped by: the container's policy, its annotations (which can only
+/// tighten), and the platform its sandbox was created for (the pids limit is sized by it).
+pub struct Bounds<'a> {
+    pub policy: &'a Policy,
+    pub annotations: &'a BTreeMap<String, String>,
+    pub platform: Option<&'a str>,
+}
+
 /// Applies `resources` (an OCI `LinuxResources`) to sandbox `id`; returns what the policy made
 /// of them, for the caller's audit record.
 pub async fn apply(
     id: &str,
     resources: &Value,
-    policy: &Policy,
-    annotations: &BTreeMap<String, String>,
+    bounds: &Bounds<'_>,
     cgroups: &dyn SandboxCgroups,
     runtime: &dyn SandboxRuntime,
 ) -> Result<ClampedResources, UpdateError> {
-    let clamped = clamp_resources(resources, policy, annotations)?;
+    let clamped = clamp_resources(
+        resources,
+        bounds.policy,
+        bounds.annotations,
+        bounds.platform,
+    )?;
     let bytes = serde_json::to_vec(&clamped.resources).expect("a JSON value serialises");
     // The limits go into the sandbox's cgroups first, in an order cgroup v1 accepts (a higher
     // memory limit after a higher memory+swap limit): `runsc update` (current releases;
@@ -65,20 +77,30 @@ mod tests {
         Policy::from_toml_str("[resources]\nmemory = \"1Gi\"\n").unwrap()
     }
 
+    const NONE: BTreeMap<String, String> = BTreeMap::new();
+
     #[tokio::test]
     async fn resources_go_through_the_policy_then_the_cgroups_then_runsc() {
         let fake = Fake::default();
         let cg = CgroupsSaying(Ok(ExitCause::Exited));
         let wanted = json!({"memory": {"limit": 4u64 << 30}});
-        let clamped = apply("c1", &wanted, &policy(), &BTreeMap::new(), &cg, &fake)
-            .await
-            .unwrap();
+        let p = policy();
+        let bounds = Bounds {
+            policy: &p,
+            annotations: &NONE,
+            platform: Some("systrap"),
+        };
+        let clamped = apply("c1", &wanted, &bounds, &cg, &fake).await.unwrap();
         assert_eq!(
             clamped.resources["memory"]["limit"],
             json!(1u64 << 30),
             "{clamped:?}"
         );
         assert_eq!(fake.calls_of("update").len(), 1, "{:?}", fake.calls());
+        // Sized for the platform the sandbox runs on (the default budget on systrap).
+        let systrap =
+            p.resources.pids_base + p.resources.pids_per_process_systrap * p.resources.processes;
+        assert_eq!(clamped.resources["pids"]["limit"], json!(systrap));
     }
 
     #[tokio::test]
@@ -86,7 +108,13 @@ mod tests {
         let fake = Fake::default();
         fake.fail_next(Step::Update);
         let cg = CgroupsSaying(Ok(ExitCause::Exited));
-        let e = apply("c1", &json!({}), &policy(), &BTreeMap::new(), &cg, &fake)
+        let p = policy();
+        let bounds = Bounds {
+            policy: &p,
+            annotations: &NONE,
+            platform: None,
+        };
+        let e = apply("c1", &json!({}), &bounds, &cg, &fake)
             .await
             .unwrap_err();
         assert!(matches!(e, UpdateError::Runsc(_)), "{e}");

@@ -50,6 +50,33 @@ async fn an_update_is_clamped_by_the_policy_and_written_to_the_sandbox_cgroups()
     bed.kill_delete_and_check("c1").await;
 }
 
+/// `crictl update --memory` and `nerdctl update` send no pids: the pids limit the update writes
+/// must be the one the create gave, sized for the sandbox's platform (before, an update was
+/// sized as on ptrace, about four times the systrap limit).
+#[tokio::test]
+async fn an_update_never_loosens_the_pids_limit_the_create_gave() {
+    let bed = Bed::with_policy("[runsc]\nplatform = \"systrap\"\n");
+    bed.running("c1").await;
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(bed.bundle("c1").join("config.json")).unwrap())
+            .unwrap();
+    let created = spec["linux"]["resources"]["pids"]["limit"]
+        .as_i64()
+        .unwrap();
+    let mut req = containerd_shim_protos::api::UpdateTaskRequest::new();
+    req.id = "c1".into();
+    let mut any = Any::new();
+    any.value = serde_json::to_vec(&json!({"memory": {"limit": 1u64 << 30}})).unwrap();
+    req.resources = Some(any).into();
+    bed.shim.update(req).await.unwrap();
+    let updates = bed.fake.updates();
+    assert!(
+        updates[0].contains(&format!("pids_limit: Some({created})")),
+        "created with {created}: {updates:?}"
+    );
+    bed.kill_delete_and_check("c1").await;
+}
+
 #[tokio::test]
 async fn pids_name_the_exec_each_guest_pid_belongs_to() {
     let bed = Bed::new();
