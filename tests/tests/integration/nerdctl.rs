@@ -189,6 +189,17 @@ fn a_detached_container_logs_execs_stops_and_is_removed() {
         .checked(["ps", "--format", "{{.Names}} {{.Status}}"])
         .unwrap();
     assert!(ps.stdout.contains("bg Up"), "{ps}");
+    // nerdctl stats reads the sandbox's cgroups (it panicked on metrics without block I/O).
+    let stats = n
+        .checked([
+            "stats",
+            "--no-stream",
+            "--format",
+            "{{.MemUsage}} {{.BlockIO}}",
+            "bg",
+        ])
+        .unwrap();
+    assert!(stats.stdout.contains("/ 2GiB"), "{stats}");
     // An update of the memory keeps the process limit the create gave (it was sized as on
     // ptrace before, about four times looser) and lands in the sandbox's cgroup.
     let pids_before = inspect::cgroup_file(&id, "pids", "pids.max");

@@ -66,6 +66,8 @@ pub fn sentry_metrics_any(event: &serde_json::Value) -> Result<Any, CgroupError>
     pids.current = num("/pids/current");
     pids.limit = num("/pids/limit");
     m.pids = MessageField::some(pids);
+    // The sentry keeps no block I/O account; an empty one, as for the sandbox's own cgroups.
+    m.blkio = MessageField::some(v1::BlkIOStat::new());
     pack(&m)
 }
 
@@ -91,6 +93,14 @@ pub fn v1_metrics(cgroup: &SandboxCgroup) -> Result<v1::Metrics, CgroupError> {
         }
     }
     m.cpu = MessageField::some(cpu);
+    // Always present, empty where the controller is not: nerdctl stats reads its entries
+    // without a check (a missing one panicked it).
+    let mut blkio = v1::BlkIOStat::new();
+    if let Ok(dir) = cgroup.dir("blkio") {
+        blkio.io_service_bytes_recursive = v1_blkio_entries(dir, "io_service_bytes_recursive")?;
+        blkio.io_serviced_recursive = v1_blkio_entries(dir, "io_serviced_recursive")?;
+    }
+    m.blkio = MessageField::some(blkio);
     if let Ok(dir) = cgroup.dir("pids") {
         let mut pids = v1::PidsStat::new();
         pids.current = files::read_u64(&dir.join("pids.current"))?;
@@ -161,6 +171,38 @@ fn v1_memory(dir: &Path) -> Result<(v1::MemoryStat, Option<v1::MemoryOomControl>
         c
     });
     Ok((mem, oom))
+}
+
+/// The entries of `blkio.NAME` (kept by the CFQ and BFQ schedulers), or where those are empty
+/// (any other scheduler), of `blkio.throttle.NAME`, as containerd's own v1 reader takes them:
+/// `MAJOR:MINOR Op Value` lines, the `Total` line left out.
+fn v1_blkio_entries(dir: &Path, name: &str) -> Result<Vec<v1::BlkIOEntry>, CgroupError> {
+    for file in [format!("blkio.{name}"), format!("blkio.throttle.{name}")] {
+        let Some(text) = optional(files::read(&dir.join(&file)))? else {
+            continue;
+        };
+        let entries = parse_blkio(&text);
+        if !entries.is_empty() {
+            return Ok(entries);
+        }
+    }
+    Ok(Vec::new())
+}
+
+fn parse_blkio(text: &str) -> Vec<v1::BlkIOEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let (dev, op, value) = (f.next()?, f.next()?, f.next()?);
+            let (major, minor) = dev.split_once(':')?;
+            let mut e = v1::BlkIOEntry::new();
+            e.major = major.parse().ok()?;
+            e.minor = minor.parse().ok()?;
+            e.op = op.to_string();
+            e.value = value.parse().ok()?;
+            Some(e)
+        })
+        .collect()
 }
 
 fn v1_cpu_usage(dir: &Path) -> Result<v1::CPUUsage, CgroupError> {
@@ -359,6 +401,36 @@ mod tests {
         assert_eq!(cpu.per_cpu, [60000000, 41395047]);
         assert_eq!(m.cpu.throttling.throttled_periods, 2);
         assert_eq!((m.pids.current, m.pids.limit), (25, 0));
+    }
+
+    #[test]
+    fn v1_metrics_always_carry_blkio_and_read_the_throttle_files_when_the_scheduler_keeps_none() {
+        let dir = tempfile::tempdir().unwrap();
+        // No blkio controller: an empty entry, never none (nerdctl stats dereferences it).
+        let m = v1_metrics(&fake_v1(dir.path())).unwrap();
+        assert!(m.blkio.is_some());
+        assert!(m.blkio.io_service_bytes_recursive.is_empty());
+        let mut cg = fake_v1(dir.path());
+        let SandboxCgroup::V1 { dirs } = &mut cg else {
+            unreachable!()
+        };
+        let blkio = dir.path().join("blkio");
+        std::fs::create_dir_all(&blkio).unwrap();
+        write(&blkio, "blkio.io_service_bytes_recursive", "Total 0\n");
+        write(
+            &blkio,
+            "blkio.throttle.io_service_bytes_recursive",
+            "254:0 Read 4096\n254:0 Write 8192\nTotal 12288\n",
+        );
+        dirs.insert("blkio".into(), blkio);
+        let m = v1_metrics(&cg).unwrap();
+        let e = &m.blkio.io_service_bytes_recursive;
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert_eq!(
+            (e[1].major, e[1].minor, e[1].op.as_str(), e[1].value),
+            (254, 0, "Write", 8192)
+        );
+        assert!(m.blkio.io_serviced_recursive.is_empty());
     }
 
     #[test]
