@@ -462,3 +462,43 @@ fn a_pod_whose_shim_was_killed_reports_its_containers_exited_and_is_removed_leav
     assert!(all_runsc_sandboxes(&cri).is_empty());
     assert_clean_cri_shutdown(cri);
 }
+
+/// A pod sharing its PID namespace (`shareProcessNamespace: true`): a container whose init
+/// exits leaving a child behind is reported exited, as runc does, and the pod stops.
+#[test]
+fn a_container_in_a_shared_pid_namespace_whose_init_exits_is_reported_exited_and_stops() {
+    let cri = start();
+    let mut config = cri.pod_config("sharedpid");
+    config.namespaces().pid = k8s_cri::v1::NamespaceMode::Pod as i32;
+    let pod = cri.run_pod_with(config, HARDENED_HANDLER).unwrap();
+    let mut leaver = container_config(
+        "leaver",
+        TEST_IMAGE_REF,
+        &["sh", "-c", "sleep 1000 & sleep 2"],
+    );
+    leaver
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap()
+        .namespace_options
+        .as_mut()
+        .unwrap()
+        .pid = k8s_cri::v1::NamespaceMode::Pod as i32;
+    let id = cri.run_container(&pod, &leaver).unwrap();
+    let exited = poll_until("the container to exit", Duration::from_secs(30), || {
+        let (status, _) = cri.client().container_status(&id, false).ok()?;
+        (ContainerState::try_from(status.state).ok()? == ContainerState::ContainerExited)
+            .then_some(status)
+    })
+    .unwrap();
+    assert_eq!(exited.exit_code, 0, "{exited:?}");
+    // Before, both hung until their deadlines: containerd's delete waited for the output the
+    // init's child kept open.
+    cri.client().stop_container(&id, 10).unwrap();
+    cri.remove_pod(&pod).unwrap();
+    assert_pod_gone(&cri, &pod, &[id]);
+    assert_clean_cri_shutdown(cri);
+}

@@ -167,6 +167,7 @@ impl Container {
             evidence,
             start_lock: Default::default(),
             oom_reported: AtomicBool::new(false),
+            killed_all: AtomicBool::new(false),
             lifetime_task: Default::default(),
             network_namespace: gvisor_hardened_core::egress::net::spec_network_namespace(
                 &prepared.spec,

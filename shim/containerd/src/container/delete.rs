@@ -133,6 +133,7 @@ impl Container {
     /// Shim shutdown on SIGTERM: kill and clean up whatever state the container is in.
     pub async fn teardown(self: &Arc<Self>) {
         if self.init.state().is_alive() {
+            self.killed_all.store(true, Ordering::SeqCst);
             let _ = self
                 .runtime
                 .kill(&self.id, libc::SIGKILL as u32, KillTarget::All)

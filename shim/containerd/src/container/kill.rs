@@ -15,6 +15,8 @@ impl Container {
                 ShimError::Internal(format!("{} has no pid in the sandbox", self.name_of(&p)))
             })?)
         } else if all {
+            self.killed_all
+                .store(true, std::sync::atomic::Ordering::SeqCst);
             KillTarget::All
         } else {
             KillTarget::Init

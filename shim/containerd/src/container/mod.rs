@@ -112,6 +112,9 @@ pub struct Container {
     /// TaskOOM is published once, by the cgroup's OOM notification or by the exit, whichever
     /// comes first.
     oom_reported: AtomicBool,
+    /// A kill of every process of the container was sent (Kill with `all`, the shim's teardown,
+    /// or after its init's exit): the init's exit needs no second one.
+    killed_all: AtomicBool,
     lifetime_task: std::sync::Mutex<Option<JoinHandle<()>>>,
     /// The egress plan when the policy's allowlist is on; served by the pod's sandbox container.
     egress_plan: Option<policy_injector::EgressPlan>,

@@ -1,5 +1,6 @@
 //! Start of a container's init: the sandbox's first container, or a pod's later one.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Container;
@@ -7,6 +8,7 @@ use crate::error::Result;
 use crate::process::state::Op;
 use gvisor_hardened_core::audit::{ArtifactsAudit, AuditEvent};
 use gvisor_hardened_core::reaper::ExitStatus;
+use gvisor_hardened_core::runtime::KillTarget;
 
 impl Container {
     pub async fn start(self: &Arc<Self>) -> Result<u32> {
@@ -63,7 +65,10 @@ impl Container {
         let me = self.clone();
         tokio::spawn(async move {
             let status = match me.runtime.wait(&me.id).await {
-                Ok(status) => status,
+                Ok(status) => {
+                    me.kill_what_the_init_left().await;
+                    status
+                }
                 Err(e) => {
                     log::warn!("container {}: {e}; reporting it killed", me.id);
                     ExitStatus::killed()
@@ -71,5 +76,28 @@ impl Container {
             };
             me.on_exit(&me.init, status).await;
         });
+    }
+
+    /// A pod's later container whose init ended while the sandbox lives: what it left running
+    /// goes too, unless the whole container was killed already. In the pod's shared PID
+    /// namespace (`shareProcessNamespace`) the init's children outlive it, holding its stdout
+    /// and stderr, whose end containerd waits for before it deletes the container:
+    /// StopContainer and StopPodSandbox hung until their deadlines. runc's and gVisor's own
+    /// shims kill the rest of a container on its init's exit too. In a PID namespace of its
+    /// own the sentry has done it already, and this finds nothing to signal.
+    async fn kill_what_the_init_left(&self) {
+        if self.killed_all.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let signal = libc::SIGKILL as u32;
+        match self
+            .runtime
+            .kill(self.runsc_id(), signal, KillTarget::All)
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if e.is_gone() => {}
+            Err(e) => log::warn!("container {}: killing what its init left: {e}", self.id),
+        }
     }
 }

@@ -360,3 +360,42 @@ async fn pod_and_app_with_termination_message(
     std::fs::write(&config, spec.to_string()).unwrap();
     (app, message)
 }
+
+/// A pod's later container whose init exits on its own: the rest of the container goes with it
+/// (in a shared PID namespace the init's children outlive it and hold its output open, and
+/// containerd's delete waits for that), once; a container killed whole is not killed again.
+#[tokio::test]
+async fn what_a_members_init_leaves_is_killed_once_when_it_exits() {
+    let bed = Bed::new();
+    let pod = [(CRI_TYPE, "sandbox"), (CRI_SANDBOX, "pod")];
+    bed.shim.create(bed.request("pod", &pod)).await.unwrap();
+    bed.shim.start("pod", "").await.unwrap();
+    for app in ["app", "other"] {
+        let member = [(CRI_TYPE, "container"), (CRI_SANDBOX, "pod")];
+        bed.shim.create(bed.request(app, &member)).await.unwrap();
+        bed.shim.start(app, "").await.unwrap();
+    }
+    bed.fake.exit("app", exited(0));
+    assert_eq!(bed.exit_status("app").await, 0);
+    assert_eq!(
+        bed.fake.calls_of("kill"),
+        [format!("kill app {SIGKILL} all")]
+    );
+    // Killed whole by the kubelet's StopContainer: its exit adds no kill.
+    bed.shim.kill("other", "", SIGKILL, true).await.unwrap();
+    bed.fake.exit("other", ExitStatus::killed());
+    assert_eq!(bed.exit_status("other").await, 137);
+    assert_eq!(
+        bed.fake.calls_of("kill").len(),
+        2,
+        "{:?}",
+        bed.fake.calls_of("kill")
+    );
+    for id in ["app", "other"] {
+        bed.shim.delete(id, "").await.unwrap();
+    }
+    bed.fake.exit("pod", exited(0));
+    bed.exit_status("pod").await;
+    bed.shim.delete("pod", "").await.unwrap();
+    bed.assert_clean();
+}
