@@ -276,3 +276,58 @@ fn crictl_is_refused_a_privileged_container_and_a_var_run_host_path_naming_the_r
     assert_eq!(pods.stdout.trim(), "", "{pods}");
     assert_clean_cri_shutdown(cri);
 }
+
+/// `crictl metricsp` (CRI ListPodSandboxMetrics, what replaces cAdvisor's endpoint): a hardened
+/// pod reports every metric a runc pod on the same node reports. The sentry does not account
+/// CPU throttling, kernel memory, swap or OOM kills per container: those come from the
+/// sandbox's cgroup (before, the hardened pod left them out).
+#[test]
+fn a_hardened_pod_reports_every_pod_metric_a_runc_pod_does() {
+    let (cri, crictl) = start();
+    let mut pods = Vec::new();
+    for (name, handler) in [
+        ("metrics-runc", RUNC_HANDLER),
+        ("metrics-gvh", HARDENED_HANDLER),
+    ] {
+        let pod = runp(&cri, &crictl, cri.pod_config(name), handler);
+        let id = run(
+            &crictl,
+            &pod,
+            &container_config("c", TEST_IMAGE_REF, &["sleep", "600"]),
+        );
+        pods.push((pod, id));
+    }
+    let names = |pod: &Pod| -> std::collections::BTreeSet<String> {
+        let out = crictl.checked(["metricsp", "-o", "json"]).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        v["podMetrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["podSandboxId"] == pod.id.as_str())
+            .flat_map(|p| {
+                let pod_level = p["metrics"].as_array().cloned().unwrap_or_default();
+                let containers = p["containerMetrics"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .flat_map(|c| c["metrics"].as_array().cloned().unwrap_or_default());
+                pod_level.into_iter().chain(containers).collect::<Vec<_>>()
+            })
+            .filter_map(|m| m["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let runc = names(&pods[0].0);
+    let ours = names(&pods[1].0);
+    let missing: Vec<&String> = runc.difference(&ours).collect();
+    assert!(!runc.is_empty());
+    assert!(
+        missing.is_empty(),
+        "missing under gvisor-hardened: {missing:?}\nrunc: {runc:?}\nours: {ours:?}"
+    );
+    for (pod, id) in &pods {
+        remove(&cri, &crictl, pod, std::slice::from_ref(id));
+    }
+    assert_clean_cri_shutdown(cri);
+}

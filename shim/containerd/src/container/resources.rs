@@ -63,7 +63,8 @@ impl Container {
                 )));
             }
             let event = self.runtime.stats(self.runsc_id()).await?;
-            super::metrics::sentry_metrics_any(&event)?
+            let sandbox = self.cgroups.get().and_then(|c| c.location());
+            super::metrics::sentry_metrics_any(&event, sandbox)?
         } else {
             let cgroups = self.sandbox_cgroups()?;
             let location = cgroups.location().ok_or_else(|| {
