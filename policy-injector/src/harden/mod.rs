@@ -38,6 +38,11 @@ pub fn harden_owned(spec: Value, policy: &Policy, ctx: &Context) -> Result<Harde
         return Err(HardenError::malformed("spec", "expected a JSON object"));
     };
     let mut pass = Pass::new(policy, ctx);
+    pass.asks_privileged = out
+        .get("process")
+        .and_then(|p| p.pointer("/capabilities/bounding"))
+        .and_then(Value::as_array)
+        .is_some_and(|caps| caps.iter().any(|c| c == "CAP_SYS_ADMIN"));
     rules::run_spec(&mut out, &mut pass)?;
     let spec = match original {
         None => {

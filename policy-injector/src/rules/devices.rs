@@ -64,11 +64,13 @@ fn nodes(linux: &Object, pass: &mut Pass<'_>) -> Result<(), HardenError> {
                 .any(|&(p, a, b)| p == path && a == major && b == minor)
                 || (path.starts_with("/dev/pts/") && is_pts_major(major)));
         if !standard {
-            pass.reject(
-                Rule::Devices,
-                format!("linux.devices[{path}]"),
-                format!("device {path} ({kind} {major}:{minor}) is not one of the standard character devices"),
-            );
+            let what = format!("device {path} ({kind} {major}:{minor}) is not one of the standard character devices");
+            let reason = if pass.asks_privileged {
+                format!("a privileged container (--privileged, securityContext.privileged) is refused: it asks for the host's devices and every capability; {what}")
+            } else {
+                what
+            };
+            pass.reject(Rule::Devices, format!("linux.devices[{path}]"), reason);
         }
     }
     Ok(())
@@ -151,6 +153,22 @@ mod tests {
             h.spec["linux"]["resources"]["devices"],
             spec["linux"]["resources"]["devices"]
         );
+    }
+
+    #[test]
+    fn a_privileged_containers_refusal_says_privileged() {
+        let mut spec = base_spec();
+        spec["linux"]["devices"] =
+            json!([{"path": "/dev/btrfs-control", "type": "c", "major": 10, "minor": 234}]);
+        spec["process"]["capabilities"]["bounding"] = json!(["CAP_CHOWN", "CAP_SYS_ADMIN"]);
+        let r = rejections(&spec);
+        assert_eq!(r[0].rule, Rule::Devices);
+        assert!(r[0].reason.starts_with("a privileged container"), "{r:?}");
+        // The same device without CAP_SYS_ADMIN asked for: a device, not a privileged container.
+        spec["process"]["capabilities"]["bounding"] = json!(["CAP_CHOWN"]);
+        assert!(rejections(&spec)[0]
+            .reason
+            .starts_with("device /dev/btrfs-control"));
     }
 
     #[test]

@@ -63,6 +63,10 @@ pub(crate) struct Pass<'a> {
     pub egress: Option<EgressPlan>,
     /// Git directories the mounts rule staged (`[mounts.workspace] git`).
     pub staged_git: Vec<crate::harden::types::StagedGitDir>,
+    /// The spec as given asked for CAP_SYS_ADMIN in its bounding set: what `--privileged` and
+    /// `securityContext.privileged` send (with the host's devices). The capabilities rule drops
+    /// it silently; the devices rule's refusal then says the container is privileged.
+    pub asks_privileged: bool,
 }
 
 impl<'a> Pass<'a> {
@@ -81,6 +85,7 @@ impl<'a> Pass<'a> {
             },
             egress: None,
             staged_git: Vec::new(),
+            asks_privileged: false,
         }
     }
 

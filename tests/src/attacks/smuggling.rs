@@ -116,7 +116,11 @@ fn run_flags(lab: &Lab, prefix: &'static str, flags: &[&str]) -> Result<Ran, Fai
 
 fn privileged(lab: &Lab) -> Outcome {
     let ran = run_flags(lab, "sm-priv", &["--privileged"])?;
-    rejected(lab, &ran, &["devices: linux.devices["])
+    rejected(
+        lab,
+        &ran,
+        &["devices: linux.devices[", "a privileged container"],
+    )
 }
 
 fn net_host(lab: &Lab) -> Outcome {

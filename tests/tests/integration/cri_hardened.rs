@@ -267,7 +267,8 @@ fn host_namespaces_privileged_and_denied_host_paths_are_rejected_at_the_cri_nami
     let mut privileged_pod = cri.pod_config("privileged");
     privileged_pod.sandbox_security().privileged = true;
     let container = sleeper("c").privileged();
-    rejected(&cri, privileged_pod, container, "devices");
+    let err = rejected(&cri, privileged_pod, container, "devices");
+    assert!(err.contains("a privileged container"), "{err}");
 
     for (name, pod, field) in [
         (

@@ -244,13 +244,16 @@ fn crictl_is_refused_a_privileged_container_and_a_var_run_host_path_naming_the_r
     let (cri, crictl) = start();
 
     // A privileged pod starts (its sandbox is hardened like any); its privileged container
-    // is refused by the devices rule.
+    // is refused by the devices rule, saying it is privileged.
     let mut privileged = cri.pod_config("privileged");
     privileged.sandbox_security().privileged = true;
     let pod = runp(&cri, &crictl, privileged, HARDENED_HANDLER);
     let c = container_config("c", TEST_IMAGE_REF, &["sleep", "600"]).privileged();
     let (err, id) = refused_at_start(&crictl, &pod, &c);
-    assert!(err.contains("rejected by policy: devices:"), "{err}");
+    assert!(
+        err.contains("rejected by policy: devices:") && err.contains("a privileged container"),
+        "{err}"
+    );
     eprintln!("privileged: {err}");
     remove(&cri, &crictl, &pod, &[id]);
 
