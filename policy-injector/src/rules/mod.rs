@@ -158,6 +158,7 @@ pub(crate) fn run_spec(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Har
     resources::apply(spec, pass)?;
     seccomp::apply(spec, pass)?;
     network::apply(pass);
+    network::refuse_unreachable(spec, pass);
     egress::apply(spec, pass)?;
     lifetime::apply(pass);
     Ok(())

@@ -494,3 +494,31 @@ fn a_nerdctl_container_reaches_the_node_policys_allowlist_and_nothing_else() {
         "the node policy leaked onto the host"
     );
 }
+
+/// Under the default policy (network mode none) a sandbox has no network stack: a port nerdctl
+/// publishes (`-p`) and the bridge network it attaches by default could never be reached. Both
+/// are refused naming the network rule instead of running unreachable.
+#[test]
+fn published_ports_and_the_bridge_network_are_refused_naming_the_network_rule() {
+    let (c, n) = setup();
+    for (args, expected) in [
+        (
+            vec!["--network", "none", "-p", "127.0.0.1:18080:80"],
+            "published ports (127.0.0.1:18080->80/tcp) cannot reach the sandbox",
+        ),
+        (vec![], "network bridge cannot reach the sandbox"),
+    ] {
+        let mut cmd = vec!["run", "--rm", "--runtime", HARDENED_RUNTIME];
+        cmd.extend(&args);
+        cmd.extend([TEST_IMAGE_REF, "true"]);
+        let out = n.command().args(&cmd).output().unwrap();
+        assert!(!out.success(), "{args:?} ran: {out}");
+        assert!(
+            out.stderr.contains("rejected by policy: network:") && out.stderr.contains(expected),
+            "{args:?}: {out}"
+        );
+    }
+    let ps = n.checked(["ps", "-a", "-q"]).unwrap();
+    assert_eq!(ps.stdout.trim(), "", "{ps}");
+    assert_clean_shutdown(c);
+}
