@@ -195,6 +195,11 @@ impl EngineDir {
         exit_statuses(&lines)
     }
 
+    /// The first audit record of `event`, of any container.
+    pub fn first_audit_record(&self, event: &str) -> Option<serde_json::Value> {
+        self.audit_lines().into_iter().find(|l| l["event"] == event)
+    }
+
     /// The first audit record of `event` for container `id`.
     pub fn audit_record(&self, id: &str, event: &str) -> Option<serde_json::Value> {
         self.audit_lines()

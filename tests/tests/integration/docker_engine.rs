@@ -519,12 +519,7 @@ fn agent_sandbox_runs_the_preset_with_a_private_git_directory_and_env_files_mask
             .contains("agent-sandbox: kept in the sandbox: config"),
         "{out}"
     );
-    let create = d
-        .dir()
-        .audit_lines()
-        .into_iter()
-        .find(|l| l["event"] == "create")
-        .unwrap();
+    let create = d.dir().first_audit_record("create").unwrap();
     let decisions = create["decisions"].to_string();
     assert!(
         decisions.contains("masked") && decisions.contains("sub/.env.local"),

@@ -507,12 +507,7 @@ fn agent_sandbox_prints_the_links_it_removed_and_the_hook_inputs_that_changed() 
     );
     assert!(fs_missing(&project.join(".git/logs/refs/stash")));
     // At create, the record named the hook and what it runs from the project.
-    let create = d
-        .dir()
-        .audit_lines()
-        .into_iter()
-        .find(|l| l["event"] == "create")
-        .unwrap();
+    let create = d.dir().first_audit_record("create").unwrap();
     let hook = create["decisions"]
         .as_array()
         .unwrap()
