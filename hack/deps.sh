@@ -7,7 +7,8 @@
 #
 # Prints one `name=/absolute/path` line per binary on stdout and nothing else there (progress and
 # errors go to stderr), for callers to read with `while IFS== read -r name path`. The names:
-#   containerd ctr containerd-shim-runc-v2 runsc nerdctl crictl      (built here)
+#   containerd ctr containerd-shim-runc-v2 runsc containerd-shim-runsc-v1 nerdctl crictl critest
+#                                                                    (built here)
 #   containerd-1.6 ctr-1.6 containerd-shim-runc-v2-1.6 runsc-20221219 (Debian bookworm's packages)
 #   kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd
 #   cni-bridge cni-host-local cni-loopback                           (built here, for kube-node.sh)
@@ -59,7 +60,7 @@ export CGO_ENABLED=0
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 
 # Every name this script prints, in the order it prints them.
-ALL_NAMES=(containerd ctr containerd-shim-runc-v2 runsc nerdctl crictl
+ALL_NAMES=(containerd ctr containerd-shim-runc-v2 runsc containerd-shim-runsc-v1 nerdctl crictl critest
            containerd-1.6 ctr-1.6 containerd-shim-runc-v2-1.6 runsc-20221219
            kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd
            cni-bridge cni-host-local cni-loopback agent-sandbox-controller)
@@ -74,6 +75,8 @@ component_of() {
   case "$1" in
     containerd | ctr | containerd-shim-runc-v2) echo containerd ;;
     runsc | nerdctl | crictl) echo "$1" ;;
+    containerd-shim-runsc-v1) echo runsc ;;
+    critest) echo crictl ;;
     containerd-1.6 | ctr-1.6 | containerd-shim-runc-v2-1.6 | runsc-20221219) echo debian ;;
     kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kubectl) echo kubernetes ;;
     etcd) echo etcd ;;
@@ -99,6 +102,8 @@ version_of() {
 binaries_of() {
   case "$1" in
     containerd) echo containerd ctr containerd-shim-runc-v2 ;;
+    runsc) echo runsc containerd-shim-runsc-v1 ;;
+    crictl) echo crictl critest ;;
     kubernetes) echo kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl ;;
     cni) echo bridge host-local loopback ;;
     agent-sandbox) echo agent-sandbox-controller ;;
@@ -180,10 +185,27 @@ build_containerd() {
 
 build_runsc() {
   local out=$1 m=gvisor.dev/gvisor v=$GVISOR_VERSION
-  scratch_module "$out/module" "$m@$v" "$GVISOR_SUM" "$GVISOR_GOMOD_SUM" "$m/runsc"
+  scratch_module "$out/module" "$m@$v" "$GVISOR_SUM" "$GVISOR_GOMOD_SUM" "$m/runsc" "$m/shim"
   # A go-branch build has no release name; stamp the pinned pseudo-version so that
   # `runsc --version` says exactly which commit runs.
   go_build "$out/module" "$out/bin/runsc" "$m/runsc" "" "-X $m/runsc/version.version=$v"
+  # gVisor's own containerd shim, from the same commit: the CRI validation suite's baseline
+  # for what plain runsc passes (hack/critest.sh). It lowers its own OOM score to -999, which
+  # needs CAP_SYS_RESOURCE, which root on these machines lacks: it then fails every start
+  # ("failed to set OOM Score on shim: ... permission denied"). So it is built from a vendored
+  # copy with that one constant at 0, which leaves the score as containerd's own shims leave it.
+  # (`go mod vendor` copies what the scratch module's own packages import: a main package of
+  # its own that runs the shim's CLI, as the module's shim/main.go does.)
+  mkdir -p "$out/module/shim"
+  printf 'package main\n\nimport "%s/shim/v1/cli"\n\nfunc main() { cli.Main() }\n' "$m" \
+    >"$out/module/shim/main.go"
+  step "$GO" -C "$out/module" mod vendor
+  local manager="$out/module/vendor/$m/pkg/shim/v1/manager.go"
+  grep -q 'oomScoreMax = -999' "$manager" || die "$m $v: the shim's oomScoreMax is not where it was"
+  sed -i 's/oomScoreMax = -999/oomScoreMax = 0/' "$manager"
+  step "$GO" -C "$out/module" build -mod=vendor -trimpath -buildvcs=false -ldflags "-s -w" \
+    -o "$out/bin/containerd-shim-runsc-v1" ./shim
+  rm -rf "$out/module/vendor" "$out/module/shim"
 }
 
 build_nerdctl() {
@@ -197,6 +219,11 @@ build_crictl() {
   scratch_module "$out/module" "$m@$v" "$CRICTL_SUM" "$CRICTL_GOMOD_SUM" "$m/cmd/crictl"
   # cri-tools' Makefile stamps the version without its leading v.
   go_build "$out/module" "$out/bin/crictl" "$m/cmd/crictl" "" "-X $m/pkg/version.Version=${v#v}"
+  # critest, the CRI validation suite, is the module's test binary of cmd/critest (as its
+  # Makefile builds it): its test dependencies join the build list first.
+  step "$GO" -C "$out/module" get -t "$m/cmd/critest@$v"
+  step "$GO" -C "$out/module" test -c -trimpath -buildvcs=false \
+    -ldflags "-s -w -X $m/pkg/version.Version=${v#v}" -o "$out/bin/critest" "$m/cmd/critest"
 }
 
 # The five Kubernetes binaries in one `go build`: they share most of their packages, which one

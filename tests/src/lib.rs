@@ -28,6 +28,7 @@ pub mod census;
 pub mod containerd;
 pub mod cri;
 pub mod crictl;
+pub mod critest;
 pub mod ctr;
 pub mod direct;
 pub mod docker;

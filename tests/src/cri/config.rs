@@ -33,6 +33,13 @@ pub struct CriOptions {
     pub policies: Vec<(String, String)>,
     /// containerd's log level (`debug` also starts shims with `-debug`).
     pub log_level: String,
+    /// More of containerd's config, appended after the CRI tables (another runtime handler, a
+    /// registry's hosts directory).
+    pub extra_tables: String,
+    /// The CNI bridge is the pods' gateway: it gets an address and the host a route to the pod
+    /// subnet, so the host reaches pod IPs (the CRI validation suite connects to them). Off,
+    /// nothing on the host routes there and parallel instances cannot conflict.
+    pub bridge_gateway: bool,
 }
 
 impl Default for CriOptions {
@@ -47,6 +54,8 @@ impl Default for CriOptions {
                 (TOOL_HANDLER.to_string(), SHIPPED_TOOL_POLICY.to_string()),
             ],
             log_level: "debug".to_string(),
+            extra_tables: String::new(),
+            bridge_gateway: false,
         }
     }
 }
@@ -232,10 +241,10 @@ pub fn cri_tables(layout: &CriLayout, sandbox_image: &str, containerd2: bool) ->
     )
 }
 
-/// The CNI network: a bridge (not a gateway, no masquerading: no iptables rules, no host
-/// route), host-local IPAM storing its leases in our directory, and loopback. CRI wants an IP
+/// The CNI network: a bridge (not a gateway unless `gateway`, no masquerading: no iptables
+/// rules), host-local IPAM storing its leases in our directory, and loopback. CRI wants an IP
 /// on the pod's eth0, so loopback alone is not enough.
-pub fn cni_conflist(layout: &CriLayout) -> String {
+pub fn cni_conflist(layout: &CriLayout, gateway: bool) -> String {
     let conf = serde_json::json!({
         "cniVersion": "0.4.0",
         "name": layout.network_name(),
@@ -243,7 +252,7 @@ pub fn cni_conflist(layout: &CriLayout) -> String {
             {
                 "type": "bridge",
                 "bridge": layout.bridge(),
-                "isGateway": false,
+                "isGateway": gateway,
                 "ipMasq": false,
                 "ipam": {
                     "type": "host-local",
@@ -316,7 +325,7 @@ pub fn prepare(
     }
     write(
         &layout.cni_conf_dir().join("10-gvh.conflist"),
-        &cni_conflist(&layout),
+        &cni_conflist(&layout, opts.bridge_gateway),
     )?;
 
     let mut text = base_config;
@@ -325,6 +334,7 @@ pub fn prepare(
         sandbox_image,
         crate::stack::Stack::selected().containerd2(),
     ));
+    text.push_str(&opts.extra_tables);
     let mut doc = installer_config::parse(&text).map_err(|e| e.to_string())?;
     let version = installer_config::detect_version(&doc).map_err(|e| e.to_string())?;
 
@@ -387,7 +397,7 @@ mod tests {
 
     #[test]
     fn conflist_keeps_ipam_state_in_the_directory() {
-        let v: serde_json::Value = serde_json::from_str(&cni_conflist(&layout())).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&cni_conflist(&layout(), false)).unwrap();
         let bridge = &v["plugins"][0];
         assert_eq!(bridge["type"], "bridge");
         assert_eq!(bridge["isGateway"], false);

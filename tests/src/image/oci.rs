@@ -21,6 +21,8 @@ pub(crate) enum Kind {
     Dir,
     File(Vec<u8>),
     Symlink(String),
+    /// A hard link to the entry at that path (which must come first in path order).
+    Hardlink(String),
 }
 
 /// One entry of the layer, owned by root.
@@ -45,6 +47,10 @@ impl Entry {
 
     pub fn symlink(path: &str, target: &str) -> Self {
         Entry::new(path, 0o777, Kind::Symlink(target.to_string()))
+    }
+
+    pub fn hardlink(path: &str, target: &str) -> Self {
+        Entry::new(path, 0o755, Kind::Hardlink(target.to_string()))
     }
 
     pub fn with_xattr(mut self, name: &str, value: impl Into<Vec<u8>>) -> Self {
@@ -80,10 +86,14 @@ fn header(path: &str, mode: u32, entry_type: tar::EntryType, size: u64) -> tar::
     h
 }
 
-/// A tar of `entries`, sorted by path so the bytes do not depend on the caller's order.
+/// A tar of `entries`, sorted by path so the bytes do not depend on the caller's order (hard
+/// links after everything else: their targets must come first).
 pub(crate) fn tar_of(entries: &[Entry]) -> std::io::Result<Vec<u8>> {
     let mut sorted: Vec<&Entry> = entries.iter().collect();
-    sorted.sort_by(|a, b| a.path.cmp(&b.path));
+    sorted.sort_by(|a, b| {
+        let link = |e: &Entry| matches!(e.kind, Kind::Hardlink(_));
+        (link(a), &a.path).cmp(&(link(b), &b.path))
+    });
     let mut builder = tar::Builder::new(Vec::new());
     for e in sorted {
         if !e.xattrs.is_empty() {
@@ -112,6 +122,12 @@ pub(crate) fn tar_of(entries: &[Entry]) -> std::io::Result<Vec<u8>> {
             }
             Kind::Symlink(target) => {
                 let mut h = header(&e.path, e.mode, tar::EntryType::Symlink, 0);
+                h.set_link_name(target)?;
+                h.set_cksum();
+                builder.append(&h, std::io::empty())?;
+            }
+            Kind::Hardlink(target) => {
+                let mut h = header(&e.path, e.mode, tar::EntryType::Link, 0);
                 h.set_link_name(target)?;
                 h.set_cksum();
                 builder.append(&h, std::io::empty())?;

@@ -21,6 +21,7 @@ mod churn;
 mod cri_hardened;
 mod cri_runc;
 mod crictl;
+mod critest;
 mod docker_engine;
 mod egress_credentials;
 mod egress_cri;
