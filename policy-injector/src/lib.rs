@@ -31,9 +31,9 @@ pub use decision::{Action, Decision, Rule};
 pub use egress::EgressPlan;
 pub use error::{HardenError, PolicyError, Rejection};
 pub use harden::{
-    clamp_resources, harden, harden_owned, harden_process, ClampedResources, Context, Engine,
-    EngineContext, EntryKind, GitEntry, GitEntryKind, GitTree, Hardened, HardenedProcess, HookNote,
-    HostTree, Lifetime, RunscFlags, StagedGitDir, TreeEntry, TreeList,
+    clamp_resources, harden, harden_owned, harden_process, AtCreate, ClampedResources, Context,
+    Engine, EngineContext, EntryKind, GitEntry, GitEntryKind, GitTree, Hardened, HardenedProcess,
+    HookNote, HostTree, Lifetime, RunscFlags, StagedGitDir, TreeEntry, TreeList,
 };
 pub use mount::is_bind_mount;
 pub use policy::{

@@ -92,7 +92,7 @@ impl Record<'_> {
 /// The severity of an event; `exit_cause` and `verdict` from the record when present.
 pub fn severity(event: &str, exit_cause: Option<&str>, verdict: Option<&str>) -> Severity {
     match (event, exit_cause, verdict) {
-        ("create-rejected" | "exec-rejected", _, _) => Severity::Medium,
+        ("create-rejected" | "exec-rejected" | "update-rejected", _, _) => Severity::Medium,
         ("egress-connection", _, Some("denied")) => Severity::Medium,
         ("egress-connection", _, Some("cut" | "failed")) => Severity::Low,
         ("create-failed" | "egress-forwarder-died", _, _) => Severity::High,

@@ -5,7 +5,7 @@
 //! | --- | --- |
 //! | create, create-failed, start, exec, exec-start, exec-exit, exit, update, oom, timeout, idle-timeout, delete | Process Activity (1007) |
 //! | egress-connection allowed, cut, failed | Network Activity (4001) |
-//! | create-rejected, exec-rejected, egress-connection denied, egress-byte-cap-crossed | Detection Finding (2004) |
+//! | create-rejected, exec-rejected, update-rejected, egress-connection denied, egress-byte-cap-crossed | Detection Finding (2004) |
 //! | egress-lookup | DNS Activity (4003) |
 //! | egress-credential-injected | HTTP Activity (4002) |
 //! | egress-forwarder-ready, egress-forwarder-died, egress-proxy-stopped | Application Lifecycle (6002) |
@@ -53,7 +53,9 @@ pub fn class_of(event: &str, verdict: Option<&str>) -> Option<u64> {
     Some(match event {
         "create" | "create-failed" | "start" | "exec" | "exec-start" | "exec-exit" | "exit"
         | "update" | "oom" | "timeout" | "idle-timeout" | "delete" => PROCESS_ACTIVITY,
-        "create-rejected" | "exec-rejected" | "egress-byte-cap-crossed" => DETECTION_FINDING,
+        "create-rejected" | "exec-rejected" | "update-rejected" | "egress-byte-cap-crossed" => {
+            DETECTION_FINDING
+        }
         "egress-connection" if verdict == Some("denied") => DETECTION_FINDING,
         "egress-connection" => NETWORK_ACTIVITY,
         "egress-lookup" => DNS_ACTIVITY,
@@ -262,10 +264,10 @@ fn refusal(rec: &Record<'_>) -> Value {
             rec.str("rule").unwrap_or("egress").to_string(),
         )
     } else {
-        let what = if rec.event == "exec-rejected" {
-            "exec"
-        } else {
-            "container create"
+        let what = match rec.event.as_str() {
+            "exec-rejected" => "exec",
+            "update-rejected" => "resource update",
+            _ => "container create",
         };
         let rule = crate::metrics::rejected_rule(rec.str("error"));
         (

@@ -138,18 +138,19 @@ pub fn harden_process(
 }
 
 /// Clamps an Update's `LinuxResources` to the policy and to the container's
-/// `gvisor-hardened.dev/*` annotations, which can only tighten. `runsc_platform` is the platform
-/// the sandbox was created for (`Context::runsc_platform` at create): the pids limit is sized by
-/// it, so an update gives the limit the create gave, never the larger one of another platform.
+/// `gvisor-hardened.dev/*` annotations, which can only tighten, measured against what the
+/// sandbox was created with (`created`): the pids limit is sized for the platform the create
+/// sized it for (never the larger one of another platform), and the memory limit cannot change
+/// (gVisor sizes the guest's memory at boot; an update naming none keeps it).
 pub fn clamp_resources(
     resources: &Value,
     policy: &Policy,
     annotations: &BTreeMap<String, String>,
-    runsc_platform: Option<&str>,
+    created: &AtCreate,
 ) -> Result<ClampedResources, HardenError> {
     let mut out = as_object(resources, "resources")?.clone();
     let ctx = Context {
-        runsc_platform: runsc_platform.map(str::to_string),
+        runsc_platform: created.runsc_platform.clone(),
         ..Context::default()
     };
     let mut pass = Pass::new(policy, &ctx);
@@ -158,7 +159,13 @@ pub fn clamp_resources(
         "annotations",
         &mut pass,
     );
+    if let Some(at_create) = created.memory_limit {
+        rules::resources::keep_unnamed_memory(&mut out, "resources", at_create, &mut pass)?;
+    }
     rules::resources::apply_resources(&mut out, "resources", &mut pass)?;
+    if let Some(at_create) = created.memory_limit {
+        rules::resources::refuse_memory_change(&out, "resources", at_create, &mut pass);
+    }
     finish(policy, pass, resources, Value::Object(out)).map(|(resources, decisions)| {
         ClampedResources {
             resources,
@@ -331,7 +338,7 @@ mod tests {
     #[test]
     fn update_in_audit_mode_is_unchanged_but_reported() {
         let update = json!({"memory": {"limit": 1i64 << 40}});
-        let c = clamp_resources(&update, &audit(), &BTreeMap::new(), None).unwrap();
+        let c = clamp_resources(&update, &audit(), &BTreeMap::new(), &AtCreate::default()).unwrap();
         assert_eq!(c.resources, update);
         assert!(c.decisions.iter().any(|d| d.action == Action::Clamped));
     }

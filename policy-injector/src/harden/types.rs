@@ -217,6 +217,16 @@ pub struct HardenedProcess {
     pub egress: Option<EgressPlan>,
 }
 
+/// What a running sandbox was created with, which an update is measured against.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AtCreate {
+    /// The platform the create sized the pids limit for (`Context::runsc_platform`).
+    pub runsc_platform: Option<String>,
+    /// The hardened spec's `linux.resources.memory.limit`: what gVisor sized the guest's
+    /// memory by when the sandbox booted. `None`: unknown (no check).
+    pub memory_limit: Option<i64>,
+}
+
 /// The result of `clamp_resources`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClampedResources {

@@ -35,6 +35,7 @@ const KNOWN_EVENTS: &[&str] = &[
     "exec-start",
     "exec-exit",
     "update",
+    "update-rejected",
     "oom",
     "timeout",
     "idle-timeout",
@@ -136,7 +137,7 @@ impl Metrics {
                 "gvh_refusals_total",
                 Counter,
                 &["policy", "rule", "stage"],
-                "Specs the policy refused (create-rejected, exec-rejected records), by the first rule that refused.",
+                "Specs the policy refused (create-rejected, exec-rejected, update-rejected records), by the first rule that refused.",
             ),
             exits: Family::new(
                 "gvh_exits_total",
@@ -316,12 +317,8 @@ impl Metrics {
                 let cause = known(KNOWN_CAUSES, l.exit_cause.as_deref().unwrap_or(""));
                 self.exec_exits.inc(&[policy, cause]);
             }
-            "create-rejected" | "exec-rejected" => {
-                let stage = if event == "create-rejected" {
-                    "create"
-                } else {
-                    "exec"
-                };
+            "create-rejected" | "exec-rejected" | "update-rejected" => {
+                let stage = event.trim_end_matches("-rejected");
                 let rule = rejected_rule(l.error.as_deref());
                 self.refusals.inc(&[policy, rule, stage]);
             }

@@ -119,7 +119,14 @@ fn refusals_count_by_the_rule_named_in_the_error() {
             r#","error":"rejected by policy: capabilities: process.capabilities: no""#,
         ),
         lifecycle("create-rejected", "c", t, r#","error":"something new""#),
+        lifecycle(
+            "update-rejected",
+            "d",
+            t,
+            r#","error":"rejected by policy: resources: resources.memory.limit: cannot change""#,
+        ),
     ]);
+    assert_eq!(m.refusals.get(&[PATH, "resources", "update"]), 1.0);
     assert_eq!(m.refusals.get(&[PATH, "mounts", "create"]), 1.0);
     assert_eq!(m.refusals.get(&[PATH, "capabilities", "exec"]), 1.0);
     assert_eq!(m.refusals.get(&[PATH, "other", "create"]), 1.0);

@@ -115,6 +115,55 @@ fn number(v: i128) -> Value {
     }
 }
 
+/// An update that names no memory limit (none, or containerd's 0 for "unset") keeps the one the
+/// sandbox was created with: the clamp would otherwise give it the ceiling, a change the guest
+/// cannot see (`refuse_memory_change`). Runs before `apply_resources`.
+pub(crate) fn keep_unnamed_memory(
+    res: &mut Object,
+    path: &str,
+    at_create: i64,
+    pass: &mut Pass<'_>,
+) -> Result<(), HardenError> {
+    let mem_path = format!("{path}.memory");
+    let mem = json::ensure_object(res, "memory", path)?;
+    let limit = json::opt_int(mem, "limit", &mem_path)?;
+    if matches!(limit, None | Some(0)) {
+        write(
+            mem,
+            ("limit", format!("{mem_path}.limit")),
+            (limit, i128::from(at_create)),
+            Action::Set,
+            format!("an update naming no memory limit keeps the {at_create} bytes the sandbox was created with"),
+            pass,
+        );
+    }
+    Ok(())
+}
+
+/// The memory limit of a running sandbox cannot change: gVisor sizes the guest's memory when
+/// the sandbox boots and `runsc update` only rewrites the host's cgroup, so the workload would
+/// go on seeing the old size (a raise it cannot see, or a cut that kills the whole sandbox where
+/// the guest's own OOM killer should have acted). Runs after `apply_resources`, on what the
+/// clamp made of the request.
+pub(crate) fn refuse_memory_change(res: &Object, path: &str, at_create: i64, pass: &mut Pass<'_>) {
+    let limit = res
+        .get("memory")
+        .and_then(|m| m.get("limit"))
+        .and_then(Value::as_i64);
+    match limit {
+        Some(l) if l == at_create => {}
+        Some(l) => pass.reject(
+            Rule::Resources,
+            format!("{path}.memory.limit"),
+            format!(
+                "the memory limit of a running sandbox cannot change ({at_create} bytes at create, {l} asked): gVisor sizes the guest's memory when the sandbox boots and the workload would not see a new limit; recreate the container with the limit it needs"
+            ),
+        ),
+        // A rejection already left nothing sensible in place.
+        None => {}
+    }
+}
+
 /// Clamps one LinuxResources object. Returns the guest-process budget, or `None` when a
 /// rejection left nothing sensible to write.
 pub(crate) fn apply_resources(

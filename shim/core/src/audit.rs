@@ -77,6 +77,8 @@ pub enum AuditEvent {
     ExecStart,
     ExecExit,
     Update,
+    /// An update the policy refused (a change of the memory limit, a malformed value).
+    UpdateRejected,
     Oom,
     Timeout,
     /// The idle timeout fired: the sandbox is being stopped (SIGTERM, grace, SIGKILL).
@@ -528,6 +530,7 @@ mod schema_tests {
             AuditEvent::ExecStart,
             AuditEvent::ExecExit,
             AuditEvent::Update,
+            AuditEvent::UpdateRejected,
             AuditEvent::Oom,
             AuditEvent::Timeout,
             AuditEvent::Exit,

@@ -106,6 +106,15 @@ pub struct Prepared {
     pub platform: Option<String>,
 }
 
+impl Prepared {
+    /// The hardened spec's memory limit: what gVisor sizes the guest's memory by at boot.
+    pub fn memory_limit(&self) -> Option<i64> {
+        self.spec
+            .pointer("/linux/resources/memory/limit")
+            .and_then(Value::as_i64)
+    }
+}
+
 fn subject(
     namespace: &str,
     id: &str,

@@ -102,6 +102,7 @@ pub async fn run(
         lifetime: prepared.lifetime,
         cgroups_path: prepared.cgroups_path.clone(),
         annotations: gvisor_hardened_core::bundle::annotations(&prepared.spec),
+        memory_at_create: prepared.memory_limit(),
         console_socket: args.console_socket.map(Path::to_path_buf),
         log: log.clone(),
         created: humantime::format_rfc3339_nanos(SystemTime::now()).to_string(),

@@ -63,6 +63,10 @@ pub struct Record {
     pub cgroups_path: String,
     /// The hardened spec's annotations (`update` clamps to their tightening).
     pub annotations: BTreeMap<String, String>,
+    /// The hardened spec's memory limit, which sized the guest's memory: `update` cannot change
+    /// it. (Absent from a record an older release wrote: no check.)
+    #[serde(default)]
+    pub memory_at_create: Option<i64>,
     pub console_socket: Option<PathBuf>,
     /// Where the guard reports (the engine's `--log` of the create).
     pub log: EngineLog,

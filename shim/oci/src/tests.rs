@@ -41,6 +41,7 @@ pub(super) fn record(dir: &Path) -> (Record, policy_injector::Policy) {
         lifetime: hardened.lifetime,
         cgroups_path: "/c1".into(),
         annotations: Default::default(),
+        memory_at_create: hardened.spec["linux"]["resources"]["memory"]["limit"].as_i64(),
         console_socket: None,
         log: EngineLog::new(Some(&dir.join("engine.log")), LogFormat::Json),
         created: String::new(),
@@ -277,6 +278,30 @@ async fn an_update_is_clamped_by_the_policy_written_to_the_sandboxs_cgroups_and_
     );
     let records = audit_records(&dir.path().join("audit.jsonl"));
     assert_eq!(records.last().unwrap()["event"], "update");
+}
+
+#[tokio::test]
+async fn an_update_that_changes_the_memory_limit_is_refused_naming_the_rule_and_changes_nothing() {
+    let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+    let c = created(&fake, dir.path()).await;
+    assert!(c.record.memory_at_create.is_some());
+    let resources = dir.path().join("resources.json");
+    std::fs::write(
+        &resources,
+        json!({"memory": {"limit": 300u64 << 20}}).to_string(),
+    )
+    .unwrap();
+    let e = super::update::run(&c, &super::cli::Source::File(resources))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("rejected by policy: resources: resources.memory.limit"),
+        "{e}"
+    );
+    assert_eq!(fake.updates(), Vec::<String>::new());
+    let records = audit_records(&dir.path().join("audit.jsonl"));
+    assert_eq!(records.last().unwrap()["event"], "update-rejected");
 }
 
 #[tokio::test]

@@ -50,7 +50,10 @@ pub async fn run(c: &Opened, source: &Source) -> Result<()> {
     let bounds = gvisor_hardened_core::sandbox::update::Bounds {
         policy: &c.policy,
         annotations: &c.record.annotations,
-        platform: platform.as_deref(),
+        created: policy_injector::AtCreate {
+            runsc_platform: platform,
+            memory_limit: c.record.memory_at_create,
+        },
     };
     let applied = gvisor_hardened_core::sandbox::update::apply(
         id,
@@ -62,7 +65,12 @@ pub async fn run(c: &Opened, source: &Source) -> Result<()> {
     .await;
     let clamped = match applied {
         Ok(clamped) => clamped,
-        Err(UpdateError::Rejected(e)) => return Err(e.into()),
+        Err(UpdateError::Rejected(e)) => {
+            let mut rec = AuditRecord::new(AuditEvent::UpdateRejected, &c.record.subject);
+            rec.error = Some(e.to_string());
+            c.audit_best_effort(&rec);
+            return Err(e.into());
+        }
         Err(UpdateError::Limits(e) | UpdateError::Cgroup(e)) => return Err(e.into()),
         Err(UpdateError::Runsc(e)) => return Err(not_running(e, id)),
     };

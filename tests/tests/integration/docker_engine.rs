@@ -185,27 +185,38 @@ fn docker_exec_tty_stop_start_top_stats_update_and_pause_work_hardened() {
         .unwrap();
     assert!(stats.stdout.contains("/ 2GiB"), "{stats}");
 
-    // update goes through the policy: a lower limit lands in the cgroup, a higher one is
-    // clamped to the ceiling.
+    // update goes through the policy (runsc-hardened's `update`): a change of the memory limit
+    // is refused naming the rule (gVisor sized the guest's memory at boot, the workload would not
+    // see it); a CPU update lands and keeps the memory and the process limit the create gave.
     let limit = || inspect::cgroup_file(&id, "memory", "memory.limit_in_bytes");
     let pids_before = inspect::cgroup_file(&id, "pids", "pids.max");
-    d.docker()
+    let refused = d
+        .docker()
         .args(["update", "--memory", "64m", "--memory-swap", "64m", &name])
-        .checked()
+        .output()
         .unwrap();
-    assert_eq!(limit(), (64u64 << 20).to_string());
-    // The process limit stays what the create gave (sized for the sandbox's platform).
-    assert_eq!(inspect::cgroup_file(&id, "pids", "pids.max"), pids_before);
+    assert!(!refused.success(), "{refused}");
+    assert!(
+        refused
+            .stderr
+            .contains("rejected by policy: resources: resources.memory.limit"),
+        "{refused}"
+    );
+    assert_eq!(limit(), (2u64 << 30).to_string());
     d.docker()
-        .args(["update", "--memory", "64g", "--memory-swap", "64g", &name])
+        .args(["update", "--cpus", "0.5", &name])
         .checked()
         .unwrap();
     assert_eq!(
-        limit(),
-        (2u64 << 30).to_string(),
-        "clamped to the policy's ceiling"
+        inspect::cgroup_file(&id, "cpu", "cpu.cfs_quota_us"),
+        "50000"
     );
-    assert!(d.dir().audit_events(&id).iter().any(|e| e == "update"));
+    assert_eq!(limit(), (2u64 << 30).to_string());
+    // The process limit stays what the create gave (sized for the sandbox's platform).
+    assert_eq!(inspect::cgroup_file(&id, "pids", "pids.max"), pids_before);
+    let events = d.dir().audit_events(&id);
+    assert!(events.iter().any(|e| e == "update-rejected"), "{events:?}");
+    assert!(events.iter().any(|e| e == "update"), "{events:?}");
 
     d.docker().args(["pause", &name]).checked().unwrap();
     d.docker().args(["unpause", &name]).checked().unwrap();

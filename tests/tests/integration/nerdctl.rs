@@ -200,15 +200,38 @@ fn a_detached_container_logs_execs_stops_and_is_removed() {
         ])
         .unwrap();
     assert!(stats.stdout.contains("/ 2GiB"), "{stats}");
-    // An update of the memory keeps the process limit the create gave (it was sized as on
-    // ptrace before, about four times looser) and lands in the sandbox's cgroup.
+    // A change of the memory limit is refused naming the rule: gVisor sized the guest's memory
+    // at boot, and `runsc update` only rewrites the host's cgroup (the guest went on seeing
+    // 2 GiB after `update --memory 300m`).
+    let memory = || inspect::cgroup_file(&id, "memory", "memory.limit_in_bytes");
+    let refused = n.output(["update", "--memory", "300m", "bg"]).unwrap();
+    assert!(!refused.success(), "{refused}");
+    assert!(
+        refused
+            .stderr
+            .contains("rejected by policy: resources: resources.memory.limit"),
+        "{refused}"
+    );
+    assert_eq!(memory(), (2u64 << 30).to_string());
+    // An update of the CPU lands in the sandbox's cgroup and keeps the process limit the create
+    // gave (it was sized as on ptrace before, about four times looser). nerdctl 2.0's `update
+    // --cpus` never sets a quota (it copies the cpuset flag), so the quota is asked directly.
     let pids_before = inspect::cgroup_file(&id, "pids", "pids.max");
-    n.checked(["update", "--memory", "300m", "bg"]).unwrap();
+    n.checked([
+        "update",
+        "--cpu-quota",
+        "50000",
+        "--cpu-period",
+        "100000",
+        "bg",
+    ])
+    .unwrap();
     assert_eq!(inspect::cgroup_file(&id, "pids", "pids.max"), pids_before);
     assert_eq!(
-        inspect::cgroup_file(&id, "memory", "memory.limit_in_bytes"),
-        (300u64 << 20).to_string()
+        inspect::cgroup_file(&id, "cpu", "cpu.cfs_quota_us"),
+        "50000"
     );
+    assert_eq!(memory(), (2u64 << 30).to_string());
     n.checked(["stop", "-t", "2", "bg"]).unwrap();
     let ps = n
         .checked(["ps", "-a", "--format", "{{.Names}} {{.Status}}"])

@@ -184,16 +184,39 @@ fn podman_exec_tty_stop_start_stats_and_update_work_hardened() {
     );
     assert!(p.dir().audit_events(&id).iter().any(|e| e == "exec"));
 
-    p.podman()
+    // A change of the memory limit is refused naming the rule (gVisor sized the guest's memory
+    // at boot); a CPU update lands in the sandbox's cgroup.
+    let refused = p
+        .podman()
         .args(["update", "--memory", "96m", &name])
+        .output()
+        .unwrap();
+    assert!(!refused.success(), "{refused}");
+    assert!(
+        refused
+            .stderr
+            .contains("rejected by policy: resources: resources.memory.limit"),
+        "{refused}"
+    );
+    let cgroup = |controller: &str, file: &str| {
+        let dir = inspect::cgroups_named(&format!("libpod-{id}"))
+            .into_iter()
+            .find(|d| d.to_string_lossy().contains(&format!("/{controller}/")))
+            .unwrap();
+        std::fs::read_to_string(dir.join(file))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert_ne!(
+        cgroup("memory", "memory.limit_in_bytes"),
+        (96u64 << 20).to_string()
+    );
+    p.podman()
+        .args(["update", "--cpus", "0.5", &name])
         .checked()
         .unwrap();
-    let dir = inspect::cgroups_named(&format!("libpod-{id}"))
-        .into_iter()
-        .find(|d| d.to_string_lossy().contains("/memory/"))
-        .unwrap();
-    let limit = std::fs::read_to_string(dir.join("memory.limit_in_bytes")).unwrap();
-    assert_eq!(limit.trim(), (96u64 << 20).to_string());
+    assert_eq!(cgroup("cpu", "cpu.cfs_quota_us"), "50000");
 
     p.podman()
         .args(["stop", "-t", "2", &name])

@@ -1,6 +1,7 @@
 use super::super::testutil::*;
 use crate::decision::Rule;
 use crate::policy::Policy;
+use crate::AtCreate;
 use serde_json::json;
 
 fn with_resources(res: serde_json::Value) -> serde_json::Value {
@@ -152,7 +153,7 @@ fn clamp_resources_applies_policy_and_annotations() {
     ann.insert("gvisor-hardened.dev/pids".to_string(), "100".to_string());
     let update =
         json!({"memory": {"limit": 8i64 << 30}, "cpu": {"quota": 400000, "period": 100000}});
-    let c = crate::clamp_resources(&update, &policy, &ann, None).unwrap();
+    let c = crate::clamp_resources(&update, &policy, &ann, &AtCreate::default()).unwrap();
     assert_eq!(
         c.resources["memory"],
         json!({"limit": 1i64 << 30, "swap": 1i64 << 30})
@@ -173,10 +174,14 @@ fn an_update_on_systrap_gives_the_pids_limit_the_create_gave() {
     // What `crictl update --memory` and `nerdctl update` send: no pids at all.
     let update = json!({"memory": {"limit": 1i64 << 30}});
     let none = std::collections::BTreeMap::new();
-    let c = crate::clamp_resources(&update, &policy, &none, Some("systrap")).unwrap();
+    let systrap = AtCreate {
+        runsc_platform: Some("systrap".into()),
+        ..AtCreate::default()
+    };
+    let c = crate::clamp_resources(&update, &policy, &none, &systrap).unwrap();
     assert_eq!(&c.resources["pids"]["limit"], at_create);
     // Before, the update was sized as on ptrace: about four times the limit.
-    let ptrace = crate::clamp_resources(&update, &policy, &none, None).unwrap();
+    let ptrace = crate::clamp_resources(&update, &policy, &none, &AtCreate::default()).unwrap();
     assert!(ptrace.resources["pids"]["limit"].as_i64() > at_create.as_i64());
 }
 
@@ -184,8 +189,65 @@ fn an_update_on_systrap_gives_the_pids_limit_the_create_gave() {
 fn clamp_resources_rejects_a_looser_annotation() {
     let mut ann = std::collections::BTreeMap::new();
     ann.insert("gvisor-hardened.dev/cpu".to_string(), "64".to_string());
-    let err = crate::clamp_resources(&json!({}), &Policy::default(), &ann, None).unwrap_err();
+    let err = crate::clamp_resources(&json!({}), &Policy::default(), &ann, &AtCreate::default())
+        .unwrap_err();
     assert!(err.to_string().contains("gvisor-hardened.dev/cpu"), "{err}");
+}
+
+fn created_with(memory: i64) -> AtCreate {
+    AtCreate {
+        runsc_platform: Some("systrap".into()),
+        memory_limit: Some(memory),
+    }
+}
+
+#[test]
+fn an_update_that_changes_the_memory_limit_is_refused_naming_the_rule() {
+    let none = std::collections::BTreeMap::new();
+    for asked in [300i64 << 20, 4i64 << 30, -1] {
+        let update = json!({"memory": {"limit": asked}});
+        let err =
+            crate::clamp_resources(&update, &Policy::default(), &none, &created_with(1 << 30))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains("rejected by policy: resources: resources.memory.limit")
+                && err.contains("cannot change")
+                && err.contains("1073741824 bytes at create"),
+            "{asked}: {err}"
+        );
+    }
+}
+
+#[test]
+fn an_update_that_keeps_or_names_no_memory_limit_keeps_the_one_at_create() {
+    let none = std::collections::BTreeMap::new();
+    let at = created_with(300 << 20);
+    for update in [
+        json!({"memory": {"limit": 300i64 << 20}, "cpu": {"quota": 50000, "period": 100000}}),
+        json!({"cpu": {"quota": 50000, "period": 100000}}),
+        json!({"memory": {"limit": 0}, "cpu": {"quota": 50000, "period": 100000}}),
+    ] {
+        let c = crate::clamp_resources(&update, &Policy::default(), &none, &at).unwrap();
+        assert_eq!(
+            c.resources["memory"],
+            json!({"limit": 300i64 << 20, "swap": 300i64 << 20}),
+            "{update}"
+        );
+        assert_eq!(c.resources["cpu"]["quota"], json!(50000), "{update}");
+    }
+}
+
+#[test]
+fn an_update_asking_above_the_ceiling_of_a_sandbox_at_the_ceiling_is_no_change() {
+    // `docker update --memory 64g` on a sandbox created at the 2 GiB ceiling: clamped to what
+    // it already has.
+    let none = std::collections::BTreeMap::new();
+    let ceiling = i64::try_from(Policy::default().resources.memory.0).unwrap();
+    let update = json!({"memory": {"limit": 64i64 << 30}});
+    let c =
+        crate::clamp_resources(&update, &Policy::default(), &none, &created_with(ceiling)).unwrap();
+    assert_eq!(c.resources["memory"]["limit"], json!(ceiling));
 }
 
 #[test]

@@ -129,6 +129,7 @@ impl Container {
             .and_then(serde_json::Value::as_str)
             .unwrap_or_default()
             .to_string();
+        let memory_at_create = prepared.memory_limit();
         let evidence = Evidence::new(
             &prepared.policy.policy,
             &prepared.lifetime,
@@ -150,6 +151,7 @@ impl Container {
             lifetime: prepared.lifetime,
             annotations: prepared.annotations,
             platform: prepared.platform,
+            memory_at_create,
             subject: prepared.subject,
             audit: prepared.audit,
             policy: prepared.policy,

@@ -82,6 +82,9 @@ pub struct Container {
     annotations: BTreeMap<String, String>,
     /// The runsc platform the hardening sized the pids limit for: an Update is sized the same.
     platform: Option<String>,
+    /// The hardened spec's memory limit, which sized the guest's memory: an Update cannot
+    /// change it.
+    memory_at_create: Option<i64>,
     subject: Subject,
     /// This container's records in the audit log; its final record is signed over all of them
     /// when the policy has `[audit] signing_key`. Shared with the egress proxy's audit sink.

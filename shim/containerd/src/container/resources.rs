@@ -13,6 +13,7 @@ use crate::error::{Result, ShimError};
 use crate::process::state::Op;
 use gvisor_hardened_core::audit::AuditEvent;
 use gvisor_hardened_core::host::SandboxCgroups;
+use gvisor_hardened_core::sandbox::update::UpdateError;
 
 impl Container {
     /// The pids inside the sandbox (`runsc ps`); an exec's carries its exec id, as runc's shim
@@ -93,16 +94,30 @@ impl Container {
         let bounds = gvisor_hardened_core::sandbox::update::Bounds {
             policy: &self.policy.policy,
             annotations: &self.annotations,
-            platform: self.platform.as_deref(),
+            created: policy_injector::AtCreate {
+                runsc_platform: self.platform.clone(),
+                memory_limit: self.memory_at_create,
+            },
         };
-        let clamped = gvisor_hardened_core::sandbox::update::apply(
+        let applied = gvisor_hardened_core::sandbox::update::apply(
             &self.id,
             &resources,
             &bounds,
             self.sandbox_cgroups()?.as_ref(),
             self.runtime.as_ref(),
         )
-        .await?;
+        .await;
+        let clamped = match applied {
+            Ok(c) => c,
+            Err(UpdateError::Rejected(e)) => {
+                let mut rec = self.record(AuditEvent::UpdateRejected);
+                rec.error = Some(e.to_string());
+                self.audit.append_queued(&rec).await?;
+                log::warn!("container {}: update: {e}", self.id);
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
         let mut rec = self.record(AuditEvent::Update);
         rec.decisions = Some(&clamped.decisions);
         self.audit_best_effort(&rec).await;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use policy_injector::{clamp_resources, ClampedResources, HardenError, Policy};
+use policy_injector::{clamp_resources, AtCreate, ClampedResources, HardenError, Policy};
 use serde_json::Value;
 
 use crate::cgroup::update::Limits;
@@ -29,11 +29,12 @@ pub enum UpdateError {
 }
 
 /// What an update is clamped by: the container's policy, its annotations (which can only
-/// tighten), and the platform its sandbox was created for (the pids limit is sized by it).
+/// tighten), and what its sandbox was created with (the platform the pids limit is sized for,
+/// the memory limit the guest was sized by, which cannot change).
 pub struct Bounds<'a> {
     pub policy: &'a Policy,
     pub annotations: &'a BTreeMap<String, String>,
-    pub platform: Option<&'a str>,
+    pub created: AtCreate,
 }
 
 /// Applies `resources` (an OCI `LinuxResources`) to sandbox `id`; returns what the policy made
@@ -49,7 +50,7 @@ pub async fn apply(
         resources,
         bounds.policy,
         bounds.annotations,
-        bounds.platform,
+        &bounds.created,
     )?;
     let bytes = serde_json::to_vec(&clamped.resources).expect("a JSON value serialises");
     // The limits go into the sandbox's cgroups first, in an order cgroup v1 accepts (a higher
@@ -88,7 +89,10 @@ mod tests {
         let bounds = Bounds {
             policy: &p,
             annotations: &NONE,
-            platform: Some("systrap"),
+            created: AtCreate {
+                runsc_platform: Some("systrap".into()),
+                memory_limit: Some(1 << 30),
+            },
         };
         let clamped = apply("c1", &wanted, &bounds, &cg, &fake).await.unwrap();
         assert_eq!(
@@ -104,6 +108,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_change_of_the_memory_limit_is_refused_before_the_cgroups_or_runsc_see_it() {
+        let fake = Fake::default();
+        let cg = CgroupsSaying(Ok(ExitCause::Exited));
+        let p = policy();
+        let bounds = Bounds {
+            policy: &p,
+            annotations: &NONE,
+            created: AtCreate {
+                runsc_platform: Some("systrap".into()),
+                memory_limit: Some(1 << 30),
+            },
+        };
+        let wanted = json!({"memory": {"limit": 300u64 << 20}});
+        let e = apply("c1", &wanted, &bounds, &cg, &fake).await.unwrap_err();
+        assert!(matches!(e, UpdateError::Rejected(_)), "{e}");
+        assert!(e.to_string().contains("cannot change"), "{e}");
+        assert!(fake.calls_of("update").is_empty(), "{:?}", fake.calls());
+    }
+
+    #[tokio::test]
     async fn runsc_failing_the_update_is_the_caller_s_error() {
         let fake = Fake::default();
         fake.fail_next(Step::Update);
@@ -112,7 +136,7 @@ mod tests {
         let bounds = Bounds {
             policy: &p,
             annotations: &NONE,
-            platform: None,
+            created: AtCreate::default(),
         };
         let e = apply("c1", &json!({}), &bounds, &cg, &fake)
             .await

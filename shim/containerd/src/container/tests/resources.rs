@@ -50,6 +50,29 @@ async fn an_update_is_clamped_by_the_policy_and_written_to_the_sandbox_cgroups()
     bed.kill_delete_and_check("c1").await;
 }
 
+/// gVisor sized the guest's memory at boot: an update that changes the limit is refused with the
+/// rule's name, and neither the cgroups nor runsc see it.
+#[tokio::test]
+async fn an_update_that_changes_the_memory_limit_is_refused_naming_the_rule() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    let mut req = containerd_shim_protos::api::UpdateTaskRequest::new();
+    req.id = "c1".into();
+    let mut any = Any::new();
+    any.value = serde_json::to_vec(&json!({"memory": {"limit": 300u64 << 20}})).unwrap();
+    req.resources = Some(any).into();
+    let e = bed.shim.update(req).await.unwrap_err();
+    assert_eq!(e.code(), Code::FAILED_PRECONDITION, "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("rejected by policy: resources: resources.memory.limit"),
+        "{e:?}"
+    );
+    assert!(bed.fake.updates().is_empty());
+    assert_eq!(bed.audit_events("c1").last().unwrap(), "update-rejected");
+    bed.kill_delete_and_check("c1").await;
+}
+
 /// `crictl update --memory` and `nerdctl update` send no pids: the pids limit the update writes
 /// must be the one the create gave, sized for the sandbox's platform (before, an update was
 /// sized as on ptrace, about four times the systrap limit).
@@ -66,7 +89,9 @@ async fn an_update_never_loosens_the_pids_limit_the_create_gave() {
     let mut req = containerd_shim_protos::api::UpdateTaskRequest::new();
     req.id = "c1".into();
     let mut any = Any::new();
-    any.value = serde_json::to_vec(&json!({"memory": {"limit": 1u64 << 30}})).unwrap();
+    // The memory it was created with (a change is refused), as nerdctl and the kubelet send it.
+    let memory = spec["linux"]["resources"]["memory"]["limit"].clone();
+    any.value = serde_json::to_vec(&json!({"memory": {"limit": memory}})).unwrap();
     req.resources = Some(any).into();
     bed.shim.update(req).await.unwrap();
     let updates = bed.fake.updates();
