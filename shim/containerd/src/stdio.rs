@@ -208,6 +208,13 @@ pub struct Streams {
     logger_exit: Mutex<Option<gvisor_hardened_core::runtime::ExitWatch>>,
     /// A terminal size asked for before the terminal existed (locked after `console`).
     pending_size: Mutex<Option<(u32, u32)>>,
+    /// Set once (a container's init), before the streams are opened: keep a way to say why
+    /// the runtime ended the process after its last byte ([`Streams::wait_output_then_note`]).
+    notes: OnceLock<()>,
+    /// Without an interposed copy, when `notes` is set: our duplicate of the client's stderr
+    /// (stdout when there is none, as with a terminal), held until the exit path wrote its
+    /// note, so the client sees the end of the stream only after it.
+    note_sink: Mutex<Option<File>>,
 }
 
 impl Streams {
@@ -216,6 +223,22 @@ impl Streams {
     pub fn bound_by(&self, budget: Option<&OutputBudget>) {
         if let Some(b) = budget {
             let _ = self.budget.set(b.clone());
+        }
+    }
+
+    /// The exit path may add a line after this process's output (a container's init: why the
+    /// runtime ended it). Call it before the streams are opened.
+    pub fn with_notes(&self) {
+        let _ = self.notes.set(());
+    }
+
+    /// Keeps a duplicate of `client` for the note, when notes are asked for.
+    fn keep_for_note(&self, client: Option<&File>) {
+        if self.notes.get().is_none() {
+            return;
+        }
+        if let Some(dup) = client.and_then(|f| f.try_clone().ok()) {
+            *self.note_sink.lock().unwrap() = Some(dup);
         }
     }
 
@@ -271,8 +294,11 @@ impl Streams {
         };
         match self.budget.get() {
             None => {
-                runsc.stdout = to_client("stdout", &paths.stdout)?.map(Into::into);
-                runsc.stderr = to_client("stderr", &paths.stderr)?.map(Into::into);
+                let stdout = to_client("stdout", &paths.stdout)?;
+                let stderr = to_client("stderr", &paths.stderr)?;
+                self.keep_for_note(stderr.as_ref().or(stdout.as_ref()));
+                runsc.stdout = stdout.map(Into::into);
+                runsc.stderr = stderr.map(Into::into);
             }
             Some(budget) => {
                 // runsc writes to pipes; the copy moves their bytes to the fifos.
@@ -334,15 +360,17 @@ impl Streams {
                         .map_err(StdioError::Interpose)?;
                     *self.interposer.lock().unwrap() = Some(copy);
                 }
-                None => self
-                    .output_copiers
-                    .lock()
-                    .unwrap()
-                    .push(std::thread::spawn(move || {
-                        // Ends with EIO once the sandbox closed the terminal's last slave
-                        // descriptor.
-                        let _ = std::io::copy(&mut m, &mut out);
-                    })),
+                None => {
+                    self.keep_for_note(Some(&out));
+                    self.output_copiers
+                        .lock()
+                        .unwrap()
+                        .push(std::thread::spawn(move || {
+                            // Ends with EIO once the sandbox closed the terminal's last slave
+                            // descriptor.
+                            let _ = std::io::copy(&mut m, &mut out);
+                        }));
+                }
             }
         }
         if !paths.stdin.is_empty() {
@@ -381,11 +409,19 @@ impl Streams {
     }
 
     /// Waits until the output copiers drained what the process wrote (terminal output), so the
-    /// exit event does not overtake the last bytes.
-    pub fn wait_output(&self) {
+    /// exit event does not overtake the last bytes; then writes `note` after them where the
+    /// shim holds the client's end without a copy (an interposed copy writes its own).
+    pub fn wait_output_then_note(&self, note: Option<&str>) {
         let handles: Vec<_> = self.output_copiers.lock().unwrap().drain(..).collect();
         for h in handles {
             let _ = h.join();
+        }
+        // Dropped here either way: the client (and a logger) then sees the end of the stream.
+        let sink = self.note_sink.lock().unwrap().take();
+        if let (Some(sink), Some(note)) = (sink, note) {
+            if let Err(e) = output_limit::write_note(&sink, &format!("\n{note}\n")) {
+                log::warn!("writing why the process ended to its output: {e}");
+            }
         }
         // A logger exits once the process's last writer is gone and it wrote what it read.
         // Called from a blocking thread of the runtime, which may block on a future.

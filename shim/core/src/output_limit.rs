@@ -247,9 +247,17 @@ pub struct OutputReport {
 /// The copy threads of one process.
 pub struct Interposer {
     budget: OutputBudget,
-    stdout: Option<JoinHandle<StreamReport>>,
-    stderr: Option<JoinHandle<StreamReport>>,
+    stdout: Option<JoinHandle<Ended>>,
+    stderr: Option<JoinHandle<Ended>>,
     progress: Progress,
+}
+
+/// A stream's copy once the sandbox's end closed: its report, and the client's end, still open
+/// so that a note can follow the last byte before the client sees the end of the stream.
+struct Ended {
+    report: StreamReport,
+    sink: File,
+    at_line_start: bool,
 }
 
 /// What one stream has copied so far, updated as it goes.
@@ -390,10 +398,27 @@ impl Interposer {
     /// holding it, a client that stopped reading): bound it with [`Self::progress`] as the
     /// fallback.
     pub fn wait(self) -> OutputReport {
-        let join = |h: Option<JoinHandle<StreamReport>>| {
+        self.wait_then_note(None)
+    }
+
+    /// [`Self::wait`], then `note` as a line of its own after the last byte on stderr (stdout
+    /// when there is no stderr, as with a terminal), before the client sees the end: why the
+    /// runtime ended the process, in the log where a user looks. Outside the budget, like the
+    /// marker line; never waits more than [`NOTE_DEADLINE`] on a client that stopped reading.
+    pub fn wait_then_note(self, note: Option<&str>) -> OutputReport {
+        let join = |h: Option<JoinHandle<Ended>>| {
             h.map(|h| h.join().expect("the output copy never panics"))
         };
-        summarise(true, join(self.stdout), join(self.stderr))
+        let (stdout, stderr) = (join(self.stdout), join(self.stderr));
+        if let Some(note) = note {
+            if let Some(end) = stderr.as_ref().or(stdout.as_ref()) {
+                if end.report.client_error.is_none() {
+                    let sep = if end.at_line_start { "" } else { "\n" };
+                    let _ = write_note(&end.sink, &format!("{sep}{note}\n"));
+                }
+            }
+        }
+        summarise(true, stdout.map(|e| e.report), stderr.map(|e| e.report))
     }
 }
 
@@ -408,7 +433,7 @@ enum Mode {
     Discard,
 }
 
-fn copy_stream(pair: StreamPair, budget: &OutputBudget, live: &Live) -> StreamReport {
+fn copy_stream(pair: StreamPair, budget: &OutputBudget, live: &Live) -> Ended {
     let StreamPair {
         from_sandbox: mut src,
         to_client: mut sink,
@@ -448,6 +473,9 @@ fn copy_stream(pair: StreamPair, budget: &OutputBudget, live: &Live) -> StreamRe
                     Ok(0) => break,
                     Ok(n) => {
                         if mode == Mode::Splice {
+                            // The kernel moved the bytes unseen: whether the last one ended
+                            // a line is unknown, so a note starts a line of its own.
+                            at_line_start = false;
                             let d = budget.take(n);
                             report.delivered_bytes += d;
                             live.delivered.fetch_add(d, Ordering::Relaxed);
@@ -530,7 +558,38 @@ fn copy_stream(pair: StreamPair, budget: &OutputBudget, live: &Live) -> StreamRe
         }
     }
     report.sha256 = hasher.map(|h| crate::artifacts::hex(&h.finalize()));
-    report
+    Ended {
+        report,
+        sink,
+        at_line_start,
+    }
+}
+
+/// How long a note waits for room in the client's pipe.
+const NOTE_DEADLINE: Duration = Duration::from_secs(1);
+
+/// One write of a short line, once the client's end has room: a line under `PIPE_BUF` goes into
+/// a pipe or fifo whole, and a client that stopped reading costs at most [`NOTE_DEADLINE`]. For
+/// a front end that holds the client's end without copying (no budget): the note of
+/// [`Interposer::wait_then_note`], written once the process's last writer is gone.
+pub fn write_note(mut sink: &File, line: &str) -> io::Result<()> {
+    let mut fds = [libc::pollfd {
+        fd: sink.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    }];
+    // SAFETY: one pollfd we own, for a descriptor we own.
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), 1, NOTE_DEADLINE.as_millis() as i32) };
+    if ready < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if ready == 0 || fds[0].revents & libc::POLLOUT == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the client's end has no room",
+        ));
+    }
+    sink.write_all(line.as_bytes())
 }
 
 /// Moves up to a pipe's worth of bytes from `src` to `dst` inside the kernel.
@@ -555,9 +614,14 @@ fn splice(src: &File, dst: &File) -> io::Result<u64> {
 
 /// Waits for `copy` to reach the end of its streams, at most `deadline`; past it the report
 /// says so and holds the counts so far (the copy goes on by itself until its writers close).
-pub async fn drain(copy: Interposer, deadline: Duration, who: &str) -> OutputReport {
+pub async fn drain(
+    copy: Interposer,
+    deadline: Duration,
+    who: &str,
+    note: Option<String>,
+) -> OutputReport {
     let progress = copy.progress();
-    let waiting = tokio::task::spawn_blocking(move || copy.wait());
+    let waiting = tokio::task::spawn_blocking(move || copy.wait_then_note(note.as_deref()));
     match tokio::time::timeout(deadline, waiting).await {
         Ok(Ok(report)) => report,
         Ok(Err(e)) => {

@@ -219,7 +219,7 @@ impl ExecGuard {
         };
         let output = self
             .streams
-            .report(&format!("container {id}, exec {}", self.exec_id))
+            .report(&format!("container {id}, exec {}", self.exec_id), None)
             .await;
         audit_exit(
             &self.c,

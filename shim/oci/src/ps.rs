@@ -33,23 +33,17 @@ pub fn run(g: &Global, id: &str, json: bool) -> Result<()> {
         .map_err(OciError::io("writing", "stdout"))
 }
 
-/// The processes in the sandbox's pids cgroup (its memory cgroup where pids is not mounted),
-/// or the sandbox process alone when its cgroups cannot be read.
+/// The processes in the sandbox's cgroup, or the sandbox process alone when its cgroups cannot
+/// be read.
 fn host_pids(sandbox: i32) -> Vec<i32> {
-    let procs = SandboxCgroup::of_pid(sandbox).ok().and_then(|cg| {
-        let dir = cg
-            .dir("pids")
-            .or_else(|_| cg.dir("memory"))
-            .ok()?
-            .to_path_buf();
-        std::fs::read_to_string(dir.join("cgroup.procs")).ok()
-    });
-    let mut pids: Vec<i32> = procs
-        .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
-        .unwrap_or_default();
+    let mut pids: Vec<i32> = SandboxCgroup::of_pid(sandbox)
+        .and_then(|cg| cg.processes())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| i32::try_from(p).ok())
+        .collect();
     if pids.is_empty() {
         pids.push(sandbox);
     }
-    pids.sort_unstable();
     pids
 }

@@ -369,6 +369,24 @@ fn the_lifetime_limit_ends_a_docker_container_and_small_pids_limits_do_not_crash
         "pids.limit {want} for 50 processes: {create}"
     );
     d.assert_container_gone(&id);
+
+    // Crossing it ends the sandbox, and the container's own stderr says why (it used to end
+    // with exit 2 and nothing but the audit record).
+    let (out, id) = run(
+        &d,
+        HARDENED,
+        &["--pids-limit", "16"],
+        "echo forking; b() { b | b & }; b; exec sleep 120",
+    );
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(
+        out.stderr.lines().any(|l| l
+            == "gvisor-hardened: stopped at the sandbox's process limit (pids ceiling reached)"),
+        "{out}"
+    );
+    let exit = d.dir().audit_record(&id, "exit").unwrap();
+    assert_eq!(exit["exit_cause"], "process-limit", "{exit}");
+    d.assert_container_gone(&id);
     assert_clean_docker_shutdown(d);
 }
 

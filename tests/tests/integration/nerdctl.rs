@@ -200,6 +200,35 @@ fn a_detached_container_logs_execs_stops_and_is_removed() {
         ])
         .unwrap();
     assert!(stats.stdout.contains("/ 2GiB"), "{stats}");
+    // nerdctl cp goes through /proc/PID/root of the sandbox process, the sentry's empty
+    // root: it fails both ways and changes nothing inside; copying through exec works.
+    let out = n
+        .output(["cp", "bg:/etc/hostname", "/tmp/gvh-never-copied"])
+        .unwrap();
+    assert!(!out.success(), "{out}");
+    let staged = n.tmp_dir().join("copied-in");
+    std::fs::write(&staged, "through exec\n").unwrap();
+    let out = n
+        .output(["cp", staged.to_str().unwrap(), "bg:/tmp/"])
+        .unwrap();
+    assert!(!out.success(), "{out}");
+    let seen = n.checked(["exec", "bg", "ls", "/tmp"]).unwrap();
+    assert!(!seen.stdout.contains("copied-in"), "{seen}");
+    n.command()
+        .args(["exec", "-i", "bg", "sh", "-c", "cat > /tmp/copied-in"])
+        .stdin("through exec\n")
+        .checked()
+        .unwrap();
+    let back = n.checked(["exec", "bg", "cat", "/tmp/copied-in"]).unwrap();
+    assert_eq!(back.stdout, "through exec\n");
+    // nerdctl top runs ps(1) on the host with the pids the shim gives: the sandbox's host
+    // processes, not guest pids (guest pid 1 listed the host's init and kthreadd).
+    let top = n.checked(["top", "bg"]).unwrap();
+    assert!(top.stdout.contains("runsc-sandbox"), "{top}");
+    assert!(
+        !top.stdout.contains("kthreadd") && !top.stdout.contains("/sbin/init"),
+        "{top}"
+    );
     // A change of the memory limit is refused naming the rule: gVisor sized the guest's memory
     // at boot, and `runsc update` only rewrites the host's cgroup (the guest went on seeing
     // 2 GiB after `update --memory 300m`).
@@ -263,6 +292,35 @@ fn a_detached_container_logs_execs_stops_and_is_removed() {
     .unwrap();
     n.checked(["rm", "-f", "bg-tty"]).unwrap();
     assert_all_gone(c, &n, &[id, tty_id], &host);
+}
+
+/// The process limit ends a fork bomb's sandbox, and `nerdctl run` says why where its user
+/// looks, after the workload's own output (it used to end with exit 2 and nothing).
+#[test]
+fn a_process_limit_kill_says_why_on_the_containers_stderr() {
+    let host = HostPaths::record();
+    let (c, n) = setup();
+    let cidfile = cid(&n, "bomb");
+    let mut args = hardened(&["--rm", "--pids-limit", "16", "--cidfile"]);
+    args.push(cidfile.display().to_string());
+    args.extend([TEST_IMAGE_REF, "sh", "-c"].map(String::from));
+    args.push("echo forking; b() { b | b & }; b; exec sleep 120".into());
+    let out = n.output(&args).unwrap();
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(out.stdout.contains("forking"), "{out}");
+    // nerdctl's own warnings may follow it on the same stream.
+    assert!(
+        has_line(
+            &out.stderr,
+            "gvisor-hardened: stopped at the sandbox's process limit (pids ceiling reached)"
+        ),
+        "{out}"
+    );
+    let id = std::fs::read_to_string(&cidfile)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_all_gone(c, &n, &[id], &host);
 }
 
 #[test]

@@ -344,6 +344,7 @@ impl Container {
             self.rootfs_mounted.store(true, Ordering::SeqCst);
         }
         self.init.io.bound_by(self.evidence.output.as_ref());
+        self.init.io.with_notes();
         self.init.io.log_with(stdio::LogContext {
             container_id: self.id.clone(),
             namespace: self.env.namespace.clone(),

@@ -118,18 +118,30 @@ impl Container {
     /// Waits for what must be in `process`'s exit record before it is published: its output
     /// copy (bounded by [`output_limit::DRAIN_DEADLINE`]) and, for an init, the exit manifest of the
     /// container's volumes (bounded by `max_walk_time` + [`artifacts::WALK_GRACE`]), side by side.
-    pub(super) async fn collect_exit_evidence(&self, process: &Arc<Process>) -> ExitEvidence {
+    /// `note`, why the runtime ended it, goes after the process's last byte of output.
+    pub(super) async fn collect_exit_evidence(
+        &self,
+        process: &Arc<Process>,
+        note: Option<String>,
+    ) -> ExitEvidence {
         let who = self.name_of(process);
         let output = async {
-            // Terminal output the shim copies without a budget.
-            let p = process.clone();
-            let _ = tokio::task::spawn_blocking(move || p.io.wait_output()).await;
-            match process.io.take_output() {
-                Some(copy) => {
-                    Some(output_limit::drain(copy, output_limit::DRAIN_DEADLINE, &who).await)
-                }
+            // The interposed copy first: it holds the client's ends open until its note is
+            // written, and a logging program exits only once they close.
+            let report = match process.io.take_output() {
+                Some(copy) => Some(
+                    output_limit::drain(copy, output_limit::DRAIN_DEADLINE, &who, note.clone())
+                        .await,
+                ),
                 None => None,
-            }
+            };
+            // Terminal output the shim copies without a budget (the note after it, when no
+            // copy wrote it), and the logging program.
+            let p = process.clone();
+            let _ =
+                tokio::task::spawn_blocking(move || p.io.wait_output_then_note(note.as_deref()))
+                    .await;
+            report
         };
         // The manifest records what the sandbox left; then the workspace is concluded (what
         // would run on the host is neutralised) before the exit is announced.

@@ -30,8 +30,13 @@ impl Container {
             // An exit during Start waits until Start has recorded the start and sent TaskStart.
             drop(self.start_lock.lock().await);
         }
-        // Output still in flight must reach the client before the exit does.
-        let evidence = self.collect_exit_evidence(process).await;
+        // Output still in flight must reach the client before the exit does, and after it the
+        // line that says why the runtime ended the container, where its user reads its log.
+        let note = process
+            .is_init()
+            .then(|| self.why_enforcement_ended_it(cause))
+            .flatten();
+        let evidence = self.collect_exit_evidence(process, note).await;
         let exit = Exit::new(status, cause, SystemTime::now());
         if !process.record_exit(exit) {
             return;
@@ -84,16 +89,25 @@ impl Container {
         )
     }
 
+    /// The line for the container's log and termination message when enforcement ended it.
+    fn why_enforcement_ended_it(&self, cause: ExitCause) -> Option<String> {
+        gvisor_hardened_core::sandbox::termination_message::message(
+            cause,
+            self.lifetime.max_runtime,
+            self.lifetime.idle_timeout,
+        )
+    }
+
     /// Enforcement ended a pod's container, or the workspace's exit changed or found something
     /// in the pod's volumes: a line each in its termination-message file, before the exit is
     /// published, so the kubelet's status shows them beside the exit code. Best effort: the exit
     /// record in the audit log says the same and is what counts.
     fn tell_the_kubelet_why(&self, cause: ExitCause, workspace: Option<String>) {
-        use gvisor_hardened_core::sandbox::termination_message::{append, message};
+        use gvisor_hardened_core::sandbox::termination_message::append;
         let Some(path) = &self.termination_message else {
             return;
         };
-        let enforcement = message(cause, self.lifetime.max_runtime, self.lifetime.idle_timeout);
+        let enforcement = self.why_enforcement_ended_it(cause);
         for line in enforcement.iter().chain(workspace.iter()) {
             if let Err(e) = append(path, line) {
                 log::warn!(

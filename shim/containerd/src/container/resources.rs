@@ -1,6 +1,5 @@
 //! Pids, stats, update, pause and resume: the sandbox's resources as containerd sees them.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use containerd_shim_protos::api::{PidsResponse, StatsResponse, UpdateTaskRequest};
@@ -10,35 +9,59 @@ use serde_json::Value;
 
 use super::Container;
 use crate::error::{Result, ShimError};
-use crate::process::state::Op;
+use crate::process::state::{Op, State};
 use gvisor_hardened_core::audit::AuditEvent;
 use gvisor_hardened_core::host::SandboxCgroups;
 use gvisor_hardened_core::sandbox::update::UpdateError;
 
 impl Container {
-    /// The pids inside the sandbox (`runsc ps`); an exec's carries its exec id, as runc's shim
-    /// and gVisor's own attach it (`ctr task ps` shows it). An exec's guest pid is the pid
-    /// `runsc ps` lists for it.
+    /// The container's processes as the host sees them, since that is what containerd's clients
+    /// do with the answer (`nerdctl top` runs ps(1) on the host with these pids, `ctr task ps`
+    /// lists them): the sandbox's host processes, and each running exec's `runsc exec` process
+    /// carrying its exec id, as runc's shim attaches it. runsc's own `ps` answers with guest
+    /// pids, which ps(1) on the host matches against unrelated processes (guest pid 1 is the
+    /// host's init). A pod's containers share one sandbox, so they list the same processes.
     pub async fn pids(&self) -> Result<PidsResponse> {
-        let pids = self.runtime.ps(self.runsc_id()).await?;
-        let execs: HashMap<u32, String> = self
+        let mut pids: Vec<u32> = self
+            .cgroups
+            .get()
+            .and_then(|c| c.location())
+            .and_then(|cg| cg.processes().ok())
+            .unwrap_or_default();
+        if pids.is_empty() {
+            // No cgroup to read (the fake world, or a sandbox already gone): its own process.
+            let sandbox = match &self.pod {
+                super::PodRole::Member(first) => first.init.pid(),
+                super::PodRole::Sandbox { .. } => self.init.pid(),
+            };
+            pids.extend(Some(sandbox).filter(|p| *p != 0));
+        }
+        let mut execs: Vec<(u32, String)> = self
             .execs
             .lock()
             .await
             .iter()
-            .filter_map(|(id, p)| Some((u32::try_from(p.guest_pid()?).ok()?, id.clone())))
+            .filter(|(_, p)| p.pid() != 0 && matches!(p.state(), State::Running))
+            .map(|(id, p)| (p.pid(), id.clone()))
             .collect();
+        execs.sort_unstable();
         let mut resp = PidsResponse::new();
         for pid in pids {
+            if execs.iter().any(|(p, _)| *p == pid) {
+                continue;
+            }
             let mut info = ProcessInfo::new();
             info.pid = pid;
-            if let Some(exec_id) = execs.get(&pid) {
-                let mut details = ProcessDetails::new();
-                details.exec_id = exec_id.clone();
-                let any = crate::packed::pack(&details)
-                    .map_err(|e| ShimError::Internal(format!("encoding ProcessDetails: {e}")))?;
-                info.info = Some(any).into();
-            }
+            resp.processes.push(info);
+        }
+        for (pid, exec_id) in execs {
+            let mut details = ProcessDetails::new();
+            details.exec_id = exec_id;
+            let any = crate::packed::pack(&details)
+                .map_err(|e| ShimError::Internal(format!("encoding ProcessDetails: {e}")))?;
+            let mut info = ProcessInfo::new();
+            info.pid = pid;
+            info.info = Some(any).into();
             resp.processes.push(info);
         }
         Ok(resp)

@@ -264,6 +264,18 @@ impl SandboxCgroup {
         }
     }
 
+    /// The host processes in the sandbox: its pids cgroup's (its memory cgroup's where pids is
+    /// not mounted), sorted. Inside gVisor the workload's processes have no host pids of their
+    /// own; these (sentry, gofer, and with ptrace a stub per guest thread) are what a host tool
+    /// such as ps(1) can show for the container.
+    pub fn processes(&self) -> Result<Vec<u32>, CgroupError> {
+        let dir = self.dir("pids").or_else(|_| self.dir("memory"))?;
+        let text = files::read(&dir.join("cgroup.procs"))?;
+        let mut pids = parse_procs(&text);
+        pids.sort_unstable();
+        Ok(pids)
+    }
+
     /// Directories still present (after `runsc delete` there should be none).
     pub fn remaining(&self) -> Vec<&Path> {
         self.dirs().into_iter().filter(|d| d.is_dir()).collect()
@@ -286,9 +298,20 @@ impl SandboxCgroup {
     }
 }
 
+/// `cgroup.procs`: one pid per line; anything else is skipped.
+fn parse_procs(text: &str) -> Vec<u32> {
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cgroup_procs_is_read_one_pid_per_line() {
+        assert_eq!(parse_procs("12\n7\n\n 9 \nx\n"), vec![12, 7, 9]);
+        assert!(parse_procs("").is_empty());
+    }
 
     // Lines from this machine's /proc/self/mountinfo (hybrid: v1 + empty unified).
     const HYBRID: &str = "\

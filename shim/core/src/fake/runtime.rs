@@ -251,17 +251,6 @@ impl SandboxRuntime for Fake {
         Ok(())
     }
 
-    async fn ps(&self, id: &str) -> Result<Vec<u32>, RunscError> {
-        self.call(format!("ps {id}"));
-        let w = self.world();
-        let execs = w
-            .execs
-            .iter()
-            .filter(|e| e.container == id && w.alive(e.pid))
-            .map(|e| e.guest_pid as u32);
-        Ok(std::iter::once(1).chain(execs).collect())
-    }
-
     async fn wait(&self, id: &str) -> Result<ExitStatus, RunscError> {
         self.call(format!("wait {id}"));
         let mut rx = match self.world().containers.get(id) {

@@ -293,7 +293,7 @@ async fn an_output_stream_held_open_reports_what_was_copied_by_the_deadline() {
     let mut got = [0u8; 8];
     client.read_exact(&mut got).unwrap();
     let started = std::time::Instant::now();
-    let report = drain(copy, Duration::from_millis(300), "test").await;
+    let report = drain(copy, Duration::from_millis(300), "test", None).await;
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(300), "{waited:?}");
     assert!(waited < Duration::from_secs(5), "{waited:?}");
@@ -339,4 +339,71 @@ fn a_budget_file_is_made_once_and_only_a_budget_file_is_opened() {
     assert!(OutputBudget::in_file(&link, None, false).is_err());
     let missing = OutputBudget::in_file(&dir.path().join("none"), None, false).unwrap_err();
     assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+}
+
+#[test]
+fn a_note_follows_the_last_byte_on_stderr_on_a_line_of_its_own_outside_the_count() {
+    let budget = OutputBudget::new(Some(1 << 20));
+    let (mut wo, po, co) = stream();
+    let (mut we, pe, ce) = stream();
+    let (ro, re) = (read_all(co), read_all(ce));
+    let ip = interpose(&budget, Some(po), Some(pe)).unwrap();
+    wo.write_all(b"out\n").unwrap();
+    we.write_all(b"no newline at the end").unwrap();
+    drop((wo, we));
+    let note = "gvisor-hardened: stopped at the sandbox's process limit (pids ceiling reached)";
+    let report = within(Duration::from_secs(30), move || {
+        ip.wait_then_note(Some(note))
+    });
+    let (o, e) = (ro.join().unwrap(), re.join().unwrap());
+    assert_eq!(o, b"out\n", "the note goes to stderr only");
+    assert_eq!(
+        String::from_utf8(e).unwrap(),
+        format!("no newline at the end\n{note}\n")
+    );
+    let err = report.stderr.unwrap();
+    assert_eq!(
+        err.delivered_bytes, 21,
+        "the note is not the workload's output"
+    );
+    assert_eq!(err.sha256, Some(sha(b"no newline at the end")));
+}
+
+#[test]
+fn a_note_goes_to_stdout_when_there_is_no_stderr_as_with_a_terminal() {
+    let budget = OutputBudget::new(None);
+    let (mut w, pair, client) = stream();
+    let reader = read_all(client);
+    let ip = interpose(&budget, Some(pair), None).unwrap();
+    w.write_all(b"$ ").unwrap();
+    drop(w);
+    within(Duration::from_secs(30), move || {
+        ip.wait_then_note(Some("why"))
+    });
+    // Spliced, the copy never saw the bytes: the note starts a line of its own.
+    assert_eq!(reader.join().unwrap(), b"$ \nwhy\n");
+}
+
+#[test]
+fn a_client_that_stopped_reading_gets_no_note_and_does_not_hold_up_the_exit() {
+    let budget = OutputBudget::new(Some(1 << 30));
+    let (mut w, pair, client) = stream();
+    let ip = interpose(&budget, Some(pair), None).unwrap();
+    // Fill the client's pipe to the brim: the client reads nothing.
+    // SAFETY: F_GETPIPE_SZ on a pipe we own.
+    let room = unsafe { libc::fcntl(client.as_raw_fd(), libc::F_GETPIPE_SZ) } as usize;
+    w.write_all(&vec![b'x'; room]).unwrap();
+    drop(w);
+    let report = within(Duration::from_secs(30), move || {
+        ip.wait_then_note(Some("never read"))
+    });
+    assert_eq!(report.output_bytes, room as u64);
+    let mut rest = Vec::new();
+    let mut client = client;
+    client.read_to_end(&mut rest).unwrap();
+    assert_eq!(
+        rest.len(),
+        room,
+        "only the workload's bytes: no room was left for the note"
+    );
 }

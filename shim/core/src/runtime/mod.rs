@@ -77,8 +77,6 @@ pub trait SandboxRuntime: Send + Sync {
     async fn delete(&self, id: &str) -> Result<(), RunscError>;
     async fn pause(&self, id: &str) -> Result<(), RunscError>;
     async fn resume(&self, id: &str) -> Result<(), RunscError>;
-    /// Pids of the container's processes, as seen inside the sandbox.
-    async fn ps(&self, id: &str) -> Result<Vec<u32>, RunscError>;
     /// Waits for a pod's later container to exit (its own process, not the sandbox's).
     async fn wait(&self, id: &str) -> Result<ExitStatus, RunscError>;
     /// The sentry's own accounting for one container (`runsc events --stats`), as JSON.

@@ -421,15 +421,6 @@ impl SandboxRuntime for RunscRuntime {
         self.client.resume(id).await
     }
 
-    async fn ps(&self, id: &str) -> Result<Vec<u32>, RunscError> {
-        let pids = self.client.ps(id).await?;
-        Ok(pids
-            .into_iter()
-            .filter(|p| *p > 0)
-            .map(|p| p as u32)
-            .collect())
-    }
-
     async fn wait(&self, id: &str) -> Result<ExitStatus, RunscError> {
         let code = self.client.wait(id, WaitTarget::Init).await?;
         Ok(ExitStatus::Exited(code as i32).unfold_runsc())

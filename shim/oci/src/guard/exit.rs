@@ -29,19 +29,33 @@ impl Guard {
     }
 
     /// Classifies, records and audits the exit; returns the code to exit with, and the cause.
-    pub(super) fn conclude(
-        &self,
-        status: ExitStatus,
-        output: Option<&gvisor_hardened_core::output_limit::OutputReport>,
-        artifacts: Option<&std::result::Result<ManifestExit, String>>,
-        workspace: Option<&gvisor_hardened_core::workspace::WorkspaceReport>,
-    ) -> (u8, ExitCause) {
-        let cause = gvisor_hardened_core::sandbox::exit::classify(
+    /// Why the sandbox ended: read from its cgroups, so before `runsc delete` removes them.
+    pub(super) fn classify(&self, status: ExitStatus) -> ExitCause {
+        gvisor_hardened_core::sandbox::exit::classify(
             &self.record.id,
             status,
             self.stopped_for.get().copied(),
             self.probe.as_deref(),
-        );
+        )
+    }
+
+    /// The line for the container's log when enforcement ended it.
+    pub(super) fn why_enforcement_ended_it(&self, cause: ExitCause) -> Option<String> {
+        gvisor_hardened_core::sandbox::termination_message::message(
+            cause,
+            self.record.lifetime.max_runtime,
+            self.record.lifetime.idle_timeout,
+        )
+    }
+
+    pub(super) fn conclude(
+        &self,
+        status: ExitStatus,
+        cause: ExitCause,
+        output: Option<&gvisor_hardened_core::output_limit::OutputReport>,
+        artifacts: Option<&std::result::Result<ManifestExit, String>>,
+        workspace: Option<&gvisor_hardened_core::workspace::WorkspaceReport>,
+    ) -> u8 {
         let exit = Exit::new(status, cause, SystemTime::now());
         // A `start` still writing its record goes first (the workload may end at once).
         let _start = self.state.lock_start();
@@ -64,6 +78,6 @@ impl Guard {
             cause,
             status,
         );
-        (exit.status.min(255) as u8, cause)
+        exit.status.min(255) as u8
     }
 }

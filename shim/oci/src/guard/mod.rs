@@ -388,10 +388,15 @@ impl Guard {
         // Still in the sandbox's cgroups under Podman: no need to move out now, the exit that
         // follows takes the guard out of them, and moving between v1 hierarchies costs ~7 ms
         // on the path from the sandbox's exit to the engine seeing it.
-        // Every byte the workload wrote reaches the engine before the exit does (bounded).
+        let cause = self.classify(status);
+        // Every byte the workload wrote reaches the engine before the exit does (bounded), and
+        // after it the line that says why the runtime ended the container, in its log.
         let output = self
             .streams
-            .report(&format!("container {}", self.record.id))
+            .report(
+                &format!("container {}", self.record.id),
+                self.why_enforcement_ended_it(cause),
+            )
             .await;
         let artifacts = self.exit_manifest().await;
         // Before the engine sees the exit: the developer's next git command runs on what this
@@ -408,8 +413,9 @@ impl Guard {
         if let Some(line) = workspace.as_ref().and_then(|w| w.summary()) {
             log::warn!("container {}: {line}", self.record.id);
         }
-        let (code, cause) = self.conclude(
+        let code = self.conclude(
             status,
+            cause,
             output.as_ref(),
             artifacts.as_ref(),
             workspace.as_ref(),

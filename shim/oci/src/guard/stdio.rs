@@ -57,6 +57,9 @@ pub(crate) struct Guarded {
     /// The relay's console socket, until runsc sent its terminal there.
     relay: Option<Relay>,
     copy: Option<Interposer>,
+    /// Without a copy: our duplicate of the engine's stderr (stdout when there is none), held
+    /// so that a note can follow the process's last byte before the engine sees the end.
+    note_sink: Option<File>,
 }
 
 impl Guarded {
@@ -76,6 +79,16 @@ impl Guarded {
             Some(_) => (engine.stdio()?, None),
             None => bound(engine.stdio()?, budget.as_ref())?,
         };
+        // A terminal without a budget goes to runsc whole: there is nothing to write a note to.
+        let note_sink = match (&copy, &relay, console) {
+            (None, None, None) => io
+                .stderr
+                .as_ref()
+                .or(io.stdout.as_ref())
+                .and_then(|fd| fd.try_clone().ok())
+                .map(File::from),
+            _ => None,
+        };
         let socket = match &relay {
             Some(relay) => Some(relay.socket().to_path_buf()),
             None => console.map(Path::to_path_buf),
@@ -84,6 +97,7 @@ impl Guarded {
             budget,
             relay,
             copy,
+            note_sink,
         };
         Ok((guarded, io, socket))
     }
@@ -105,10 +119,21 @@ impl Guarded {
     }
 
     /// Once the process ended: what the copy delivered, waited for at most
-    /// [`output_limit::DRAIN_DEADLINE`]; `None` when nothing was copied.
-    pub(crate) async fn report(&mut self, who: &str) -> Option<OutputReport> {
-        let copy = self.copy.take()?;
-        Some(output_limit::drain(copy, output_limit::DRAIN_DEADLINE, who).await)
+    /// [`output_limit::DRAIN_DEADLINE`], with `note` after its last byte; `None` when nothing
+    /// was copied (the engine's streams went to runsc as they are; the note follows all the
+    /// same, on our duplicate of them).
+    pub(crate) async fn report(&mut self, who: &str, note: Option<String>) -> Option<OutputReport> {
+        // Dropped on the way out either way: the engine then sees the end of the stream.
+        let sink = self.note_sink.take();
+        let Some(copy) = self.copy.take() else {
+            if let (Some(sink), Some(note)) = (sink, note) {
+                if let Err(e) = output_limit::write_note(&sink, &format!("\n{note}\n")) {
+                    log::warn!("{who}: writing why it ended to its log: {e}");
+                }
+            }
+            return None;
+        };
+        Some(output_limit::drain(copy, output_limit::DRAIN_DEADLINE, who, note).await)
     }
 
     /// Whether the output is being copied.

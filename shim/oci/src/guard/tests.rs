@@ -377,6 +377,44 @@ async fn a_bounded_output_reaches_the_engine_up_to_the_bound_and_the_exit_record
     assert_eq!(exit["output"]["stdout"]["discarded_bytes"], 7);
 }
 
+/// What the engine reads from the container's stdout after a process limit kill, with or
+/// without an output bound (a copy, or the streams handed to runsc as they are).
+async fn engine_log_after_a_process_limit_kill(bound: Option<u64>) -> String {
+    let fake = Fake::default();
+    let (hands, mut engine_reads) = Recorder::with_stdout();
+    let mut c = container(Duration::from_secs(60));
+    c.policy.output.max_bytes = bound.map(policy_injector::quantity::ByteSize);
+    let (code, ()) = guarded(&c, &fake, &hands, no_signals(), async {
+        c.start(&fake).await;
+        fake.write_stdout("c1", "", b"forking\n");
+        fake.set_cause("c1", ExitCause::ProcessLimit);
+        fake.exit("c1", ExitStatus::Exited(2));
+    })
+    .await;
+    assert_eq!(code, 2);
+    assert_eq!(exit_record(&c)["exit_cause"], "process-limit");
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut engine_reads, &mut got).unwrap();
+    got
+}
+
+const PROCESS_LIMIT_NOTE: &str =
+    "gvisor-hardened: stopped at the sandbox's process limit (pids ceiling reached)";
+
+#[tokio::test(start_paused = true)]
+async fn a_process_limit_kill_says_why_in_the_engines_log_after_the_last_line() {
+    // `docker logs` and `podman logs` are where their users look; the audit says it too.
+    let got = engine_log_after_a_process_limit_kill(Some(1 << 20)).await;
+    assert_eq!(got, format!("forking\n{PROCESS_LIMIT_NOTE}\n"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_an_output_copy_the_guard_still_says_why_after_the_last_line() {
+    // The guard never saw the last byte: the note starts a line of its own.
+    let got = engine_log_after_a_process_limit_kill(None).await;
+    assert_eq!(got, format!("forking\n\n{PROCESS_LIMIT_NOTE}\n"));
+}
+
 #[tokio::test(start_paused = true)]
 async fn without_a_bound_or_idle_timeout_the_engines_streams_go_to_runsc_as_they_are() {
     let fake = Fake::default();

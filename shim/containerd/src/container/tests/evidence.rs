@@ -12,6 +12,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::exec::exec_request;
+use gvisor_hardened_core::exit::ExitCause;
 use gvisor_hardened_core::fake::Step;
 
 const IDLE: &str =
@@ -358,5 +359,66 @@ async fn a_pods_sandbox_counts_the_output_of_its_containers_as_activity() {
     bed.shim.delete("app", "e1").await.unwrap();
     bed.shim.delete("app", "").await.unwrap();
     bed.shim.delete("pod", "").await.unwrap();
+    bed.assert_clean();
+}
+
+/// The container's log (one fifo, as `ctr run` and nerdctl's logger get it) after a process
+/// limit kill, under `policy`.
+async fn log_after_a_process_limit_kill(policy: &str) -> String {
+    let bed = Bed::with_policy(policy);
+    let dir = tempfile::tempdir().unwrap();
+    let (stdout, mut client) = client_fifo(dir.path(), "stdout");
+    let mut req = bed.request("c1", &[]);
+    req.stdout = stdout;
+    bed.shim.create(req).await.unwrap();
+    bed.shim.start("c1", "").await.unwrap();
+    bed.fake.write_stdout("c1", "", b"forking");
+    bed.fake.set_cause("c1", ExitCause::ProcessLimit);
+    bed.fake.exit("c1", exited(2));
+    assert_eq!(bed.exit_status("c1").await, 2);
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).unwrap();
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.assert_clean();
+    String::from_utf8(got).unwrap()
+}
+
+const PROCESS_LIMIT_NOTE: &str =
+    "gvisor-hardened: stopped at the sandbox's process limit (pids ceiling reached)";
+
+#[tokio::test]
+async fn a_process_limit_kill_says_why_in_the_containers_log_after_its_last_line() {
+    // nerdctl and ctr users read the container's log, not the audit: the line the kubelet gets
+    // as the termination message ends the stream, before the exit is published. The copy
+    // knows the last byte ended no line.
+    let got = log_after_a_process_limit_kill("[output]\nmax_bytes = \"1Mi\"\n").await;
+    assert_eq!(got, format!("forking\n{PROCESS_LIMIT_NOTE}\n"));
+}
+
+#[tokio::test]
+async fn without_an_output_copy_the_shim_still_says_why_after_the_last_byte() {
+    // No bound, no idle timeout: runsc writes to the fifo itself, and the shim's duplicate of
+    // it carries the line once runsc's are gone, on a line of its own (the shim never saw
+    // whether the last byte ended one).
+    let got = log_after_a_process_limit_kill("").await;
+    assert_eq!(got, format!("forking\n{PROCESS_LIMIT_NOTE}\n"));
+}
+
+#[tokio::test]
+async fn an_exit_of_its_own_adds_nothing_to_the_log() {
+    let bed = Bed::with_policy("[output]\nmax_bytes = \"1Mi\"\n");
+    let dir = tempfile::tempdir().unwrap();
+    let (stdout, mut client) = client_fifo(dir.path(), "stdout");
+    let mut req = bed.request("c1", &[]);
+    req.stdout = stdout;
+    bed.shim.create(req).await.unwrap();
+    bed.shim.start("c1", "").await.unwrap();
+    bed.fake.write_stdout("c1", "", b"done\n");
+    bed.fake.exit("c1", exited(0));
+    bed.exit_status("c1").await;
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"done\n");
+    bed.shim.delete("c1", "").await.unwrap();
     bed.assert_clean();
 }

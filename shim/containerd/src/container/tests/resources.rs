@@ -103,18 +103,25 @@ async fn an_update_never_loosens_the_pids_limit_the_create_gave() {
 }
 
 #[tokio::test]
-async fn pids_name_the_exec_each_guest_pid_belongs_to() {
+async fn pids_are_host_pids_and_name_the_exec_each_runsc_exec_belongs_to() {
+    // nerdctl top hands these to ps(1) on the host: guest pids (1 for the init) would list the
+    // host's own init as the container's process.
     let bed = Bed::new();
     bed.running("c1").await;
+    let sandbox = bed.shim.state("c1", "").await.unwrap().pid;
     bed.shim
         .exec(super::exec::exec_request("c1", "e1", 0))
         .await
         .unwrap();
-    bed.shim.start("c1", "e1").await.unwrap();
+    let exec = bed.shim.start("c1", "e1").await.unwrap().pid;
     let pids = bed.shim.pids("c1").await.unwrap().processes;
-    assert_eq!(pids.len(), 2, "{pids:?}");
-    assert_eq!(pids[0].pid, 1);
-    assert!(pids[0].info.is_none(), "the init carries no details");
+    let listed: Vec<u32> = pids.iter().map(|p| p.pid).collect();
+    assert_eq!(listed, [sandbox, exec]);
+    assert!(sandbox > 1 && exec > 1 && sandbox != exec, "{listed:?}");
+    assert!(
+        pids[0].info.is_none(),
+        "the sandbox process carries no details"
+    );
     let any = pids[1].info.as_ref().expect("the exec's details");
     assert_eq!(any.type_url, "containerd.runc.v1.ProcessDetails");
     use containerd_shim_protos::protobuf::Message;
