@@ -134,3 +134,78 @@ pub struct Decision {
     pub after: Option<serde_json::Value>,
     pub reason: String,
 }
+
+/// The changes in `decisions` in one line, for where a user inspects a container: per rule in
+/// rule order, what it did and how often (`user: set 1; capabilities: removed 14`), then
+/// where each change is told in full. Reports (which change nothing) are left out; rejections
+/// never get this far (the spec did not run).
+pub fn summary(decisions: &[Decision]) -> String {
+    let mut rules: Vec<(Rule, Vec<(Action, usize)>)> = Vec::new();
+    for d in decisions.iter().filter(|d| d.action != Action::Reported) {
+        let at = match rules.iter().position(|(r, _)| *r == d.rule) {
+            Some(i) => i,
+            None => {
+                rules.push((d.rule, Vec::new()));
+                rules.len() - 1
+            }
+        };
+        let actions = &mut rules[at].1;
+        match actions.iter_mut().find(|(a, _)| *a == d.action) {
+            Some((_, n)) => *n += 1,
+            None => actions.push((d.action, 1)),
+        }
+    }
+    if rules.is_empty() {
+        return "gvisor-hardened changed nothing: the spec was within the policy".into();
+    }
+    let parts: Vec<String> = rules
+        .iter()
+        .map(|(rule, actions)| {
+            let what: Vec<String> = actions
+                .iter()
+                .map(|(a, n)| format!("{} {n}", a.as_str()))
+                .collect();
+            format!("{rule}: {}", what.join(", "))
+        })
+        .collect();
+    format!(
+        "gvisor-hardened changed {}; each change is in the create record of the audit log",
+        parts.join("; ")
+    )
+}
+
+#[cfg(test)]
+mod summary_tests {
+    use super::*;
+
+    fn d(rule: Rule, action: Action) -> Decision {
+        Decision {
+            rule,
+            field: "f".into(),
+            action,
+            before: None,
+            after: None,
+            reason: "r".into(),
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_each_rules_actions_in_rule_order_and_leaves_out_reports() {
+        let got = summary(&[
+            d(Rule::Capabilities, Action::Removed),
+            d(Rule::Capabilities, Action::Removed),
+            d(Rule::User, Action::Set),
+            d(Rule::Environment, Action::Reported),
+            d(Rule::Capabilities, Action::Added),
+        ]);
+        assert_eq!(
+            got,
+            "gvisor-hardened changed capabilities: removed 2, added 1; user: set 1; each change is in the create record of the audit log"
+        );
+    }
+
+    #[test]
+    fn a_spec_within_the_policy_is_summarised_as_unchanged() {
+        assert!(summary(&[d(Rule::Environment, Action::Reported)]).contains("changed nothing"));
+    }
+}

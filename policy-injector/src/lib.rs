@@ -53,4 +53,9 @@ pub mod annotations {
     pub const NETWORK: &str = "gvisor-hardened.dev/network";
     /// Narrows the egress allowlist: comma-separated entries, each covered by the policy's.
     pub const EGRESS: &str = "gvisor-hardened.dev/egress";
+    /// What the hardening changed, in one line (`decision::summary`): written by `harden` into
+    /// the hardened spec, and by the shim into containerd's record of the container, where
+    /// `crictl inspect` and `nerdctl inspect` show it. A spec's own value is never trusted:
+    /// the annotations rule removes it and `harden` writes its own.
+    pub const DECISIONS: &str = "gvisor-hardened.dev/decisions";
 }

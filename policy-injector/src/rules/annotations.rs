@@ -46,6 +46,10 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
             "annotation prefix is stripped: it could override runsc flags or mounts",
         );
     }
+    // The runtime's own summary of its decisions, an output and no setting: a spec's value (a
+    // restart from a record the shim annotated, or a workload's attempt to mislead whoever
+    // inspects it) gives way to the one `harden` writes.
+    ann.shift_remove(keys::DECISIONS);
     let own: Vec<(String, String)> = ann
         .iter()
         .filter(|(k, _)| k.starts_with(keys::PREFIX))
@@ -306,6 +310,18 @@ mod tests {
             assert_eq!(r.len(), 1, "{key}={value}");
             assert!(r[0].field.ends_with(key), "{}", r[0].field);
         }
+    }
+
+    #[test]
+    fn a_specs_own_decisions_summary_is_dropped_and_never_refused() {
+        // A task started again from containerd's record (which the shim annotated), or a
+        // workload that would mislead whoever inspects it: the runtime writes its own.
+        let mut spec = base_spec();
+        spec["annotations"] = json!({ "gvisor-hardened.dev/decisions": "changed nothing" });
+        let h = harden_ok(&spec);
+        assert!(h.spec["annotations"]
+            .get("gvisor-hardened.dev/decisions")
+            .is_none());
     }
 
     #[test]

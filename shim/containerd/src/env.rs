@@ -22,6 +22,8 @@ pub struct ShimEnv {
     /// Where the console sockets runsc sends terminal masters to are made. Socket paths are
     /// limited to 108 bytes, so they live in a short directory rather than in the bundle.
     pub console_dir: PathBuf,
+    /// containerd's record of each container, where its clients' inspect commands look.
+    pub records: Arc<dyn crate::record::ContainerRecords>,
 }
 
 pub const CONSOLE_DIR: &str = "/run/gvisor-hardened/console";

@@ -95,6 +95,7 @@ pub fn env(
     dir: &std::path::Path,
     node_policy: std::path::PathBuf,
     events: std::sync::Arc<RecordingSink>,
+    records: std::sync::Arc<RecordingRecords>,
 ) -> crate::env::ShimEnv {
     crate::env::ShimEnv {
         namespace: "test".into(),
@@ -103,5 +104,32 @@ pub fn env(
         host: std::sync::Arc::new(fake.clone()),
         node_policy,
         console_dir: dir.join("console"),
+        records,
+    }
+}
+
+/// containerd's container records as the shim wrote them: (id, summary, original spec).
+#[derive(Default)]
+pub struct RecordingRecords {
+    pub notes: std::sync::Mutex<Vec<(String, String, serde_json::Value)>>,
+    pub written: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl crate::record::ContainerRecords for RecordingRecords {
+    async fn note_decisions(
+        &self,
+        id: &str,
+        summary: &str,
+        original_spec: &[u8],
+    ) -> Result<(), crate::record::RecordError> {
+        let spec =
+            serde_json::from_slice(original_spec).map_err(crate::record::RecordError::Spec)?;
+        self.notes
+            .lock()
+            .unwrap()
+            .push((id.to_string(), summary.to_string(), spec));
+        self.written.notify_waiters();
+        Ok(())
     }
 }

@@ -18,6 +18,7 @@ pub mod logger;
 pub mod options;
 pub mod packed;
 pub mod process;
+pub mod record;
 pub mod server;
 pub mod service;
 pub mod stdio;

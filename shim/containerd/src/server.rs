@@ -74,6 +74,15 @@ pub async fn serve(flags: Flags) -> anyhow::Result<()> {
         host: Arc::new(LinuxHost),
         node_policy: PathBuf::from(gvisor_hardened_core::policy_source::NODE_POLICY_PATH),
         console_dir: PathBuf::from(CONSOLE_DIR),
+        records: Arc::new(crate::record::Containerd {
+            socket: PathBuf::from(
+                flags
+                    .address
+                    .strip_prefix("unix://")
+                    .unwrap_or(&flags.address),
+            ),
+            namespace: flags.namespace.clone(),
+        }),
     }));
 
     let (std_listener, socket_path) = listener(&flags)?;

@@ -104,6 +104,9 @@ pub struct Prepared {
     /// The platform runsc runs the sandbox on, as the hardening sized the pids limit for it:
     /// an update is sized the same way.
     pub platform: Option<String>,
+    /// What the hardening changed, in one line (enforce mode; also in the hardened spec's
+    /// `gvisor-hardened.dev/decisions` annotation).
+    pub decisions_summary: Option<String>,
 }
 
 impl Prepared {
@@ -372,7 +375,7 @@ impl Inputs {
             }
         };
         let platform = ctx.runsc_platform.clone();
-        let hardened = match harden_owned(self.spec, &self.policy.policy, &ctx) {
+        let mut hardened = match harden_owned(self.spec, &self.policy.policy, &ctx) {
             Ok(h) => h,
             Err(e) => {
                 let mut rec = AuditRecord::new(AuditEvent::CreateRejected, &self.subject);
@@ -417,6 +420,22 @@ impl Inputs {
             rec.error = Some(e.to_string());
             self.audit.append_queued(&rec).await?;
             return Err(e);
+        }
+        // What the hardening changed, in one line where a user inspects the container: the
+        // hardened spec's annotations, and (the shim) containerd's record of it. Audit mode
+        // changed nothing.
+        let decisions_summary = (hardened.mode == policy_injector::Mode::Enforce)
+            .then(|| policy_injector::decision::summary(&hardened.decisions));
+        if let (Some(summary), Some(spec)) = (&decisions_summary, hardened.spec.as_object_mut()) {
+            let annotations = spec
+                .entry("annotations")
+                .or_insert_with(|| Value::Object(Default::default()));
+            if let Some(annotations) = annotations.as_object_mut() {
+                annotations.insert(
+                    policy_injector::annotations::DECISIONS.to_string(),
+                    Value::String(summary.clone()),
+                );
+            }
         }
         let written = async {
             // The hardened spec replaces config.json; the original stays beside it.
@@ -475,6 +494,7 @@ impl Inputs {
             egress: hardened.egress,
             spec: hardened.spec,
             platform,
+            decisions_summary,
         })
     }
 }

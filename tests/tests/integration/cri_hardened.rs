@@ -87,6 +87,24 @@ fn assert_hardened(cri: &CriContainerd, id: &str) {
         dmesg.stdout.contains("gVisor"),
         "not gVisor's kernel log: {dmesg}"
     );
+    // What the hardening changed, where `crictl inspect` looks: the verbose status's copy of
+    // the spec, containerd's, which the shim annotates after the Create.
+    let summary = gvisor_hardened_tests::poll::poll_until(
+        "the hardening's summary in the container's verbose status",
+        std::time::Duration::from_secs(10),
+        || {
+            let (_, info) = cri.client().container_status(id, true).ok()?;
+            let info: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
+            info["runtimeSpec"]["annotations"]["gvisor-hardened.dev/decisions"]
+                .as_str()
+                .map(String::from)
+        },
+    )
+    .unwrap();
+    assert!(
+        summary.starts_with("gvisor-hardened changed ") && summary.contains("capabilities: "),
+        "{summary}"
+    );
 }
 
 /// Every hardened shim process of this containerd.

@@ -84,6 +84,24 @@ fn assert_hardened(crictl: &Crictl, id: &str) {
         gvisor_hardened_tests::stack::is_gvisor_release(release),
         "{uname:?}"
     );
+    // What the hardening changed, where crictl inspect looks (containerd's copy of the spec,
+    // which the shim annotates after the Create).
+    let summary = gvisor_hardened_tests::poll::poll_until(
+        "the hardening's summary in crictl inspect",
+        std::time::Duration::from_secs(10),
+        || {
+            let out = crictl.checked(["inspect", id]).ok()?;
+            let status: serde_json::Value = serde_json::from_str(&out.stdout).ok()?;
+            status["info"]["runtimeSpec"]["annotations"]["gvisor-hardened.dev/decisions"]
+                .as_str()
+                .map(String::from)
+        },
+    )
+    .unwrap();
+    assert!(
+        summary.starts_with("gvisor-hardened changed ") && summary.contains("capabilities: "),
+        "{summary}"
+    );
 }
 
 /// `MemTotal` in kB as the sandbox's kernel reports it: the pod's memory ceiling.

@@ -221,6 +221,27 @@ fn a_detached_container_logs_execs_stops_and_is_removed() {
         .unwrap();
     let back = n.checked(["exec", "bg", "cat", "/tmp/copied-in"]).unwrap();
     assert_eq!(back.stdout, "through exec\n");
+    // What the hardening changed, in nerdctl inspect: containerd's record of the container,
+    // which the shim labels (and annotates) after the Create.
+    let summary = poll_until(
+        "the hardening's summary in nerdctl inspect",
+        Duration::from_secs(10),
+        || {
+            let out = n.checked(["inspect", "bg"]).ok()?;
+            let v: serde_json::Value = serde_json::from_str(&out.stdout).ok()?;
+            v[0]["Config"]["Labels"]["gvisor-hardened.dev/decisions"]
+                .as_str()
+                .map(String::from)
+        },
+    )
+    .unwrap();
+    assert!(summary.starts_with("gvisor-hardened changed "), "{summary}");
+    let native = n.checked(["inspect", "--mode=native", "bg"]).unwrap();
+    let native: serde_json::Value = serde_json::from_str(&native.stdout).unwrap();
+    assert_eq!(
+        native[0]["Spec"]["annotations"]["gvisor-hardened.dev/decisions"],
+        summary.as_str()
+    );
     // nerdctl top runs ps(1) on the host with the pids the shim gives: the sandbox's host
     // processes, not guest pids (guest pid 1 listed the host's init and kthreadd).
     let top = n.checked(["top", "bg"]).unwrap();

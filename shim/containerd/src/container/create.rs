@@ -130,6 +130,7 @@ impl Container {
             .unwrap_or_default()
             .to_string();
         let memory_at_create = prepared.memory_limit();
+        let decisions_summary = prepared.decisions_summary.clone();
         let evidence = Evidence::new(
             &prepared.policy.policy,
             &prepared.lifetime,
@@ -201,12 +202,43 @@ impl Container {
             }
         }
         match launched {
-            Ok(()) => Ok(container),
+            Ok(()) => {
+                if let Some(summary) = decisions_summary {
+                    container.note_decisions_in_containerds_record(summary);
+                }
+                Ok(container)
+            }
             Err(e) => {
                 container.undo_create(&e).await;
                 Err(e)
             }
         }
+    }
+
+    /// What the hardening changed, where `crictl inspect`, `nerdctl inspect` and `ctr c info`
+    /// look: containerd's record (`crate::record`). In the background, after the Create: it
+    /// holds up nothing, and a failure costs only that view (the hardened spec in the bundle and
+    /// the create record in the audit log say the same).
+    fn note_decisions_in_containerds_record(&self, summary: String) {
+        let records = self.env.records.clone();
+        let id = self.id.clone();
+        let original = self
+            .bundle
+            .join(gvisor_hardened_core::bundle::ORIGINAL_CONFIG);
+        tokio::spawn(async move {
+            let written = match std::fs::read(&original) {
+                Ok(spec) => records.note_decisions(&id, &summary, &spec).await,
+                Err(e) => {
+                    log::warn!("container {id}: reading {}: {e}", original.display());
+                    return;
+                }
+            };
+            if let Err(e) = written {
+                log::warn!(
+                    "container {id}: writing the hardening's summary to containerd's record: {e}"
+                );
+            }
+        });
     }
 
     /// A pod sandbox that claimed a warm sandbox: nothing is booted or mounted (the pause

@@ -134,3 +134,45 @@ async fn a_signing_key_others_can_read_fails_the_create_before_anything_happens(
     assert!(bed.fake.calls().is_empty(), "{:?}", bed.fake.calls());
     assert_eq!(bed.audit_events("c1"), ["create-failed"]);
 }
+
+#[tokio::test]
+async fn the_hardenings_summary_reaches_containerds_record_and_the_hardened_spec() {
+    // crictl and nerdctl inspect show containerd's copy of the spec, never the bundle's.
+    let bed = Bed::new();
+    let written = bed.records.written.notified();
+    tokio::pin!(written);
+    written.as_mut().enable();
+    bed.create("c1").await;
+    written.await;
+    let notes = bed.records.notes.lock().unwrap().clone();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let (id, summary, original) = &notes[0];
+    assert_eq!(id, "c1");
+    assert!(
+        summary.starts_with("gvisor-hardened changed ") && summary.contains("root: set"),
+        "{summary}"
+    );
+    let hardened: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bed.bundle("c1").join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        hardened["annotations"]["gvisor-hardened.dev/decisions"],
+        summary.as_str()
+    );
+    // The record keeps the client's spec; the runtime's own annotation is added to it there.
+    assert!(original["annotations"]
+        .get("gvisor-hardened.dev/decisions")
+        .is_none());
+    assert_ne!(original["root"]["readonly"], true, "{original}");
+    bed.shim.delete("c1", "").await.unwrap();
+    bed.assert_clean();
+}
+
+#[tokio::test]
+async fn a_failed_create_leaves_containerds_record_alone() {
+    let bed = Bed::new();
+    bed.fake.fail_next(Step::Create);
+    assert!(bed.shim.create(bed.request("c1", &[])).await.is_err());
+    assert!(bed.records.notes.lock().unwrap().is_empty());
+    bed.assert_clean();
+}

@@ -33,6 +33,7 @@ pub struct Bed {
     dir: tempfile::TempDir,
     pub fake: Fake,
     pub events: Arc<RecordingSink>,
+    pub records: Arc<crate::fake::RecordingRecords>,
     pub shim: Shim,
 }
 
@@ -55,11 +56,19 @@ impl Bed {
         std::fs::write(&policy, text).unwrap();
         let fake = Fake::default();
         let events = Arc::new(RecordingSink::default());
-        let shim = Shim::new(crate::fake::env(&fake, dir.path(), policy, events.clone()));
+        let records = Arc::new(crate::fake::RecordingRecords::default());
+        let shim = Shim::new(crate::fake::env(
+            &fake,
+            dir.path(),
+            policy,
+            events.clone(),
+            records.clone(),
+        ));
         Bed {
             dir,
             fake,
             events,
+            records,
             shim,
         }
     }
