@@ -75,7 +75,8 @@ impl FromStr for CredentialRule {
         }
         if !path_is_plain(path) {
             return Err(format!(
-                "{path:?} has dot segments, escaped dots or slashes, or a backslash"
+                "{path:?} has {}: a server could read it as another path",
+                path_problem(path).unwrap_or_default()
             ));
         }
         Ok(CredentialRule {
@@ -117,28 +118,69 @@ impl CredentialRule {
     }
 }
 
-/// A path an upstream cannot read as another one: no `.`/`..` segments, no `%2e`, `%2f` or
-/// `%5c` escapes, no backslash, no empty segment. Checked for every request under rules, so
-/// `/v1/models/../admin` cannot pass as something under `/v1/models`.
+/// A path an upstream cannot read as another one: see [`path_problem`]. Checked for every
+/// request on a credential connection, so `/v1/models/../admin` cannot pass as something under
+/// `/v1/models`.
 pub fn path_is_plain(target: &str) -> bool {
+    path_problem(target).is_none()
+}
+
+/// What in a request's path (origin form; the query is not looked at) a server, a framework or
+/// a proxy in front of the upstream could read as another path than the one a rule matched, if
+/// anything: a backslash (read as `/` by some), a `;` parameter (Tomcat, Jetty and Spring drop
+/// `..;` to `..`), a `.` or `..` segment, an empty segment, a malformed `%` escape, or an
+/// escape of `.`, `/`, `\`, `;`, `%` (decoded twice it is another path), a control character
+/// or an overlong UTF-8 lead byte (`%c0%ae` is `.` to a lenient decoder).
+pub fn path_problem(target: &str) -> Option<&'static str> {
     let path = target.split_once('?').map_or(target, |(p, _)| p);
-    let lower = path.to_ascii_lowercase();
-    if lower.contains("%2e")
-        || lower.contains("%2f")
-        || lower.contains("%5c")
-        || path.contains('\\')
-    {
-        return false;
+    if path.contains('\\') {
+        return Some("a backslash");
+    }
+    if path.contains(';') {
+        return Some("a ; parameter");
+    }
+    let bytes = path.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'%' {
+            i += 1;
+            continue;
+        }
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        let Some(byte) = hex else {
+            return Some("a malformed % escape");
+        };
+        match byte {
+            b'.' => return Some("an escaped dot (%2e)"),
+            b'/' => return Some("an escaped slash (%2f)"),
+            b'\\' => return Some("an escaped backslash (%5c)"),
+            b';' => return Some("an escaped ; (%3b)"),
+            b'%' => return Some("an escaped % (%25)"),
+            0..=0x1f | 0x7f => return Some("an escaped control character"),
+            0xc0 | 0xc1 => return Some("an overlong UTF-8 escape"),
+            _ => {}
+        }
+        i += 3;
     }
     let Some(rest) = path.strip_prefix('/') else {
-        return false;
+        return Some("no leading /");
     };
     let segs: Vec<&str> = rest.split('/').collect();
     let last = segs.len() - 1;
-    // The last segment may be empty (a trailing `/`, or the path `/`), no other.
-    segs.iter()
-        .enumerate()
-        .all(|(i, seg)| *seg != "." && *seg != ".." && (i == last || !seg.is_empty()))
+    for (i, seg) in segs.iter().enumerate() {
+        if *seg == "." || *seg == ".." {
+            return Some("a dot segment (. or ..)");
+        }
+        // The last segment may be empty (a trailing `/`, or the path `/`), no other.
+        if seg.is_empty() && i != last {
+            return Some("an empty segment (//)");
+        }
+    }
+    None
 }
 
 /// Headers a credential may not be: the proxy frames the request with them.
@@ -215,16 +257,29 @@ mod tests {
         for ok in ["/", "/v1/messages", "/v1/messages?x=..", "/a/b/"] {
             assert!(path_is_plain(ok), "{ok}");
         }
-        for bad in [
-            "/a/../b",
-            "/a/./b",
-            "/..",
-            "/a/%2E%2E/b",
-            "/a%2fb",
-            "/a\\b",
-            "/a//b",
+        for (bad, why) in [
+            ("/a/../b", "a dot segment (. or ..)"),
+            ("/a/./b", "a dot segment (. or ..)"),
+            ("/..", "a dot segment (. or ..)"),
+            ("/a/%2E%2E/b", "an escaped dot (%2e)"),
+            ("/a%2fb", "an escaped slash (%2f)"),
+            ("/a%5Cb", "an escaped backslash (%5c)"),
+            ("/a\\b", "a backslash"),
+            ("/a//b", "an empty segment (//)"),
+            ("/v1/models/..;/admin/keys", "a ; parameter"),
+            ("/v1/models;x=1", "a ; parameter"),
+            ("/v1/models/..%3b/admin", "an escaped ; (%3b)"),
+            ("/v1/models/%252e%252e/admin", "an escaped % (%25)"),
+            ("/v1/models/%c0%ae%c0%ae/admin", "an overlong UTF-8 escape"),
+            ("/v1/models/%00", "an escaped control character"),
+            ("/v1/models/%zz", "a malformed % escape"),
+            ("/v1/models/%2", "a malformed % escape"),
         ] {
+            assert_eq!(path_problem(bad), Some(why), "{bad}");
             assert!(!path_is_plain(bad), "{bad}");
         }
+        // What follows `?` is the query, not the path.
+        assert_eq!(path_problem("/v1/models?q=..;%2f"), None);
+        assert_eq!(path_problem("/v1/models/caf%C3%A9"), None);
     }
 }

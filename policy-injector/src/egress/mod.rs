@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 pub use credentials::{
-    ca_bundle_host_path, check_credential_header, path_is_plain, CredentialPlan, CredentialRule,
-    CA_BUNDLE_IN_SANDBOX, CA_VARS, NODE_TRUST_STORE,
+    ca_bundle_host_path, check_credential_header, path_is_plain, path_problem, CredentialPlan,
+    CredentialRule, CA_BUNDLE_IN_SANDBOX, CA_VARS, NODE_TRUST_STORE,
 };
 pub use defaults::{DEFAULT_FORWARDER, DEFAULT_FORWARDER_ID};
 pub use entry::{
@@ -78,8 +78,9 @@ pub struct EgressPlan {
     /// True when a `gvisor-hardened.dev/egress` annotation narrowed the allowlist.
     pub narrowed: bool,
     pub forwarder: ForwarderPlan,
-    /// Credentials the proxy adds, per host (normalised name). (Defaults: plans kept before
-    /// credentials existed load with none.)
+    /// Credentials the proxy adds, per `host:port` (normalised name; see [`credential_key`]).
+    /// (Defaults: plans kept before credentials existed load with none; a plan kept when the
+    /// key was the host alone still finds its credential on port 443.)
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub credentials: BTreeMap<String, CredentialPlan>,
     /// PEM file of the CAs a credential host's upstream must chain to; `None`: the node's
@@ -94,6 +95,18 @@ fn default_max_connections() -> u32 {
 
 fn default_max_connection_rate() -> u32 {
     crate::policy::DEFAULT_MAX_CONNECTION_RATE
+}
+
+/// The plan's key of a policy's `[network.egress.credentials]` entry `HOST` or `HOST:PORT`
+/// (443 by default, as in `allow`): `host:port`, the host normalised.
+pub fn credential_key(key: &str) -> Result<String, String> {
+    let entry: AllowEntry = key.parse()?;
+    match entry.host {
+        HostPattern::Exact(_) => Ok(entry.to_string()),
+        HostPattern::Subdomains(_) => Err(format!(
+            "{key:?}: a credential names one host, not a wildcard"
+        )),
+    }
 }
 
 /// Descriptors the forwarder may hold besides its connections (stdio, the listener, the
@@ -119,9 +132,9 @@ impl EgressPlan {
             hosts.insert(normalize_host(name), ip);
         }
         let mut credentials = BTreeMap::new();
-        for (host, c) in &p.credentials {
+        for (key, c) in &p.credentials {
             credentials.insert(
-                normalize_host(host),
+                credential_key(key)?,
                 CredentialPlan {
                     header: c.header.to_ascii_lowercase(),
                     file: c.file.clone(),
@@ -169,9 +182,44 @@ impl EgressPlan {
         self.upstream_ca.as_deref().unwrap_or(NODE_TRUST_STORE)
     }
 
-    /// The credential for `host` (normalised), if the proxy adds one there.
-    pub fn credential(&self, host: &str) -> Option<&CredentialPlan> {
-        self.credentials.get(host)
+    /// The credential for `host:port` (host normalised), if the proxy adds one there: never on
+    /// another port of the same host, which may be another service.
+    pub fn credential(&self, host: &str, port: u16) -> Option<&CredentialPlan> {
+        self.credentials.get(&format!("{host}:{port}")).or_else(|| {
+            // A plan kept (runsc-hardened's state) when credentials were keyed by host alone,
+            // which then meant the default port.
+            (port == DEFAULT_PORT)
+                .then(|| self.credentials.get(host))
+                .flatten()
+        })
+    }
+
+    /// The host names (without ports) the proxy adds a credential for: the names the
+    /// sandbox's CA may sign for.
+    pub fn credential_hosts(&self) -> Vec<String> {
+        let mut hosts: Vec<String> = self
+            .credentials
+            .keys()
+            .map(|k| {
+                k.rsplit_once(':')
+                    .map_or(k.as_str(), |(h, _)| h)
+                    .to_string()
+            })
+            .collect();
+        hosts.sort();
+        hosts.dedup();
+        hosts
+    }
+
+    /// `(host, port)` of every credential.
+    pub fn credential_destinations(&self) -> Vec<(String, u16)> {
+        self.credentials
+            .keys()
+            .map(|k| match k.rsplit_once(':') {
+                Some((h, p)) => (h.to_string(), p.parse().unwrap_or(DEFAULT_PORT)),
+                None => (k.clone(), DEFAULT_PORT),
+            })
+            .collect()
     }
 
     /// The read-only bind mount of the sandbox's CA bundle (written by the shim at `source`),

@@ -538,8 +538,8 @@ fn credentials_load_into_the_plan() {
         .unwrap()
         .unwrap();
     let c = plan
-        .credential("api.example.test")
-        .expect("normalised host");
+        .credential("api.example.test", 443)
+        .expect("normalised host, the default port");
     assert_eq!(c.header, "x-api-key");
     assert_eq!(c.file, "/etc/gvisor-hardened/secrets/api-key");
     assert_eq!(
@@ -560,6 +560,33 @@ fn credentials_load_into_the_plan() {
     let old = serde_json::to_value(&plain).unwrap();
     assert!(old.get("credentials").is_none() && old.get("upstream_ca").is_none());
     assert_eq!(serde_json::from_value::<EgressPlan>(old).unwrap(), plain);
+}
+
+#[test]
+fn a_credential_goes_to_its_host_and_port_only() {
+    let policy = Policy::from_toml_str(&format!(
+        "{ON}[network.egress.credentials]\n\"git.example.test:8443\" = {{ header = \"authorization\", file = \"/k\" }}\n\"api.example.test\" = {{ header = \"x-k\", file = \"/k2\" }}\n"
+    ))
+    .unwrap();
+    let plan = EgressPlan::from_policy(&policy.network.egress)
+        .unwrap()
+        .unwrap();
+    assert!(plan.credential("git.example.test", 8443).is_some());
+    assert!(plan.credential("git.example.test", 443).is_none());
+    assert!(plan.credential("api.example.test", 443).is_some());
+    assert!(plan.credential("api.example.test", 8443).is_none());
+    assert_eq!(
+        plan.credential_hosts(),
+        ["api.example.test", "git.example.test"]
+    );
+    // A plan runsc-hardened kept when the key was the host alone: that meant port 443.
+    let mut old = serde_json::to_value(&plan).unwrap();
+    let creds = old["credentials"].as_object_mut().unwrap();
+    let c = creds.remove("api.example.test:443").unwrap();
+    creds.insert("api.example.test".into(), c);
+    let old: EgressPlan = serde_json::from_value(old).unwrap();
+    assert!(old.credential("api.example.test", 443).is_some());
+    assert!(old.credential("api.example.test", 8443).is_none());
 }
 
 #[test]
@@ -593,7 +620,28 @@ fn bad_credentials_name_the_key() {
         (
             "[network.egress.credentials]\n\"api.example.test\" = { header = \"x-k\", file = \"/k\", rules = [\"GET /a/../b\"] }",
             "network.egress.credentials.api.example.test.rules[0]",
-            "dot segments",
+            "a dot segment",
+        ),
+        (
+            // git.example.test is allowed on 8443 only: a credential for its 443 is no entry's.
+            "[network.egress.credentials]\n\"git.example.test\" = { header = \"x-k\", file = \"/k\" }",
+            "network.egress.credentials.git.example.test",
+            "git.example.test:443 is not listed by name and port in allow",
+        ),
+        (
+            "[network.egress.credentials]\n\"api.example.test:8443\" = { header = \"x-k\", file = \"/k\" }",
+            "network.egress.credentials.api.example.test:8443",
+            "not listed by name and port",
+        ),
+        (
+            "[network.egress.credentials]\n\"api.example.test\" = { header = \"x-k\", file = \"/k\" }\n\"api.example.test:443\" = { header = \"x-k\", file = \"/k\" }",
+            "network.egress.credentials.api.example.test",
+            "api.example.test:443 has a credential twice",
+        ),
+        (
+            "[network.egress.credentials]\n\"api.example.test\" = { header = \"x-k\", file = \"/k\", rules = [\"GET /v1/models/..;/admin\"] }",
+            "network.egress.credentials.api.example.test.rules[0]",
+            "a ; parameter",
         ),
         (
             "[network.egress.credentials]\n\"api.example.test\" = { header = \"x-k\", file = \"/k\", value = \"s\" }",

@@ -184,19 +184,26 @@ pub(super) fn validate(p: &Policy) -> Result<(), Issue> {
     if let Some(ca) = &e.upstream_ca {
         check_abs_path(&key("upstream_ca"), ca)?;
     }
+    let mut credentials: Vec<AllowEntry> = Vec::new();
     for (host, c) in &e.credentials {
         let k = format!("{KEY}.credentials.{host}");
-        let name = normalize_host(host);
-        check_host_name(&name).map_err(|why| invalid(&k, why))?;
-        if !seen
-            .iter()
-            .any(|a| matches!(&a.host, HostPattern::Exact(h) if *h == name))
-        {
+        // `HOST` or `HOST:PORT` (443 by default): a credential goes to one port of its host,
+        // never to another service the same name serves on another port.
+        let entry: AllowEntry = host.parse().map_err(|why| invalid(&k, why))?;
+        let HostPattern::Exact(_) = &entry.host else {
+            return Err(invalid(&k, "a credential names one host, not a wildcard"));
+        };
+        if !seen.contains(&entry) {
             return Err(contradiction(
                 &[&k, &key("allow")],
-                format!("{name} is not listed by name in allow: a credential goes only to a host the allowlist names"),
+                format!("{entry} is not listed by name and port in allow: a credential goes only to a host and port the allowlist names"),
             ));
         }
+        if credentials.contains(&entry) {
+            // `api.example.test` and `api.example.test:443` name the same destination.
+            return Err(invalid(&k, format!("{entry} has a credential twice")));
+        }
+        credentials.push(entry);
         crate::egress::credentials::check_credential_header(&c.header)
             .map_err(|why| invalid(format!("{k}.header"), why))?;
         check_abs_path(&format!("{k}.file"), &c.file)?;

@@ -2,7 +2,8 @@
 //! normalisation), never "/"; binds of denied host paths rejected, checking both the source as
 //! written and as the caller resolved it on the host; binds read-only unless the source is on
 //! the writable allowlist; nosuid,nodev on every mount; credential mounts (the service-account
-//! token) removed, by destination and, for the token volumes the caller found, by source.
+//! token) removed, by destination and, for the token volumes the caller found, by source; binds
+//! of the policy's egress credentials files (or of a directory holding one) rejected.
 
 use serde_json::Value;
 
@@ -131,6 +132,42 @@ fn token_source<'m>(obj: &'m Object, pass: &Pass<'_>) -> Option<&'m str> {
     }
     let source = obj.get("source").and_then(Value::as_str)?;
     (crate::mount::is_bind_entry(obj) && pass.ctx.token_sources.contains(source)).then_some(source)
+}
+
+/// Rejects a bind whose source, as written or as the caller resolved it, is or contains a file
+/// a `[network.egress.credentials]` entry names: the proxy reads the key from there on the
+/// host so that the sandbox never holds it, and a bind would hand it over whatever the deny
+/// list says. Returns whether the bind was rejected.
+fn credential_file_bound(source: Option<&str>, label: &str, pass: &mut Pass<'_>) -> bool {
+    let Some(source) = source else {
+        return false;
+    };
+    let resolved = pass.ctx.resolved_sources.get(source).cloned();
+    let credentials = &pass.policy.network.egress.credentials;
+    for (what, path) in [
+        ("source", Some(source)),
+        ("resolved source", resolved.as_deref()),
+    ] {
+        let Some(segs) = path.and_then(normalize) else {
+            continue;
+        };
+        let bound = join(&segs);
+        let hit = credentials
+            .iter()
+            .find(|(_, c)| normalize(&c.file).is_some_and(|f| is_under(&bound, &join(&f))));
+        if let Some((host, c)) = hit {
+            pass.reject(
+                Rule::Mounts,
+                label,
+                format!(
+                    "bind of a credentials file: {what} {bound} is or contains {}, the file of the egress credential for {host} (network.egress.credentials): the sandbox must never hold the key",
+                    c.file
+                ),
+            );
+            return true;
+        }
+    }
+    false
 }
 
 /// Checks a bind's source against the deny list; returns whether it may stay writable, or
@@ -284,6 +321,9 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
         }
         if is_bind {
             let source = mount_str(obj, "source", i)?;
+            if credential_file_bound(source, &label, pass) {
+                continue;
+            }
             let engine_file = source.is_some_and(|s| {
                 pass.ctx
                     .engine

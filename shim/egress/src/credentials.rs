@@ -251,7 +251,7 @@ pub fn prepare_sandbox(
     let Some(plan) = plan.filter(|p| !p.credentials.is_empty()) else {
         return Ok(());
     };
-    let hosts: Vec<String> = plan.credentials.keys().cloned().collect();
+    let hosts = plan.credential_hosts();
     let ca = SandboxCa::new(sandbox_id, &hosts)?;
     let path = ca_bundle_host_path(namespace, sandbox_id);
     write_bundle(

@@ -24,6 +24,7 @@ use super::mux::{Inbound, MuxStream};
 use super::net::{Dialer, Resolver};
 use super::sni;
 
+mod credential_checks;
 mod terminate;
 
 /// A [`Stop`] status meaning the refusal was already answered inside the TLS connection the
@@ -306,6 +307,11 @@ impl Proxy {
         }
         let (candidates, rule) = self.admit(req.host(), req.port()).await?;
         r.rec.rule = rule;
+        if let Ok(ip) = req.host().parse::<IpAddr>() {
+            // Before any tunnel opens: a credential host's address reached by number would
+            // skip the TLS the proxy terminates for it, and with it the credential's rules.
+            self.refuse_credential_address(ip).await?;
+        }
         let addr = self.pick(req.host(), req.port(), &candidates)?;
         r.rec.resolved = Some(addr);
         let mut first_bytes = rest;
@@ -314,7 +320,7 @@ impl Proxy {
                 .send(http::CONNECT_OK)
                 .await
                 .map_err(|_| gone("the workload left before the tunnel opened"))?;
-            if let Some(cred) = self.plan.credential(host) {
+            if let Some(cred) = self.plan.credential(host, req.port()) {
                 let cred = cred.clone();
                 return self
                     .terminate(stream, host, req.port(), addr, &cred, first_bytes, r)

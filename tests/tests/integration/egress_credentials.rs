@@ -350,6 +350,93 @@ fn run(cmd: &mut Command) -> (bool, String) {
     )
 }
 
+/// The shim's proxy with the sandbox's CA behind the real forwarder, both on the host: what
+/// create and start do for a sandbox whose policy has credentials, for stock clients to drive.
+struct HostProxy {
+    rt: tokio::runtime::Runtime,
+    sup: EgressSupervisor,
+    sink: Arc<MemorySink>,
+    proxy_url: String,
+    /// The CA bundle (node store + the sandbox's CA), as the sandbox gets it.
+    bundle: std::path::PathBuf,
+}
+
+impl HostProxy {
+    /// For `upstream`'s policy section ([`TlsUpstream::section`]) at `addr` in `cidr`; the
+    /// bundle goes into `dir`.
+    fn start(upstream: &TlsUpstream, addr: &str, cidr: &str, dir: &Path) -> HostProxy {
+        let src = upstream.section(addr, cidr);
+        let plan = EgressPlan::from_policy(&Policy::from_toml_str(&src).unwrap().network.egress)
+            .unwrap()
+            .unwrap();
+        // What create does for the sandbox: its CA, and the bundle (node store + CA).
+        let ca = Arc::new(SandboxCa::new("creds", &[HOST.to_string()]).unwrap());
+        let bundle = dir.join("bundle/ca-bundle.pem");
+        write_bundle(
+            &bundle,
+            Path::new(policy_injector::egress::NODE_TRUST_STORE),
+            &ca.cert_pem(),
+        )
+        .unwrap();
+        let listen = format!("127.0.0.1:{}", free_port());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let sink = Arc::new(MemorySink::default());
+        let sup = {
+            let _enter = rt.enter();
+            let proxy = Proxy::new(
+                plan.clone(),
+                Guard::new(plan.allow_cidrs.clone(), Vec::new()),
+                SandboxRef {
+                    sandbox_id: "creds".into(),
+                    container_id: "creds".into(),
+                    policy: "egress-credentials".into(),
+                },
+                Arc::new(SystemResolver),
+                Arc::new(NetnsDialer::new(None, Duration::from_secs(5))),
+                sink.clone(),
+            )
+            .with_credentials(Some(ca));
+            EgressSupervisor::start(
+                Arc::new(proxy),
+                Arc::new(HostForwarder {
+                    listen: listen.clone(),
+                }),
+                SupervisorOptions::default(),
+                Arc::new(|| true),
+            )
+        };
+        rt.block_on(sup.wait_ready(WAIT)).unwrap();
+        HostProxy {
+            rt,
+            sup,
+            sink,
+            proxy_url: format!("http://{listen}"),
+            bundle,
+        }
+    }
+
+    /// `program` with nothing of the test's environment but the proxy and the bundle.
+    fn client(&self, program: &str, home: &Path) -> Command {
+        let mut c = Command::new(program);
+        c.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", home)
+            .env("HTTPS_PROXY", &self.proxy_url)
+            .env("https_proxy", &self.proxy_url)
+            .env("SSL_CERT_FILE", &self.bundle)
+            .env("CURL_CA_BUNDLE", &self.bundle);
+        c
+    }
+
+    fn stop(self) {
+        self.rt.block_on(self.sup.stop());
+    }
+}
+
 #[test]
 fn curl_python_and_git_get_the_key_added_by_the_proxy_and_never_hold_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -357,63 +444,9 @@ fn curl_python_and_git_get_the_key_added_by_the_proxy_and_never_hold_it() {
     let ns = UpstreamNetns::create().unwrap();
     let inside = ns.inside_addr();
     let upstream = TlsUpstream::start(&ns.path(), &inside);
-    let src = upstream.section(&inside, &ns.cidr());
-    let plan = EgressPlan::from_policy(&Policy::from_toml_str(&src).unwrap().network.egress)
-        .unwrap()
-        .unwrap();
-    // What create does for the sandbox: its CA, and the bundle (node store + CA).
-    let ca = Arc::new(SandboxCa::new("creds", &[HOST.to_string()]).unwrap());
-    let bundle = d.join("bundle/ca-bundle.pem");
-    write_bundle(
-        &bundle,
-        Path::new(policy_injector::egress::NODE_TRUST_STORE),
-        &ca.cert_pem(),
-    )
-    .unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let sink = Arc::new(MemorySink::default());
-    let sup = {
-        let _enter = rt.enter();
-        let proxy = Proxy::new(
-            plan.clone(),
-            Guard::new(plan.allow_cidrs.clone(), Vec::new()),
-            SandboxRef {
-                sandbox_id: "creds".into(),
-                container_id: "creds".into(),
-                policy: "egress-credentials".into(),
-            },
-            Arc::new(SystemResolver),
-            Arc::new(NetnsDialer::new(None, Duration::from_secs(5))),
-            sink.clone(),
-        )
-        .with_credentials(Some(ca));
-        EgressSupervisor::start(
-            Arc::new(proxy),
-            Arc::new(HostForwarder {
-                listen: listen.clone(),
-            }),
-            SupervisorOptions::default(),
-            Arc::new(|| true),
-        )
-    };
-    rt.block_on(sup.wait_ready(WAIT)).unwrap();
-    let proxy_url = format!("http://{listen}");
-    let client = |program: &str| {
-        let mut c = Command::new(program);
-        c.env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("HOME", d)
-            .env("HTTPS_PROXY", &proxy_url)
-            .env("https_proxy", &proxy_url)
-            .env("SSL_CERT_FILE", &bundle)
-            .env("CURL_CA_BUNDLE", &bundle);
-        c
-    };
+    let proxy = HostProxy::start(&upstream, &inside, &ns.cidr(), d);
+    let (sink, bundle) = (proxy.sink.clone(), proxy.bundle.clone());
+    let client = |program: &str| proxy.client(program, d);
     let url = format!("https://{HOST}/v1/models");
 
     // curl, with a key of its own that must not arrive; verifying the proxy's leaf against
@@ -470,7 +503,7 @@ fn curl_python_and_git_get_the_key_added_by_the_proxy_and_never_hold_it() {
         .env("CURL_CA_BUNDLE", d.join("ca.pem"))
         .args(["-sS", &url]));
     assert!(!ok && out.contains("certificate"), "{out}");
-    rt.block_on(sup.stop());
+    proxy.stop();
 
     // curl and urllib; git's GETs; nothing else (the refused DELETE never arrived).
     upstream.assert_requests(2);
@@ -501,6 +534,198 @@ fn curl_python_and_git_get_the_key_added_by_the_proxy_and_never_hold_it() {
     }
     let bundle_text = std::fs::read_to_string(&bundle).unwrap();
     assert!(!bundle_text.contains(SECRET) && !bundle_text.contains("PRIVATE KEY"));
+}
+
+/// The attacks on the credential's rules from issue 40, through curl, the real forwarder and
+/// the proxy (rules: GET /v1/models, POST /v1/messages, GET /repo.git/): a method override, a
+/// URL rewrite, a `..;` path and a CONNECT to the host's address by number are refused with a
+/// 403 naming the check and never reach the upstream; a workload header `X_Api_Key` never
+/// arrives beside the key. The control, the same allowed GET without the attack, gets its key.
+#[test]
+fn attacks_on_the_credentials_rules_are_refused_and_the_allowed_request_still_gets_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    let upstream = TlsUpstream::start(&ns.path(), &inside);
+    let proxy = HostProxy::start(&upstream, &inside, &ns.cidr(), d);
+    let url = |path: &str| format!("https://{HOST}{path}");
+    // curl's -D - prints the heads: the proxy's answer to the CONNECT, then the one from inside
+    // the tunnel.
+    let curl = |args: &[&str]| {
+        let (_, out) = run(proxy
+            .client("curl", d)
+            .args(["-sS", "-o", "/dev/null", "-D", "-"])
+            .args(args));
+        out
+    };
+    // The control: the allowed GET, and a workload header a server could read as the key.
+    let (ok, out) = run(proxy.client("curl", d).args([
+        "-sS",
+        "--fail-with-body",
+        "-H",
+        "X_Api_Key: workload-guess",
+        &url("/v1/models"),
+    ]));
+    assert!(ok && out == "key ok", "control: {out}");
+    for (what, args, answer) in [
+        (
+            "method override",
+            vec!["-X", "POST", "-d", "{}", "-H", "X-HTTP-Method-Override: DELETE"],
+            "\nHTTP/1.1 403 egress denied: header X-HTTP-Method-Override is refused with the credential for api.example.test",
+        ),
+        (
+            "URL rewrite",
+            vec!["-H", "X-Original-URL: /admin/keys"],
+            "\nHTTP/1.1 403 egress denied: header X-Original-URL is refused with the credential for api.example.test",
+        ),
+        (
+            "..; path",
+            vec!["--path-as-is"],
+            "\nHTTP/1.1 403 egress denied: GET /v1/models/..;/admin/keys has a ; parameter",
+        ),
+    ] {
+        let target = if what == "..; path" {
+            url("/v1/models/..;/admin/keys")
+        } else if what == "method override" {
+            url("/v1/messages")
+        } else {
+            url("/v1/models")
+        };
+        let mut all = args.clone();
+        all.push(&target);
+        let out = curl(&all);
+        assert!(out.contains(answer), "{what}: {out}");
+    }
+    // The host's address by number (allow_cidrs admits the namespace's range): refused before
+    // any tunnel, so no TLS of the workload's own reaches the upstream without the rules.
+    let (ok, out) = run(proxy.client("curl", d).args([
+        "-sS",
+        "-v",
+        "-k",
+        &format!("https://{inside}/v1/models"),
+    ]));
+    assert!(
+        !ok && out.contains(&format!(
+            "403 egress denied: {inside} is an address of {HOST}, which gets a credential from the proxy"
+        )),
+        "IP literal: {out}"
+    );
+    let sink = proxy.sink.clone();
+    proxy.stop();
+
+    // Only the control arrived, with the key once and never the workload's look-alike.
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    let head = &requests[0];
+    assert!(head.starts_with("GET /v1/models HTTP/1.1\r\n"), "{head}");
+    assert_eq!(
+        head.to_ascii_lowercase().matches("api_key").count()
+            + head.to_ascii_lowercase().matches("api-key").count(),
+        1,
+        "{head}"
+    );
+    assert!(
+        head.contains(SECRET) && !head.contains("workload-guess"),
+        "{head}"
+    );
+    let rules: Vec<(Verdict, String)> = sink
+        .connections()
+        .into_iter()
+        .map(|c| (c.verdict, c.rule))
+        .collect();
+    for rule in [
+        "credential-override",
+        "credential-path",
+        "credential-host-address",
+    ] {
+        assert!(
+            rules.contains(&(Verdict::Denied, rule.to_string())),
+            "{rule}: {rules:?}"
+        );
+    }
+    assert_eq!(
+        rules
+            .iter()
+            .filter(|(v, r)| *v == Verdict::Denied && r == "credential-override")
+            .count(),
+        2,
+        "{rules:?}"
+    );
+    for e in sink.0.lock().unwrap().iter() {
+        assert!(!serde_json::to_string(e).unwrap().contains(SECRET), "{e:?}");
+    }
+}
+
+/// A container may not bind-mount the credential's file, nor its directory, although both are
+/// outside every denied source of the policy: create is refused naming the `mounts` rule. The
+/// controls: a sibling file of the same directory binds, and the workload reaches the upstream
+/// with the key the proxy adds.
+#[test]
+fn a_bind_of_the_credentials_file_is_refused_at_create_naming_the_mounts_rule() {
+    let ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    let upstream = TlsUpstream::start(&ns.path(), &inside);
+    let c = Containerd::start(ContainerdOptions::with_shim(shim_binary().unwrap())).unwrap();
+    let image = TestImage::git().unwrap();
+    c.import(&image).unwrap();
+    let policy = TestPolicy::builder(&c, "egress-creds-bind")
+        .extra(&upstream.section(&inside, &ns.cidr()))
+        .write()
+        .unwrap();
+    let bind = |src: &Path| {
+        [
+            "--mount".to_string(),
+            format!(
+                "type=bind,src={},dst=/mnt/k,options=rbind:ro",
+                src.display()
+            ),
+        ]
+    };
+    for src in [upstream.path("api-key"), upstream.path("")] {
+        let id = unique_id("creds-bind");
+        let out = c
+            .run_output(
+                &Run::new(image.reference(), &id)
+                    .runtime(policy.runtime())
+                    .flags(bind(&src))
+                    .sh("cat /mnt/k /mnt/k/api-key"),
+            )
+            .unwrap();
+        assert!(!out.success(), "{}: {out}", src.display());
+        assert!(
+            out.stderr.contains("rejected by policy: mounts"),
+            "{}: {out}",
+            src.display()
+        );
+        assert!(!out.stdout.contains(SECRET), "{out}");
+        let _ = c.ctr().args(["container", "delete", &id]).output();
+    }
+    let rejections: Vec<String> = policy
+        .audit_lines()
+        .iter()
+        .map(|l| l.to_string())
+        .filter(|l| l.contains("bind of a credentials file"))
+        .collect();
+    assert!(
+        !rejections.is_empty(),
+        "no record names the credentials file"
+    );
+    // Controls: a sibling of the key file binds; the workload still gets the key's effect.
+    let id = unique_id("creds-bind");
+    let out = c
+        .run_output(
+            &Run::new(image.reference(), &id)
+                .runtime(policy.runtime())
+                .flags(bind(&upstream.path("ca.pem")))
+                .sh("grep -c 'BEGIN CERTIFICATE' /mnt/k; curl -sS --fail-with-body https://api.example.test/v1/models"),
+        )
+        .unwrap();
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(out.stdout.trim(), "1\nkey ok", "{out}");
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    assert!(requests[0].contains(SECRET), "{requests:#?}");
 }
 
 /// Inside the sandbox: curl and git over HTTPS through the proxy (the workload sends a key of

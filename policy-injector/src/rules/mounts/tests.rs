@@ -322,3 +322,71 @@ fn the_engines_own_files_pass_the_deny_list_read_only() {
     ));
     assert_eq!(rejections_with(&other, &Policy::default(), &ctx).len(), 1);
 }
+
+/// The context of a sandbox (credentials need one to name the CA bundle's file).
+fn sandbox() -> Context {
+    Context {
+        container_id: "sb".into(),
+        namespace: "k8s.io".into(),
+        ..Context::default()
+    }
+}
+
+/// A policy whose egress proxy adds a key read from /srv/keys/api-key (outside every denied
+/// source of the default policy).
+fn with_credential_file() -> Policy {
+    Policy::from_toml_str(
+        "[network]\nmode = \"none\"\n[network.egress]\nallow = [\"api.example.test\"]\n\
+         [network.egress.credentials]\n\"api.example.test\" = { header = \"x-api-key\", file = \"/srv/keys/api-key\" }\n",
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_bind_of_an_egress_credentials_file_or_its_directory_is_rejected() {
+    let policy = with_credential_file();
+    for src in [
+        "/srv/keys/api-key",
+        "/srv/keys",
+        "/srv",
+        "/srv/keys/../keys/api-key",
+    ] {
+        let spec = with_mount(bind(src, "/k", json!(["rbind", "ro"])));
+        let r = rejections_with(&spec, &policy, &sandbox());
+        assert_eq!(
+            (r[0].rule, r[0].field.as_str()),
+            (Rule::Mounts, "mounts[/k]"),
+            "{src}"
+        );
+        assert!(
+            r[0].reason.contains("bind of a credentials file")
+                && r[0].reason.contains("/srv/keys/api-key")
+                && r[0].reason.contains("network.egress.credentials"),
+            "{src}: {}",
+            r[0].reason
+        );
+    }
+    // A sibling is no credentials file: bound read-only as any other.
+    let spec = with_mount(bind("/srv/keys-public", "/k", json!(["rbind", "ro"])));
+    harden_with(&spec, &policy, &sandbox()).unwrap();
+    let spec = with_mount(bind("/srv/keys/other", "/k", json!(["rbind", "ro"])));
+    harden_with(&spec, &policy, &sandbox()).unwrap();
+}
+
+#[test]
+fn a_bind_that_resolves_to_an_egress_credentials_file_is_rejected() {
+    let policy = with_credential_file();
+    let src = "/var/lib/kubelet/pods/0b7e/volumes/kubernetes.io~empty-dir/cache/k";
+    let spec = with_mount(bind(src, "/k", json!(["rbind", "ro"])));
+    let mut ctx = sandbox();
+    ctx.resolved_sources
+        .insert(src.into(), "/srv/keys/api-key".into());
+    let r = rejections_with(&spec, &policy, &ctx);
+    assert!(
+        r[0].reason.contains("resolved source /srv/keys/api-key"),
+        "{}",
+        r[0].reason
+    );
+    // Control: the same bind resolving to itself is an ordinary emptyDir file.
+    harden_with(&spec, &policy, &sandbox()).unwrap();
+}

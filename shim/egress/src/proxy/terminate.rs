@@ -11,14 +11,16 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use policy_injector::egress::{path_is_plain, CredentialPlan};
+use policy_injector::egress::CredentialPlan;
 use policy_injector::EgressPlan;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
-use super::{gone, stalled, Inbound, MuxStream, Proxy, Record, Stop, Verdict, ANSWERED};
+use super::{
+    credential_checks, gone, stalled, Inbound, MuxStream, Proxy, Record, Stop, Verdict, ANSWERED,
+};
 use crate::audit::EgressEvent;
 use crate::credentials::{read_value, upstream_config, SandboxCa};
 use crate::http::{self, MAX_HEAD};
@@ -256,17 +258,26 @@ impl Proxy {
             .target
             .split_once('?')
             .map_or(req.target.as_str(), |(p, _)| p);
+        // Before the rules: what a server could read as another method, path or host.
+        if let Err(refused) = credential_checks::check_request(
+            &req.method,
+            &req.target,
+            &req.headers,
+            host,
+            self.policy_name(),
+        ) {
+            return self
+                .answer(&mut tls, 403, refused.rule, Verdict::Denied, refused.reason)
+                .await;
+        }
         let rule = if cred.rules.is_empty() {
             None
         } else {
-            let hit = path_is_plain(&req.target)
-                .then(|| {
-                    cred.rules
-                        .iter()
-                        .find(|x| x.allows(&req.method, &req.target))
-                })
-                .flatten();
-            match hit {
+            match cred
+                .rules
+                .iter()
+                .find(|x| x.allows(&req.method, &req.target))
+            {
                 Some(x) => Some(x.to_string()),
                 None => {
                     let rules: Vec<String> = cred.rules.iter().map(ToString::to_string).collect();
@@ -404,7 +415,8 @@ impl Proxy {
         }
         let mut replaced = false;
         for (n, v) in &req.headers {
-            if n.eq_ignore_ascii_case(&cred.header) {
+            // `X_Api_Key` too: a server that reads `_` as `-` could take the workload's value.
+            if credential_checks::same_header(n, &cred.header) {
                 replaced = true;
                 continue;
             }

@@ -233,7 +233,6 @@ async fn a_request_outside_the_rules_is_refused_with_the_reason_and_never_dialle
     let s = w.forwarder().await.into_streams();
     for (id, req) in [
         (1, "DELETE /v1/messages HTTP/1.1\r\n\r\n"),
-        (2, "GET /v1/models/../admin HTTP/1.1\r\n\r\n"),
         (3, "GET /v1/modelsX HTTP/1.1\r\n\r\n"),
     ] {
         let answer = request(&s, id, &ca, req).await;
@@ -364,6 +363,249 @@ async fn a_chunked_body_goes_up_to_its_last_chunk_and_nothing_after() {
         (rec.verdict, rec.rule.as_str()),
         (Verdict::Denied, "bad-request"),
         "{rec:?}"
+    );
+    w.stop().await;
+}
+
+/// The attacks on the rules from inside the sandbox (issue 40), each refused with a 403 naming
+/// its check and never reaching the upstream; the allowed request beside them gets its key.
+#[tokio::test]
+async fn overrides_and_paths_a_server_reads_otherwise_are_refused_before_the_rules() {
+    let up = TlsUpstream::start().await;
+    let f = files(&up);
+    let ca = Arc::new(SandboxCa::new("sb", &[HOST.to_string()]).unwrap());
+    let p = plan(&f.key, &f.ca, "\"POST /v1/messages\", \"GET /v1/models\"");
+    let mut w = World::with_credentials(&p, up.addr, Some(ca.clone())).await;
+    let s = w.forwarder().await.into_streams();
+    for (id, req, rule, why) in [
+        (
+            1,
+            "POST /v1/messages HTTP/1.1\r\nX-HTTP-Method-Override: DELETE\r\nContent-Length: 0\r\n\r\n",
+            "credential-override",
+            "header X-HTTP-Method-Override is refused with the credential for api.example.test",
+        ),
+        (
+            2,
+            "GET /v1/models HTTP/1.1\r\nX-Original-URL: /admin/keys\r\n\r\n",
+            "credential-override",
+            "header X-Original-URL is refused",
+        ),
+        (
+            3,
+            "GET /v1/models HTTP/1.1\r\nx_rewrite_url: /admin/keys\r\n\r\n",
+            "credential-override",
+            "header x_rewrite_url is refused",
+        ),
+        (
+            4,
+            "POST /v1/messages?_method=DELETE HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            "credential-override",
+            "query parameter _method is refused",
+        ),
+        (
+            5,
+            "GET /v1/models/..;/admin/keys HTTP/1.1\r\n\r\n",
+            "credential-path",
+            "GET /v1/models/..;/admin/keys has a ; parameter",
+        ),
+        (
+            6,
+            "GET /v1/models/../admin HTTP/1.1\r\n\r\n",
+            "credential-path",
+            "has a dot segment (. or ..)",
+        ),
+        (
+            7,
+            "GET /v1/models/%2e%2e/admin HTTP/1.1\r\n\r\n",
+            "credential-path",
+            "has an escaped dot (%2e)",
+        ),
+    ] {
+        let answer = request(&s, id, &ca, req).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 403 egress denied: ") && answer.contains(why),
+            "{req}: {answer}"
+        );
+        let rec = w.connection_record().await;
+        assert_eq!(
+            (rec.verdict, rec.rule.as_str()),
+            (Verdict::Denied, rule),
+            "{req}"
+        );
+    }
+    assert!(up.heads().is_empty(), "{:#?}", up.heads());
+    // Control: the allowed request, with a workload header a server could read as the
+    // credential's, gets the key and only the key.
+    let answer = request(
+        &s,
+        8,
+        &ca,
+        "GET /v1/models HTTP/1.1\r\nX_Api_Key: workload-guess\r\nX.Api.Key: workload-guess\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    let heads = up.heads();
+    assert_eq!(heads.len(), 1);
+    assert!(!heads[0].contains("workload-guess"), "{}", heads[0]);
+    assert!(
+        heads[0].contains(&format!("x-api-key: {SECRET}\r\n")),
+        "{}",
+        heads[0]
+    );
+    w.connection_record().await;
+    assert!(w.events().iter().any(|e| matches!(
+        e,
+        EgressEvent::CredentialInjected {
+            replaced_workload_header: true,
+            ..
+        }
+    )));
+    w.stop().await;
+}
+
+/// A CONNECT to a credential host's address by number (which `allow_cidrs` admits) is refused
+/// before any tunnel, however the address is spelled; another address in the range is not.
+#[tokio::test]
+async fn a_credential_hosts_address_by_number_is_refused_not_tunnelled() {
+    let up = TlsUpstream::start().await;
+    let f = files(&up);
+    let ca = Arc::new(SandboxCa::new("sb", &[HOST.to_string()]).unwrap());
+    // The fake resolver answers 203.0.113.10 for the host.
+    let p = policy(&[
+        "allow = [\"api.example.test\"]",
+        "allow_cidrs = [\"203.0.113.0/24\", \"::ffff:203.0.113.0/120\"]",
+        &format!("upstream_ca = {:?}", f.ca),
+        &format!(
+            "credentials = {{ {HOST:?} = {{ header = \"x-api-key\", file = {:?} }} }}",
+            f.key
+        ),
+    ]);
+    let mut w = World::with_credentials(&p, up.addr, Some(ca)).await;
+    let s = w.forwarder().await.into_streams();
+    for (id, target) in [(1, "203.0.113.10:443"), (2, "[::ffff:203.0.113.10]:443")] {
+        let (head, _) = s
+            .connect(id, format!("CONNECT {target} HTTP/1.1\r\n\r\n").as_bytes())
+            .await;
+        let head = String::from_utf8_lossy(&head).into_owned();
+        assert!(
+            head.starts_with("HTTP/1.1 403 egress denied: ")
+                && head.contains(
+                    "is an address of api.example.test, which gets a credential from the proxy"
+                ),
+            "{target}: {head}"
+        );
+        let rec = w.connection_record().await;
+        assert_eq!(
+            (rec.verdict, rec.rule.as_str()),
+            (Verdict::Denied, "credential-host-address"),
+            "{target}"
+        );
+    }
+    assert!(w.dialed().is_empty(), "{:?}", w.dialed());
+    // Control: another address the range admits is tunnelled.
+    let (head, _io) = s
+        .connect(3, b"CONNECT 203.0.113.11:443 HTTP/1.1\r\n\r\n")
+        .await;
+    assert_eq!(head, b"HTTP/1.1 200 Connection established\r\n\r\n");
+    assert_eq!(w.dialed().len(), 1);
+    drop(_io);
+    w.connection_record().await;
+    w.stop().await;
+
+    // The address the policy's `hosts` gives the host counts the same, without DNS.
+    let p = policy(&[
+        "allow = [\"api.example.test\"]",
+        "allow_cidrs = [\"10.213.0.0/16\"]",
+        "hosts = { \"api.example.test\" = \"10.213.7.2\" }",
+        &format!("upstream_ca = {:?}", f.ca),
+        &format!(
+            "credentials = {{ {HOST:?} = {{ header = \"x-api-key\", file = {:?} }} }}",
+            f.key
+        ),
+    ]);
+    let ca = Arc::new(SandboxCa::new("sb", &[HOST.to_string()]).unwrap());
+    let mut w = World::with_credentials(&p, up.addr, Some(ca)).await;
+    let s = w.forwarder().await.into_streams();
+    let (head, _) = s
+        .connect(1, b"CONNECT 10.213.7.2:443 HTTP/1.1\r\n\r\n")
+        .await;
+    assert!(
+        head.starts_with(b"HTTP/1.1 403 "),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    let rec = w.connection_record().await;
+    assert_eq!(rec.rule, "credential-host-address");
+    assert!(w.resolved_names().is_empty(), "{:?}", w.resolved_names());
+    w.stop().await;
+}
+
+/// A credential for the host's port 443 is not added on another port the allowlist names:
+/// there the tunnel is the workload's own TLS, and the upstream sees no key.
+#[tokio::test]
+async fn a_credential_is_added_on_its_port_only() {
+    let up = TlsUpstream::start().await;
+    let f = files(&up);
+    let ca = Arc::new(SandboxCa::new("sb", &[HOST.to_string()]).unwrap());
+    let p = policy(&[
+        "allow = [\"api.example.test\", \"api.example.test:8443\"]",
+        &format!("upstream_ca = {:?}", f.ca),
+        &format!(
+            "credentials = {{ {HOST:?} = {{ header = \"x-api-key\", file = {:?} }} }}",
+            f.key
+        ),
+    ]);
+    let mut w = World::with_credentials(&p, up.addr, Some(ca)).await;
+    let s = w.forwarder().await.into_streams();
+    let (head, io) = s
+        .connect(
+            1,
+            format!("CONNECT {HOST}:8443 HTTP/1.1\r\n\r\n").as_bytes(),
+        )
+        .await;
+    assert_eq!(head, b"HTTP/1.1 200 Connection established\r\n\r\n");
+    // The workload's TLS reaches the upstream itself (it trusts the upstream's CA, not the
+    // sandbox's): nothing was terminated.
+    let mut roots = rustls::RootCertStore::empty();
+    for c in
+        <rustls::pki_types::CertificateDer as rustls::pki_types::pem::PemObject>::pem_slice_iter(
+            up.ca_pem.as_bytes(),
+        )
+    {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from(HOST).unwrap(), io)
+        .await
+        .expect("the upstream's own certificate, not a leaf of the sandbox's CA");
+    tls.write_all(b"GET /v1/models HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer).await;
+    assert!(answer.starts_with(b"HTTP/1.1 200 OK"));
+    let heads = up.heads();
+    assert_eq!(heads.len(), 1);
+    assert!(
+        !heads[0].to_ascii_lowercase().contains("x-api-key"),
+        "{}",
+        heads[0]
+    );
+    assert!(!w
+        .events()
+        .iter()
+        .any(|e| matches!(e, EgressEvent::CredentialInjected { .. })));
+    // The workload hangs up: its tunnel's record follows.
+    drop(tls);
+    let rec = w.connection_record().await;
+    assert_eq!(
+        (rec.verdict, rec.rule.as_str()),
+        (Verdict::Allowed, "api.example.test:8443")
     );
     w.stop().await;
 }
