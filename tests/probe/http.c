@@ -9,6 +9,7 @@
  *   http-hold PROXY HOST PORT N SECS       opens N such tunnels, prints a line, holds them until a
  *                                          line (or EOF) on stdin or SECS, whichever comes first
  *   http-stall PROXY HOST PORT N           opens N tunnels, writes into each until it would block
+ *   http-send-close PROXY HOST PORT N      opens N tunnels, sends a short request on each, exits
  *                                          (an upstream that never reads), then exits: all close
  *   http-flood PROXY HOST PORT N SECS      opens N connections one after another, closing none,
  *                                          each sends CONNECT HOST:PORT; then waits up to SECS
@@ -515,6 +516,44 @@ int cmd_http_stall(int argc, char **argv)
 				continue;
 			break;
 		}
+	}
+	printf("ok tunnels=%ld bytes=%lld\n", n, total);
+	fflush(stdout);
+	return 0;
+}
+
+/*
+ * Requests sent whole to an upstream that never reads or answers, then closed: each tunnel gets
+ * a short request and the process exits, closing them all. Output: "ok tunnels=N bytes=B".
+ */
+int cmd_http_send_close(int argc, char **argv)
+{
+	(void)argc;
+	struct target t = { .host = argv[1], .path = "/" };
+	parse_proxy(argv[0], &t.proxy);
+	t.port = parse_long(argv[2], "port");
+	long n = parse_long(argv[3], "count");
+	char *buf = malloc(HEAD_MAX);
+	static const char request[] = "GET / HTTP/1.1\r\nHost: upstream\r\n\r\n";
+	if (!buf) {
+		report(-1, ENOMEM, "step=alloc");
+		return 0;
+	}
+	long long total = 0;
+	for (long i = 0; i < n; i++) {
+		struct failure f = { 0 };
+		int fd = open_tunnel(&t, buf, &f);
+		if (fd < 0) {
+			report_failure(&f, i);
+			return 0;
+		}
+		ssize_t w = send(fd, request, sizeof request - 1, MSG_NOSIGNAL);
+		if (w != (ssize_t)(sizeof request - 1)) {
+			report(-1, w < 0 ? errno : EIO, "step=send");
+			return 0;
+		}
+		total += w;
+		/* Left open on purpose: the process's exit closes them all at once. */
 	}
 	printf("ok tunnels=%ld bytes=%lld\n", n, total);
 	fflush(stdout);

@@ -174,6 +174,7 @@ static const struct command commands[] = {
 	{ "http-connect", 5, 5, cmd_http_connect, "PROXY HOST PORT PATH N CONNECT + ClientHello + GET, timed" },
 	{ "http-hold", 5, 5, cmd_http_hold, "PROXY HOST PORT N SECS hold N CONNECT tunnels open" },
 	{ "http-stall", 4, 4, cmd_http_stall, "PROXY HOST PORT N open N tunnels, upload into each until it blocks, exit" },
+	{ "http-send-close", 4, 4, cmd_http_send_close, "PROXY HOST PORT N open N tunnels, send a short request on each, exit" },
 	{ "http-flood", 5, 5, cmd_http_flood, "PROXY HOST PORT N SECS open N CONNECTs at once, count the answers" },
 	{ "fork", 1, 2, cmd_fork, "N [HOLD_SECS=0] fork N sleeping children and hold them" },
 	{ "mem", 1, 2, cmd_mem, "MIB [HOLD_SECS=0] allocate and touch MIB MiB" },

@@ -69,6 +69,7 @@ int cmd_http_connect(int argc, char **argv);
 int cmd_http_hold(int argc, char **argv);
 int cmd_http_flood(int argc, char **argv);
 int cmd_http_stall(int argc, char **argv);
+int cmd_http_send_close(int argc, char **argv);
 int cmd_fork(int argc, char **argv);
 int cmd_mem(int argc, char **argv);
 int cmd_spin(int argc, char **argv);

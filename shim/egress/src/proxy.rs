@@ -44,6 +44,11 @@ pub struct Timeouts {
     pub write: Duration,
     /// The most a connection may go without a byte from its upstream.
     pub idle: Duration,
+    /// Once the workload closed its sending side, the most the upstream may stay silent before
+    /// the connection ends. A workload that closed its socket cannot be told from one that
+    /// half-closed and waits for the answer: an upstream that keeps answering keeps the
+    /// connection, one that never answers (or never reads) no longer holds it for `idle`.
+    pub after_close: Duration,
 }
 
 impl Default for Timeouts {
@@ -55,6 +60,8 @@ impl Default for Timeouts {
             write: Duration::from_secs(30),
             // Long enough for a model's slow streamed answer, short of holding sockets for good.
             idle: Duration::from_secs(300),
+            // A request's answer starts within seconds once it was sent whole.
+            after_close: Duration::from_secs(5),
         }
     }
 }
@@ -623,6 +630,10 @@ impl Proxy {
         let dropped = AtomicU64::new(0);
         let mut body_left = body_left;
         let (reader, writer) = stream.halves();
+        // Set when the workload closed its side; `down` then waits on the upstream only for
+        // `after_close` at a time.
+        let workload_closed = std::sync::atomic::AtomicBool::new(false);
+        let closing = tokio::sync::Notify::new();
         // Each direction ends on its own EOF; an error or reset on either ends both.
         let up = async {
             loop {
@@ -665,6 +676,8 @@ impl Proxy {
                         reader.consumed(d.len());
                     }
                     Inbound::Eof => {
+                        workload_closed.store(true, Ordering::Release);
+                        closing.notify_one();
                         let _ = up_w.shutdown().await;
                         return Ok(());
                     }
@@ -675,8 +688,29 @@ impl Proxy {
         let down = async {
             let mut buf = vec![0u8; 64 * 1024];
             loop {
-                let read = tokio::time::timeout(self.timeouts.idle, up_r.read(&mut buf));
-                match read.await {
+                let closed = workload_closed.load(Ordering::Acquire);
+                let limit = if closed {
+                    self.timeouts.after_close
+                } else {
+                    self.timeouts.idle
+                };
+                let read = tokio::time::timeout(limit, up_r.read(&mut buf));
+                let read = if closed {
+                    read.await
+                } else {
+                    tokio::select! {
+                        r = read => r,
+                        // The read is cancel-safe: it starts again under the short limit.
+                        () = closing.notified() => continue,
+                    }
+                };
+                match read {
+                    // The workload is done and the upstream has nothing more for it: an
+                    // ordinary end, recorded now instead of after the idle timeout.
+                    Err(_) if closed => {
+                        writer.send_eof();
+                        return Ok(());
+                    }
                     Err(_) => {
                         return Err(Stop {
                             status: 0,

@@ -379,6 +379,61 @@ async fn a_silent_upstream_is_cut_after_the_idle_deadline() {
 }
 
 #[tokio::test]
+async fn a_workload_that_sent_and_closed_releases_an_upstream_that_never_answers() {
+    // The upstream accepts and never reads or answers; only the workload's close may end
+    // the connection (the idle deadline is an hour away), and the record follows at once.
+    let up = Upstream::stall().await;
+    let timeouts = Timeouts {
+        idle: Duration::from_secs(3600),
+        after_close: Duration::from_millis(200),
+        ..Timeouts::default()
+    };
+    let mut w = World::with_timeouts(&policy(&["require_sni = false"]), &up, timeouts).await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(
+        1,
+        b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n",
+    )
+    .await;
+    f.read_until(1, b"\r\n\r\n").await;
+    f.data(1, b"a request the upstream never reads").await;
+    f.eof(1).await;
+    let (_, end) = f.read_to_end(1).await;
+    assert_eq!(end, End::Eof);
+    let rec = w.connection_record().await;
+    assert_eq!(rec.verdict, Verdict::Allowed, "{rec:?}");
+    assert_eq!(rec.bytes_up, 34, "{rec:?}");
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn an_upstream_answering_after_the_workloads_close_still_delivers() {
+    // The control: a half-closed workload waiting for its answer gets all of it.
+    let up = Upstream::echo_upper().await;
+    let timeouts = Timeouts {
+        after_close: Duration::from_secs(3600),
+        ..Timeouts::default()
+    };
+    let mut w = World::with_timeouts(&policy(&["require_sni = false"]), &up, timeouts).await;
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(
+        1,
+        b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n",
+    )
+    .await;
+    f.read_until(1, b"\r\n\r\n").await;
+    f.data(1, b"hello").await;
+    f.eof(1).await;
+    let (body, end) = f.read_to_end(1).await;
+    assert_eq!(body, b"HELLO");
+    assert_eq!(end, End::Eof);
+    assert_eq!(w.connection_record().await.verdict, Verdict::Allowed);
+    w.stop().await;
+}
+
+#[tokio::test]
 async fn crossing_the_byte_cap_cuts_and_refuses_afterwards() {
     let up = Upstream::flood(64 * 1024).await;
     let mut w = World::new(

@@ -464,6 +464,40 @@ fn uploads_stuck_on_a_stalled_upstream_are_cut_at_the_write_deadline_with_their_
     s.finish();
 }
 
+/// An upstream that accepts and never reads or answers: the workload sends a short request on
+/// each of 50 tunnels and exits. Its close reaches the proxy (the request went whole), which
+/// then waits on the silent upstream only for a short grace (5 s), not for the 300 s idle
+/// deadline: the shim is back at its descriptors and every tunnel has its record well before
+/// the idle deadline could have ended any (it used to hold all 50 for it, without a record).
+#[test]
+fn a_workload_that_sent_and_closed_releases_a_silent_upstream_with_its_records() {
+    const N: usize = 50;
+    let mut ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    ns.serve_stalled(&inside, 8080).unwrap();
+    let s = Detached::start(
+        "egress-close",
+        "silent.example.test",
+        &ns,
+        "max_connection_rate = 4000\n",
+    );
+    let baseline = s.fds();
+    let out = s.exec(&format!(
+        "exec sandbox-probe http-send-close \"$https_proxy\" silent.example.test 8080 {N}"
+    ));
+    assert!(out.stdout.starts_with(&format!("ok tunnels={N} ")), "{out}");
+    // Far below the idle deadline (300 s), with room for a loaded machine.
+    s.back_at(baseline, Duration::from_secs(60));
+    let records = s.records(N, Duration::from_secs(15));
+    for r in &records.0 {
+        assert_eq!(r["verdict"], "allowed", "{r}");
+        // The CONNECT head and the 34-byte request.
+        assert!(r["bytes_up"].as_u64().unwrap() > 34, "{r}");
+        assert_eq!(r["bytes_down"], 0, "{r}");
+    }
+    s.finish();
+}
+
 /// Egress with nothing installed but the shim: the policy leaves `forwarder` unset, the
 /// default path holds no forwarder (removed first; the runtime's own copy is what belongs
 /// there), and the shim writes its embedded forwarder there before the sandbox is created.
