@@ -378,6 +378,24 @@ async fn a_silent_upstream_is_cut_after_the_idle_deadline() {
     w.stop().await;
 }
 
+/// A forwarder with stream 1 tunnelled (CONNECT answered 200) to `api.example.test:443`.
+async fn connect_tunnel(w: &mut World) -> Fwd {
+    let mut f = w.forwarder().await;
+    f.open(1).await;
+    f.data(
+        1,
+        b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n",
+    )
+    .await;
+    let head = f.read_until(1, b"\r\n\r\n").await;
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    f
+}
+
 #[tokio::test]
 async fn a_workload_that_sent_and_closed_releases_an_upstream_that_never_answers() {
     // The upstream accepts and never reads or answers; only the workload's close may end
@@ -389,14 +407,7 @@ async fn a_workload_that_sent_and_closed_releases_an_upstream_that_never_answers
         ..Timeouts::default()
     };
     let mut w = World::with_timeouts(&policy(&["require_sni = false"]), &up, timeouts).await;
-    let mut f = w.forwarder().await;
-    f.open(1).await;
-    f.data(
-        1,
-        b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n",
-    )
-    .await;
-    f.read_until(1, b"\r\n\r\n").await;
+    let mut f = connect_tunnel(&mut w).await;
     f.data(1, b"a request the upstream never reads").await;
     f.eof(1).await;
     let (_, end) = f.read_to_end(1).await;
@@ -416,14 +427,7 @@ async fn an_upstream_answering_after_the_workloads_close_still_delivers() {
         ..Timeouts::default()
     };
     let mut w = World::with_timeouts(&policy(&["require_sni = false"]), &up, timeouts).await;
-    let mut f = w.forwarder().await;
-    f.open(1).await;
-    f.data(
-        1,
-        b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n",
-    )
-    .await;
-    f.read_until(1, b"\r\n\r\n").await;
+    let mut f = connect_tunnel(&mut w).await;
     f.data(1, b"hello").await;
     f.eof(1).await;
     let (body, end) = f.read_to_end(1).await;
