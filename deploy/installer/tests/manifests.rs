@@ -351,9 +351,44 @@ fn metrics_daemonset_serves_the_audit_log_with_least_privilege() {
     assert_eq!(ports[0]["name"], "metrics");
     assert_eq!(ports[0]["containerPort"], port);
     assert!(ports[0].get("hostPort").is_none());
+    // The pod network gets the exposition only with the Secret's bearer token; the probe asks
+    // /healthz, which shows nothing and needs none.
+    let token = flag("--bearer-token-file");
+    let token_mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| token.starts_with(m["mountPath"].as_str().unwrap()))
+        .expect("the token file is on a mount");
+    assert_eq!(token_mount["readOnly"], true);
+    let token_volume = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == token_mount["name"])
+        .unwrap();
+    assert_eq!(
+        token_volume["secret"]["secretName"],
+        "gvisor-hardened-metrics-token"
+    );
     let probe = &c["readinessProbe"]["httpGet"];
-    assert_eq!(probe["path"], "/metrics");
+    assert_eq!(probe["path"], "/healthz");
     assert_eq!(probe["port"], "metrics");
+    // Only Prometheus's pods may connect.
+    let policy = rendered
+        .iter()
+        .find(|o| o["kind"] == "NetworkPolicy")
+        .expect("a NetworkPolicy for the exporter");
+    for (k, v) in selector.as_object().unwrap() {
+        assert_eq!(
+            &policy["spec"]["podSelector"]["matchLabels"][k], v,
+            "{policy}"
+        );
+    }
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_json::json!(["Ingress"])
+    );
     let annotations = &template["metadata"]["annotations"];
     assert_eq!(annotations["prometheus.io/scrape"], "true");
     assert_eq!(annotations["prometheus.io/port"], port.to_string().as_str());
@@ -378,9 +413,11 @@ fn metrics_daemonset_serves_the_audit_log_with_least_privilege() {
         assert!(c["resources"][q]["memory"].is_string(), "{q}");
     }
 
-    // One mount: the log's directory from the host, read-only. Never the host's /.
+    // Two mounts, both read-only: the log's directory from the host (never the host's /),
+    // then the token's Secret.
     let mounts = c["volumeMounts"].as_array().unwrap();
-    assert_eq!(mounts.len(), 1, "{mounts:?}");
+    assert_eq!(mounts.len(), 2, "{mounts:?}");
+    assert_eq!(mounts[1]["name"], token_mount["name"]);
     assert_eq!(mounts[0]["readOnly"], true);
     let dir = mounts[0]["mountPath"].as_str().unwrap();
     assert_eq!(Path::new(log).parent(), Some(Path::new(dir)));

@@ -132,9 +132,9 @@ pub enum AuditCommand {
         /// The live log: its rotated files (PATH.N ... PATH.1) are read first, then PATH.
         #[arg(long, value_name = "PATH")]
         log: PathBuf,
-        /// Address to serve on, e.g. 127.0.0.1:9464 (port 0: any free port, printed at start).
-        #[arg(long, value_name = "ADDR")]
-        listen: SocketAddr,
+        /// Where and to whom it serves.
+        #[command(flatten)]
+        listen: MetricsListen,
         /// How often to look for new lines once at the end of the live file, in milliseconds.
         #[arg(long, value_name = "MS", default_value_t = 250)]
         poll_ms: u64,
@@ -195,4 +195,18 @@ pub enum ExportFormat {
     Ocsf,
     /// OpenTelemetry logs, OTLP JSON: one LogsData per line.
     Otel,
+}
+
+/// `audit metrics`: where it serves and who may read it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MetricsListen {
+    /// Address to serve on (port 0: any free port, printed at start). Loopback by default, as
+    /// node exporters bind; any other address needs --bearer-token-file.
+    #[arg(long = "listen", value_name = "ADDR", default_value = "127.0.0.1:9464")]
+    pub addr: SocketAddr,
+    /// A file holding the token a scrape must send as `Authorization: Bearer TOKEN`
+    /// (Prometheus: `authorization: {credentials_file: ...}`); read once at start, trailing
+    /// whitespace ignored. GET /healthz answers without it and shows nothing.
+    #[arg(long, value_name = "FILE")]
+    pub bearer_token_file: Option<PathBuf>,
 }

@@ -24,6 +24,13 @@ use policy_injector::metrics::Metrics;
 pub trait LineSink {
     fn begin_file(&mut self, name: &str);
     fn line(&mut self, bytes: &[u8], terminated: bool);
+
+    /// A line of `len` bytes (newline included when it had one) longer than the follower's
+    /// bound, streamed past without being kept. Its bytes are unknown, so to a chain check it
+    /// is a cut line: by default it is fed as one, empty.
+    fn skipped(&mut self, _len: u64) {
+        self.line(&[], false)
+    }
 }
 
 impl LineSink for Metrics {
@@ -33,6 +40,10 @@ impl LineSink for Metrics {
 
     fn line(&mut self, bytes: &[u8], terminated: bool) {
         Metrics::line(self, bytes, terminated)
+    }
+
+    fn skipped(&mut self, len: u64) {
+        Metrics::skipped_line(self, len)
     }
 }
 
@@ -93,9 +104,13 @@ pub fn read_files<S: LineSink>(
     Ok(())
 }
 
-/// A line longer than this is not a record a writer made (the shim bounds its records far
-/// below): it is fed as a cut line, which breaks the chain, rather than buffered without end.
-const MAX_LINE: usize = 64 << 20;
+/// A line longer than this is not a record a writer made (a real log's records average under
+/// 2 KB): it is streamed past and reported as skipped ([`LineSink::skipped`]), never held. The
+/// follower's memory is then at most this, a read chunk and the sink's state, well under the
+/// exporter DaemonSet's 64Mi limit whatever the log holds. A restarted exporter reads the log
+/// from its start again (the log is its state; it keeps no offset), and skips the line again the
+/// same way.
+pub const MAX_LINE: usize = 1 << 20;
 
 const CHUNK: usize = 256 << 10;
 
@@ -107,12 +122,15 @@ struct Open {
     pending: Vec<u8>,
     /// Where the next read starts, to notice a file that shrank (truncated in place).
     offset: u64,
+    /// Bytes of an over-long line streamed past so far, while its newline has not come.
+    skipping: Option<u64>,
 }
 
 pub struct Follower<S> {
     live: PathBuf,
     metrics: Arc<Mutex<S>>,
     current: Option<Open>,
+    max_line: usize,
 }
 
 impl<S: LineSink> Follower<S> {
@@ -121,6 +139,16 @@ impl<S: LineSink> Follower<S> {
             live: live.to_path_buf(),
             metrics,
             current: None,
+            max_line: MAX_LINE,
+        }
+    }
+
+    /// A follower whose line bound is `max_line` bytes instead of [`MAX_LINE`].
+    #[cfg(test)]
+    fn with_max_line(live: &Path, metrics: Arc<Mutex<S>>, max_line: usize) -> Follower<S> {
+        Follower {
+            max_line,
+            ..Follower::new(live, metrics)
         }
     }
 
@@ -175,7 +203,7 @@ impl<S: LineSink> Follower<S> {
             self.read_files(&files, None)?;
             return Ok(self.current.is_some());
         };
-        if read_available(cur, &self.metrics)? {
+        if read_available(cur, &self.metrics, self.max_line)? {
             return Ok(true);
         }
         let now = match std::fs::metadata(&self.live) {
@@ -199,7 +227,7 @@ impl<S: LineSink> Follower<S> {
             Some(_) => {
                 // Rotated: the old file is complete (the rename happened under the writer's lock,
                 // after its last write), so read it to the end and finish its last line.
-                read_available(cur, &self.metrics)?;
+                read_available(cur, &self.metrics, self.max_line)?;
                 let done = self.current.take().expect("checked above");
                 let done_id = done.id;
                 finish(done, &self.metrics);
@@ -242,8 +270,9 @@ impl<S: LineSink> Follower<S> {
                 name,
                 pending: Vec::new(),
                 offset: 0,
+                skipping: None,
             };
-            while read_available(&mut open, &self.metrics)? {}
+            while read_available(&mut open, &self.metrics, self.max_line)? {}
             if i + 1 == files.len() {
                 self.current = Some(open);
             } else {
@@ -254,8 +283,14 @@ impl<S: LineSink> Follower<S> {
     }
 }
 
-/// Reads one chunk and feeds its whole lines; false at the end of the file.
-fn read_available<S: LineSink>(open: &mut Open, metrics: &Mutex<S>) -> anyhow::Result<bool> {
+/// Reads one chunk and feeds its whole lines; false at the end of the file. A line growing past
+/// `max_line` is dropped as soon as it does, and the rest of it is streamed past up to its
+/// newline, so no more than `max_line` bytes of one line are ever held.
+fn read_available<S: LineSink>(
+    open: &mut Open,
+    metrics: &Mutex<S>,
+    max_line: usize,
+) -> anyhow::Result<bool> {
     let mut buf = vec![0u8; CHUNK];
     let n = loop {
         match open.file.read(&mut buf) {
@@ -271,26 +306,38 @@ fn read_available<S: LineSink>(open: &mut Open, metrics: &Mutex<S>) -> anyhow::R
     let mut m = lock(metrics);
     let mut rest = &buf[..n];
     while let Some(i) = rest.iter().position(|b| *b == b'\n') {
-        if open.pending.is_empty() {
-            m.line(&rest[..i], true);
+        let part = &rest[..i];
+        if let Some(skipped) = open.skipping.take() {
+            m.skipped(skipped + i as u64 + 1);
+        } else if open.pending.len() + part.len() > max_line {
+            m.skipped((open.pending.len() + part.len() + 1) as u64);
+            open.pending = Vec::new();
+        } else if open.pending.is_empty() {
+            m.line(part, true);
         } else {
-            open.pending.extend_from_slice(&rest[..i]);
+            open.pending.extend_from_slice(part);
             m.line(&open.pending, true);
             open.pending.clear();
         }
         rest = &rest[i + 1..];
     }
-    open.pending.extend_from_slice(rest);
-    if open.pending.len() > MAX_LINE {
-        m.line(&open.pending, false);
+    if let Some(skipped) = open.skipping.as_mut() {
+        *skipped += rest.len() as u64;
+    } else if open.pending.len() + rest.len() > max_line {
+        // Over the bound with no newline yet: let go of what was kept (its memory too).
+        open.skipping = Some((open.pending.len() + rest.len()) as u64);
         open.pending = Vec::new();
+    } else {
+        open.pending.extend_from_slice(rest);
     }
     Ok(true)
 }
 
 /// A file the log has moved past: bytes after its last newline were a cut line.
 fn finish<S: LineSink>(open: Open, metrics: &Mutex<S>) {
-    if !open.pending.is_empty() {
+    if let Some(skipped) = open.skipping {
+        lock(metrics).skipped(skipped);
+    } else if !open.pending.is_empty() {
         lock(metrics).line(&open.pending, false);
     }
 }
@@ -303,4 +350,161 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
 /// all as far as the gauges a scrape shows go), so a poisoned lock is taken over.
 pub fn lock<S>(m: &Mutex<S>) -> std::sync::MutexGuard<'_, S> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        File(String),
+        Line(String, bool),
+        Skipped(u64),
+    }
+
+    #[derive(Default)]
+    struct Record(Vec<Seen>);
+
+    impl LineSink for Record {
+        fn begin_file(&mut self, name: &str) {
+            let base = name.rsplit('/').next().unwrap_or(name);
+            self.0.push(Seen::File(base.to_string()));
+        }
+
+        fn line(&mut self, bytes: &[u8], terminated: bool) {
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            self.0.push(Seen::Line(text, terminated));
+        }
+
+        fn skipped(&mut self, len: u64) {
+            self.0.push(Seen::Skipped(len));
+        }
+    }
+
+    const BOUND: usize = 16;
+
+    fn follower(live: &Path) -> (Follower<Record>, Arc<Mutex<Record>>) {
+        let sink = Arc::new(Mutex::new(Record::default()));
+        (Follower::with_max_line(live, sink.clone(), BOUND), sink)
+    }
+
+    /// Steps until the follower is at the end of what is there.
+    fn drain(f: &mut Follower<Record>) {
+        while f.step().unwrap() {}
+    }
+
+    fn take(sink: &Mutex<Record>) -> Vec<Seen> {
+        std::mem::take(&mut lock(sink).0)
+    }
+
+    fn line(s: &str) -> Seen {
+        Seen::Line(s.to_string(), true)
+    }
+
+    fn append(path: &Path, bytes: &[u8]) {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        f.write_all(bytes).unwrap();
+    }
+
+    #[test]
+    fn a_line_over_the_bound_is_skipped_whole_and_the_next_line_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("audit.jsonl");
+        let long = vec![b'x'; 100];
+        append(&live, b"a\n");
+        append(&live, &long);
+        append(&live, b"\nb\n");
+        let (mut f, sink) = follower(&live);
+        drain(&mut f);
+        assert_eq!(
+            take(&sink),
+            [
+                Seen::File("audit.jsonl".into()),
+                line("a"),
+                Seen::Skipped(101),
+                line("b")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_line_exactly_at_the_bound_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("audit.jsonl");
+        append(&live, &[b'y'; BOUND]);
+        append(&live, b"\n");
+        let (mut f, sink) = follower(&live);
+        drain(&mut f);
+        assert_eq!(take(&sink)[1], line(&"y".repeat(BOUND)));
+    }
+
+    #[test]
+    fn an_over_long_line_still_being_written_is_streamed_past_without_being_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("audit.jsonl");
+        append(&live, b"a\n");
+        let (mut f, sink) = follower(&live);
+        drain(&mut f);
+        assert_eq!(take(&sink), [Seen::File("audit.jsonl".into()), line("a")]);
+        // Written in pieces bigger than a read chunk, with no newline yet: nothing of it is
+        // kept, whatever its length so far.
+        let piece = vec![b'x'; CHUNK + 7];
+        for _ in 0..3 {
+            append(&live, &piece);
+            drain(&mut f);
+            let cur = f.current.as_ref().unwrap();
+            assert_eq!(cur.pending.capacity(), 0);
+            assert!(cur.skipping.is_some());
+            assert_eq!(take(&sink), []);
+        }
+        append(&live, b"tail\nb\n");
+        drain(&mut f);
+        let len = 3 * piece.len() as u64 + 5;
+        assert_eq!(take(&sink), [Seen::Skipped(len), line("b")]);
+    }
+
+    #[test]
+    fn a_rotated_file_ending_in_an_over_long_cut_line_reports_it_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("audit.jsonl");
+        let rotated = dir.path().join("audit.jsonl.1");
+        append(&rotated, b"a\n");
+        append(&rotated, &[b'x'; 40]);
+        append(&live, b"b\n");
+        let (mut f, sink) = follower(&live);
+        drain(&mut f);
+        assert_eq!(
+            take(&sink),
+            [
+                Seen::File("audit.jsonl.1".into()),
+                line("a"),
+                Seen::Skipped(40),
+                Seen::File("audit.jsonl".into()),
+                line("b")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_skipped_line_reaches_the_exposition_as_a_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("audit.jsonl");
+        append(&live, &[b'x'; 64]);
+        append(&live, b"\n");
+        let metrics = Arc::new(Mutex::new(Metrics::new()));
+        let mut f = Follower::with_max_line(&live, metrics.clone(), BOUND);
+        while f.step().unwrap() {}
+        let text = lock(&metrics).render();
+        assert!(
+            text.contains("\ngvh_exporter_skipped_lines_total 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("\ngvh_audit_chain_intact 0\n"), "{text}");
+    }
 }

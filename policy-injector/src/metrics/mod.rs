@@ -93,6 +93,7 @@ pub struct Metrics {
     pub chain_intact: Family,
     pub read_bytes: Family,
     pub read_lines: Family,
+    pub skipped_lines: Family,
     pub files_opened: Family,
 }
 
@@ -229,6 +230,12 @@ impl Metrics {
                 &[],
                 "Lines of the audit log read by this exporter, all files together.",
             ),
+            skipped_lines: Family::new(
+                "gvh_exporter_skipped_lines_total",
+                Counter,
+                &[],
+                "Audit log lines longer than the exporter's bound, streamed past unread (each also breaks the chain).",
+            ),
             files_opened: Family::new(
                 "gvh_exporter_files_opened_total",
                 Counter,
@@ -237,6 +244,8 @@ impl Metrics {
             ),
         };
         m.chain_intact.set(&[], 1.0);
+        // Present at 0 from the start, so a rule on it has a series before the first skip.
+        m.skipped_lines.add(&[], 0.0);
         m
     }
 
@@ -259,6 +268,16 @@ impl Metrics {
             Some(line) => self.fold(&line),
             None => self.unparsed_lines.inc(&[]),
         }
+    }
+
+    /// A line of `len` bytes the follower streamed past without keeping it (over its bound):
+    /// counted, read, and a break in the chain, since what it held cannot be checked.
+    pub fn skipped_line(&mut self, len: u64) {
+        self.skipped_lines.inc(&[]);
+        self.read_lines.inc(&[]);
+        self.read_bytes.add(&[], len as f64);
+        self.verifier.line(&[], false);
+        self.chain_intact.set(&[], 0.0);
     }
 
     pub fn intact(&self) -> bool {
@@ -378,6 +397,7 @@ impl Metrics {
             &self.chain_intact,
             &self.read_bytes,
             &self.read_lines,
+            &self.skipped_lines,
             &self.files_opened,
         ] {
             f.render(&mut out);

@@ -359,3 +359,28 @@ fn a_rejection_error_names_a_known_rule_or_other() {
     assert_eq!(rejected_rule(Some("rejected by policy: bogus: x")), "other");
     assert_eq!(rejected_rule(None), "other");
 }
+
+#[test]
+fn a_skipped_line_is_counted_read_and_breaks_the_chain() {
+    let mut m = fold(&[lifecycle("create", "a", "2026-12-03T08:00:01.000Z", "")]);
+    assert!(m
+        .render()
+        .contains("\ngvh_exporter_skipped_lines_total 0\n"));
+    let (lines, bytes) = (m.read_lines.get(&[]), m.read_bytes.get(&[]));
+    m.skipped_line(70 << 20);
+    assert_eq!(m.skipped_lines.get(&[]), 1.0);
+    assert_eq!(m.read_lines.get(&[]), lines + 1.0);
+    assert_eq!(m.read_bytes.get(&[]), bytes + (70 << 20) as f64);
+    assert_eq!(
+        m.unparsed_lines.get(&[]),
+        0.0,
+        "a skipped line is not an unparsed one"
+    );
+    assert!(!m.intact());
+    let text = m.render();
+    assert!(
+        text.contains("\ngvh_exporter_skipped_lines_total 1\n"),
+        "{text}"
+    );
+    assert!(text.contains("\ngvh_audit_chain_intact 0\n"), "{text}");
+}

@@ -21,6 +21,9 @@ pub struct InstallerOverlay {
     /// The overlay's directory (`kubectl apply -k` it).
     pub dir: PathBuf,
     pub layout: CriLayout,
+    /// The exporter's bearer token (the `gvisor-hardened-metrics-token` Secret the operator
+    /// creates; the overlay generates it).
+    pub metrics_token: String,
 }
 
 impl InstallerOverlay {
@@ -59,7 +62,11 @@ impl InstallerOverlay {
         };
         let dir = node.dir().join("overlay");
         fs::create_dir_all(&dir).map_err(|e| HarnessError::io("creating", &dir, e))?;
-        let overlay = InstallerOverlay { dir, layout };
+        let overlay = InstallerOverlay {
+            dir,
+            layout,
+            metrics_token: random_hex(16)?,
+        };
         let kubelet_root = node.dir().join("kubelet");
         for (file, shipped) in [
             ("policy.toml", SHIPPED_DEFAULT_POLICY),
@@ -125,17 +132,33 @@ impl InstallerOverlay {
              \x20   namespace: gvisor-hardened-system\n\
              \x20   behavior: replace\n\
              \x20   files: [policy.toml, gvisor-hardened-tool.toml, gvisor-hardened-agent.toml]\n\
+             secretGenerator:\n\
+             \x20 - name: gvisor-hardened-metrics-token\n\
+             \x20   namespace: gvisor-hardened-system\n\
+             \x20   literals: [token={token}]\n\
+             \x20   options: {{disableNameSuffixHash: true}}\n\
              patches:\n\
              \x20 - target: {{kind: DaemonSet, name: gvisor-hardened-installer}}\n\
              \x20   patch: |-\n{patch}\
              \x20 - target: {{kind: DaemonSet, name: {METRICS_DAEMONSET}}}\n\
              \x20   patch: |-\n{metrics_patch}",
-            default.display()
+            default.display(),
+            token = overlay.metrics_token,
         );
         let path = overlay.dir.join("kustomization.yaml");
         fs::write(&path, kustomization).map_err(|e| HarnessError::io("writing", &path, e))?;
         Ok(overlay)
     }
+}
+
+/// `n` random bytes as hex.
+fn random_hex(n: usize) -> Result<String> {
+    use std::io::Read;
+    let mut bytes = vec![0u8; n];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| HarnessError::io("reading", "/dev/urandom", e))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The exporter's DaemonSet (deploy/kustomize/base/metrics.yaml).

@@ -808,33 +808,61 @@ const COUNTED: [&str; 3] = [
     "gvh_containers_created_total",
 ];
 
+/// GET `http://addr/metrics` (HTTP/1.0, the body until close), with `token` as the bearer
+/// token when given: the status and the body.
+fn scrape(addr: std::net::SocketAddr, token: Option<&str>) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n")?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_string()))
+}
+
 /// Scrapes the node's exporter pod (port 9464, the metrics DaemonSet's `metrics` port), found
-/// by its own labels, through the API server's pod proxy: the API server dials the pod's IP on the node's bridge,
-/// as a Prometheus discovering the pod by its annotations would. Polls until the hardened
-/// pod's sandbox is counted under `policy` and the chain gauge is 1; the exporter follows the
-/// log every 250 ms, and the pod may still be coming up.
-fn assert_exporter_counts(ctx: &Ctx, policy: &str) {
+/// by its own labels, at its IP on the node's bridge with the Secret's bearer token, as a
+/// Prometheus discovering the pod would (the API server's pod proxy cannot carry the token:
+/// it consumes the Authorization header). Polls until the hardened pod's sandbox is counted
+/// under `policy` and the chain gauge is 1; the exporter follows the log every 250 ms, and the
+/// pod may still be coming up. Without the token the same scrape is refused (401).
+fn assert_exporter_counts(ctx: &Ctx, overlay: &InstallerOverlay, policy: &str) {
     let k = &ctx.node;
     let labels = format!("{{policy=\"{policy}\"}}");
     let mut last = String::new();
     let scraped = poll_until("the exporter pod to count the pod", READY, || {
-        let pods = k
+        let ip = k
             .kubectl()
-            .args(["-n", INSTALLER_NS, "get", "pods", "-o", "name"])
-            .args(["-l", METRICS_SELECTOR])
+            .args([
+                "-n",
+                INSTALLER_NS,
+                "get",
+                "pods",
+                "-l",
+                METRICS_SELECTOR,
+                "-o",
+            ])
+            .arg("jsonpath={.items[0].status.podIP}")
             .output()
             .ok()?;
-        let pod = pods.stdout.trim().strip_prefix("pod/")?.to_string();
-        let out = k
-            .kubectl()
-            .args(["get", "--raw"])
-            .arg(format!(
-                "/api/v1/namespaces/{INSTALLER_NS}/pods/{pod}:9464/proxy/metrics"
-            ))
-            .output()
-            .ok()?;
-        last = format!("{out}");
-        let text = out.success().then_some(out.stdout)?;
+        let addr = std::net::SocketAddr::new(ip.stdout.trim().parse().ok()?, 9464);
+        let (status, text) = scrape(addr, Some(&overlay.metrics_token)).ok()?;
+        last = format!("{status}: {text}");
+        if status != 200 {
+            return None;
+        }
+        let unauthenticated = scrape(addr, None).ok()?;
+        assert_eq!(unauthenticated.0, 401, "{}", unauthenticated.1);
         // One pod: its sandbox (pause) and its app container; at least, as the kubelet
         // may have retried a create cut off by the installer's containerd restart.
         let counted = COUNTED
@@ -868,8 +896,11 @@ fn assert_exporter_counts(ctx: &Ctx, policy: &str) {
                     .any(|n| l.starts_with(&format!("{n}{labels} ")))
         })
         .collect();
-    println!("exporter via the pod proxy: {}", seen.join("; "));
-    // The kubelet's readiness probe (GET /metrics on the named port) passes too.
+    println!(
+        "exporter at its pod IP, with the token: {}",
+        seen.join("; ")
+    );
+    // The kubelet's readiness probe (GET /healthz on the named port, no token) passes too.
     poll_until("the metrics container ready", READY, || {
         let out = k
             .kubectl()
@@ -1029,7 +1060,7 @@ fn installer_daemonset_installs_and_uninstalls(ctx: &Ctx) {
         create_record_policy(&overlay.audit_log(), &cid).as_deref(),
         Some(policy.as_str())
     );
-    assert_exporter_counts(ctx, &policy);
+    assert_exporter_counts(ctx, &overlay, &policy);
     assert_exporter_unprivileged(ctx, &overlay);
     k.delete_pod(&hns, "hardened").unwrap();
 

@@ -31,6 +31,7 @@ use serde_json::Value;
 
 mod chart;
 use chart::{bar_title, Panel};
+mod idle_connections;
 
 /// A process killed (and waited for) when the test ends, however it ends.
 struct Killed(Child);
@@ -100,11 +101,13 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `policy-injector audit metrics` over `log` on a free loopback port, and where it serves.
-fn start_exporter(log: &Path) -> (Killed, SocketAddr) {
+/// `policy-injector audit metrics` over `log` on a free loopback port (with `extra` arguments),
+/// and where it serves.
+fn start_exporter(log: &Path, extra: &[&str]) -> (Killed, SocketAddr) {
     let child = Command::new(policy_injector_binary().unwrap())
         .args(["audit", "metrics", "--listen", "127.0.0.1:0", "--log"])
         .arg(log)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -381,7 +384,7 @@ fn prometheus_shows_a_real_runs_sandboxes_exits_refusals_and_egress_and_the_test
     assert_eq!(o.status.code(), Some(3), "{o:?}");
 
     let dir = tempfile::tempdir().unwrap();
-    let (_exporter, exporter_addr) = start_exporter(&log);
+    let (_exporter, exporter_addr) = start_exporter(&log, &[]);
     let (_prometheus, prom) = start_prometheus(dir.path(), exporter_addr);
 
     // Prometheus has scraped the whole log once it reports every line read.

@@ -1,23 +1,6 @@
-//! A minimal HTTP/1.1 server for one resource, `GET /metrics`: one short-lived thread per
-//! connection, at most [`MAX_CONNECTIONS`] at once, each with read and write deadlines, one
-//! request per connection (`Connection: close`), a bounded request head. What it answers is
-//! decided by [`route`], which does no I/O.
-
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// Prometheus scrapes one target with one connection at a time; a few operators with curl on
-/// top fit easily. More than this at once are answered 503 and closed.
-const MAX_CONNECTIONS: usize = 32;
-
-/// A request head larger than this is refused (431): a scraper sends a few hundred bytes.
-const MAX_HEAD: usize = 8 << 10;
-
-/// How long a client may take to send its whole request head, and to take the response.
-const DEADLINE: Duration = Duration::from_secs(10);
+//! What the exporter answers, decided without I/O: [`route`] reads a request head (and checks
+//! its bearer token), [`response`] writes the whole reply. The connections themselves are
+//! `conn.rs`'s.
 
 /// The content type of the text exposition format, version 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -28,17 +11,26 @@ pub enum Route {
     Metrics {
         head: bool,
     },
+    /// `GET /healthz`: "ok", for the kubelet's probe, which cannot hold a secret. It goes
+    /// through the same connection handling as a scrape, so a silenced exporter fails it.
+    Health {
+        head: bool,
+    },
+    /// `/metrics` without the token the exporter was given.
+    Unauthorized,
     NotFound,
     MethodNotAllowed,
     BadRequest,
 }
 
-/// What a request head (the bytes before the blank line) asks for.
-pub fn route(head: &[u8]) -> Route {
+/// What a request head (the bytes before the blank line) asks for; with a `token`, `/metrics`
+/// needs `Authorization: Bearer TOKEN`.
+pub fn route(head: &[u8], token: Option<&[u8]>) -> Route {
     let Ok(head) = std::str::from_utf8(head) else {
         return Route::BadRequest;
     };
-    let request_line = head.split("\r\n").next().unwrap_or("");
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().unwrap_or("");
     let mut parts = request_line.split(' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -49,18 +41,58 @@ pub fn route(head: &[u8]) -> Route {
         return Route::BadRequest;
     }
     let path = target.split('?').next().unwrap_or("");
-    match (method, path) {
-        ("GET", "/metrics") => Route::Metrics { head: false },
-        ("HEAD", "/metrics") => Route::Metrics { head: true },
-        (_, "/metrics") => Route::MethodNotAllowed,
-        _ => Route::NotFound,
+    let head_only = match (method, path) {
+        ("GET", "/metrics" | "/healthz") => false,
+        ("HEAD", "/metrics" | "/healthz") => true,
+        (_, "/metrics" | "/healthz") => return Route::MethodNotAllowed,
+        _ => return Route::NotFound,
+    };
+    if path == "/healthz" {
+        return Route::Health { head: head_only };
     }
+    match token {
+        Some(token) if !lines.any(|l| bearer_matches(l, token)) => Route::Unauthorized,
+        _ => Route::Metrics { head: head_only },
+    }
+}
+
+/// Whether a header line is `Authorization: Bearer TOKEN` with this token (name and scheme
+/// case-insensitive, as RFC 9110 and RFC 6750 have them).
+fn bearer_matches(line: &str, token: &[u8]) -> bool {
+    let Some((name, value)) = line.split_once(':') else {
+        return false;
+    };
+    if !name.trim().eq_ignore_ascii_case("authorization") {
+        return false;
+    }
+    let value = value.trim();
+    let Some((scheme, credentials)) = value.split_once(' ') else {
+        return false;
+    };
+    scheme.eq_ignore_ascii_case("bearer") && same(credentials.trim().as_bytes(), token)
+}
+
+/// Equality whose time depends on the lengths only, not on where the first difference is: a
+/// client timing its 401s learns nothing about the token's bytes.
+pub fn same(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for (i, x) in a.iter().enumerate() {
+        diff |= usize::from(x ^ b.get(i % b.len().max(1)).copied().unwrap_or(0));
+    }
+    diff == 0
 }
 
 /// The whole response to `route`; `body` renders the exposition when asked for.
 pub fn response(route: Route, body: impl FnOnce() -> String) -> Vec<u8> {
     let (status, content_type, body, send_body) = match route {
         Route::Metrics { head } => ("200 OK", CONTENT_TYPE, body(), !head),
+        Route::Health { head } => ("200 OK", "text/plain", "ok\n".into(), !head),
+        Route::Unauthorized => (
+            "401 Unauthorized",
+            "text/plain",
+            "a bearer token is needed\n".into(),
+            true,
+        ),
         Route::NotFound => ("404 Not Found", "text/plain", "try /metrics\n".into(), true),
         Route::MethodNotAllowed => (
             "405 Method Not Allowed",
@@ -78,10 +110,10 @@ pub fn response(route: Route, body: impl FnOnce() -> String) -> Vec<u8> {
     let mut out = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
         body.len(),
-        if route == Route::MethodNotAllowed {
-            "Allow: GET, HEAD\r\n"
-        } else {
-            ""
+        match route {
+            Route::MethodNotAllowed => "Allow: GET, HEAD\r\n",
+            Route::Unauthorized => "WWW-Authenticate: Bearer\r\n",
+            _ => "",
         }
     )
     .into_bytes();
@@ -91,101 +123,6 @@ pub fn response(route: Route, body: impl FnOnce() -> String) -> Vec<u8> {
     out
 }
 
-/// Accepts connections for ever; `render` makes the exposition for each scrape.
-pub fn serve(
-    listener: TcpListener,
-    render: Arc<dyn Fn() -> String + Send + Sync>,
-) -> std::io::Result<std::convert::Infallible> {
-    let active = Arc::new(AtomicUsize::new(0));
-    loop {
-        let (mut stream, _) = match listener.accept() {
-            Ok(c) => c,
-            // A client that went away between SYN and accept, or a full fd table for a moment:
-            // not a reason to stop serving.
-            Err(e) => {
-                eprintln!("audit metrics: accept: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-        };
-        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-            active.fetch_sub(1, Ordering::SeqCst);
-            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-            let _ = stream.write_all(
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            );
-            continue;
-        }
-        let (active, render) = (active.clone(), render.clone());
-        std::thread::spawn(move || {
-            let _ = handle(stream, &*render);
-            active.fetch_sub(1, Ordering::SeqCst);
-        });
-    }
-}
-
-fn handle(
-    mut stream: TcpStream,
-    render: &(dyn Fn() -> String + Send + Sync),
-) -> std::io::Result<()> {
-    // One deadline for the whole head, not per read: a client dripping a byte at a time must
-    // not hold one of the few connection slots for long.
-    let deadline = Instant::now() + DEADLINE;
-    stream.set_write_timeout(Some(DEADLINE))?;
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    let route = loop {
-        if let Some(end) = find(&head, b"\r\n\r\n") {
-            break route(&head[..end]);
-        }
-        if head.len() > MAX_HEAD {
-            stream.write_all(
-                b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            )?;
-            lingering_close(stream);
-            return Ok(());
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(());
-        }
-        stream.set_read_timeout(Some(left))?;
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            // Closed before a whole head: nothing to answer.
-            return Ok(());
-        }
-        head.extend_from_slice(&buf[..n]);
-    };
-    stream.write_all(&response(route, render))?;
-    lingering_close(stream);
-    Ok(())
-}
-
-/// Closing a socket with unread input makes the kernel send a reset, which can destroy the
-/// response before the client reads it. So: end our side, then discard what the client still
-/// sends until it closes, for at most a second or two and a bounded amount.
-fn lingering_close(mut stream: TcpStream) {
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let mut buf = [0u8; 8192];
-    let mut left: usize = 1 << 20;
-    while left > 0 {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        if wait.is_zero() || stream.set_read_timeout(Some(wait)).is_err() {
-            break;
-        }
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => left = left.saturating_sub(n),
-        }
-    }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,26 +130,32 @@ mod tests {
     #[test]
     fn get_metrics_with_or_without_a_query_is_the_exposition() {
         let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*";
-        assert_eq!(route(head), Route::Metrics { head: false });
+        assert_eq!(route(head, None), Route::Metrics { head: false });
         assert_eq!(
-            route(b"GET /metrics?x=1 HTTP/1.0"),
+            route(b"GET /metrics?x=1 HTTP/1.0", None),
             Route::Metrics { head: false }
         );
         assert_eq!(
-            route(b"HEAD /metrics HTTP/1.1"),
+            route(b"HEAD /metrics HTTP/1.1", None),
             Route::Metrics { head: true }
         );
     }
 
     #[test]
     fn other_paths_methods_and_garbage_are_refused() {
-        assert_eq!(route(b"GET / HTTP/1.1"), Route::NotFound);
-        assert_eq!(route(b"POST /metrics HTTP/1.1"), Route::MethodNotAllowed);
-        assert_eq!(route(b"GET /metrics"), Route::BadRequest);
-        assert_eq!(route(b"GET /metrics HTTP/1.1 extra"), Route::BadRequest);
-        assert_eq!(route(b"GET metrics HTTP/1.1"), Route::BadRequest);
-        assert_eq!(route(b"\xff\xfe"), Route::BadRequest);
-        assert_eq!(route(b""), Route::BadRequest);
+        assert_eq!(route(b"GET / HTTP/1.1", None), Route::NotFound);
+        assert_eq!(
+            route(b"POST /metrics HTTP/1.1", None),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(route(b"GET /metrics", None), Route::BadRequest);
+        assert_eq!(
+            route(b"GET /metrics HTTP/1.1 extra", None),
+            Route::BadRequest
+        );
+        assert_eq!(route(b"GET metrics HTTP/1.1", None), Route::BadRequest);
+        assert_eq!(route(b"\xff\xfe", None), Route::BadRequest);
+        assert_eq!(route(b"", None), Route::BadRequest);
     }
 
     #[test]
@@ -242,5 +185,73 @@ mod tests {
         assert!(r.starts_with(b"HTTP/1.1 404"));
         let r = String::from_utf8(response(Route::MethodNotAllowed, String::new)).unwrap();
         assert!(r.contains("Allow: GET, HEAD\r\n"), "{r}");
+    }
+
+    const TOKEN: &[u8] = b"s3cret-token";
+
+    #[test]
+    fn with_a_token_metrics_need_the_bearer_header() {
+        let with = |auth: &str| {
+            route(
+                format!("GET /metrics HTTP/1.1\r\nHost: x{auth}").as_bytes(),
+                Some(TOKEN),
+            )
+        };
+        assert_eq!(with(""), Route::Unauthorized);
+        assert_eq!(
+            with("\r\nAuthorization: Bearer s3cret-tokeN"),
+            Route::Unauthorized
+        );
+        assert_eq!(
+            with("\r\nAuthorization: Bearer s3cret-token2"),
+            Route::Unauthorized
+        );
+        assert_eq!(
+            with("\r\nAuthorization: Basic s3cret-token"),
+            Route::Unauthorized
+        );
+        assert_eq!(
+            with("\r\nX-Authorization: Bearer s3cret-token"),
+            Route::Unauthorized
+        );
+        assert_eq!(
+            with("\r\nauthorization:  bearer s3cret-token "),
+            Route::Metrics { head: false }
+        );
+        assert_eq!(
+            with("\r\nAuthorization: Bearer s3cret-token"),
+            Route::Metrics { head: false }
+        );
+    }
+
+    #[test]
+    fn healthz_needs_no_token_and_shows_no_metrics() {
+        let route = route(b"GET /healthz HTTP/1.1\r\nHost: x", Some(TOKEN));
+        assert_eq!(route, Route::Health { head: false });
+        let r = String::from_utf8(response(route, || panic!("rendered for healthz"))).unwrap();
+        assert!(
+            r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\nok\n"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn a_refused_scrape_is_told_the_scheme_and_never_rendered() {
+        let r = String::from_utf8(response(Route::Unauthorized, || {
+            panic!("rendered for a 401")
+        }))
+        .unwrap();
+        assert!(r.starts_with("HTTP/1.1 401 "), "{r}");
+        assert!(r.contains("WWW-Authenticate: Bearer\r\n"), "{r}");
+    }
+
+    #[test]
+    fn tokens_are_the_same_only_byte_for_byte() {
+        assert!(same(b"abc", b"abc"));
+        assert!(!same(b"abc", b"abd"));
+        assert!(!same(b"abc", b"ab"));
+        assert!(!same(b"ab", b"abc"));
+        assert!(!same(b"", b"a"));
+        assert!(same(b"", b""));
     }
 }
