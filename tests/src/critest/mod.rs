@@ -71,6 +71,15 @@ pub struct Suite {
     dir: tempfile::TempDir,
 }
 
+/// runsc (gVisor's shim's and ours) mounts a null network namespace in each runsc root, which
+/// nothing unmounts when the suite ends: without this every run left one behind, and its
+/// directory with it.
+impl Drop for Suite {
+    fn drop(&mut self) {
+        crate::inspect::release_runsc_null_netns(self.dir.path());
+    }
+}
+
 impl Suite {
     pub fn start(shim: PathBuf) -> Result<Suite> {
         let registry = registry::Registry::start()
