@@ -167,6 +167,9 @@ fn tighten_one(name: &str, value: &str, pass: &mut Pass<'_>) -> Result<(), Strin
             crate::egress::check_narrowing(&policy_list, &wanted)?;
             pass.tightening.egress = Some(wanted);
         }
+        // The runtime's own summary of what it changed (`annotations::DECISIONS`), in the
+        // hardened spec that an engine's `update` hands back: an output, never a setting.
+        "decisions" => {}
         // No pool key, on purpose: whether sandboxes are booted ahead of time on a node is the
         // operator's choice ([pool] in the policy), never a pod's.
         other => {

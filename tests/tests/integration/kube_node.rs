@@ -808,8 +808,8 @@ const COUNTED: [&str; 3] = [
     "gvh_containers_created_total",
 ];
 
-/// GET `http://addr/metrics` (HTTP/1.0, the body until close), with `token` as the bearer
-/// token when given: the status and the body.
+/// GET /metrics from `addr`, the exporter pod on the node's bridge (HTTP/1.0, the body until
+/// close), with `token` as the bearer token when given: the status and the body.
 fn scrape(addr: std::net::SocketAddr, token: Option<&str>) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;

@@ -163,6 +163,21 @@ fn clamp_resources_applies_policy_and_annotations() {
 }
 
 #[test]
+fn an_update_of_a_hardened_spec_ignores_the_runtimes_own_summary() {
+    // Docker and Podman hand runsc-hardened's `update` the hardened spec's annotations, which
+    // carry what the hardening changed: an output, not an unknown setting to refuse.
+    let mut ann = std::collections::BTreeMap::new();
+    ann.insert(
+        crate::annotations::DECISIONS.to_string(),
+        "gvisor-hardened changed user: set 1; each change is in the create record".to_string(),
+    );
+    let update = json!({"cpu": {"quota": 50000, "period": 100000}});
+    let c =
+        crate::clamp_resources(&update, &Policy::default(), &ann, &AtCreate::default()).unwrap();
+    assert_eq!(c.resources["cpu"]["quota"], json!(50000));
+}
+
+#[test]
 fn an_update_on_systrap_gives_the_pids_limit_the_create_gave() {
     let policy = Policy::default();
     let ctx = crate::harden::types::Context {
