@@ -137,5 +137,5 @@ log "machine load after: $(uptime)"
 if [ "$publish" = 1 ]; then
   stack="${GVH_STACK:-current}"
   cp "$target/agent-bench/agent-$stack.md" "$target/agent-bench/agent-$stack.json" "$HACK_DIR/bench/"
-  log "published hack/bench/agent-$stack.{md,json} (update the README's Performance section)"
+  log "published hack/bench/agent-$stack.{md,json} (update docs/performance.md)"
 fi

@@ -115,5 +115,5 @@ if [ "$publish" = 1 ]; then
   if [ -f "$target/bench-output-limit.md" ]; then
     cp "$target/bench-output-limit.md" "$HACK_DIR/bench/output-limit.md"
   fi
-  log "published to hack/bench/ (update the README's Performance section from summary.md)"
+  log "published to hack/bench/ (update docs/performance.md from summary.md)"
 fi
