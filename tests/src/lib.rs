@@ -38,6 +38,7 @@ pub mod engine_limits;
 pub mod error;
 pub mod events;
 pub mod fault;
+pub mod http_get;
 pub mod ids;
 pub mod image;
 pub mod inspect;

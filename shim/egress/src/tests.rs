@@ -305,19 +305,7 @@ async fn a_chunked_plain_request_is_refused_with_411() {
 async fn stalled_upload(timeouts: Timeouts) -> (World, Fwd, Upstream) {
     let up = Upstream::stall().await;
     let mut w = World::with_timeouts(&policy(&["require_sni = false"]), &up, timeouts).await;
-    let mut f = w.forwarder().await;
-    f.open(1).await;
-    f.data(
-        1,
-        b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n",
-    )
-    .await;
-    let head = f.read_until(1, b"\r\n\r\n").await;
-    assert!(
-        head.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
+    let mut f = connect_tunnel(&mut w).await;
     for _ in 0..4 {
         f.data(1, &[b'u'; 64 * 1024]).await;
     }

@@ -808,28 +808,6 @@ const COUNTED: [&str; 3] = [
     "gvh_containers_created_total",
 ];
 
-/// GET /metrics from `addr`, the exporter pod on the node's bridge (HTTP/1.0, the body until
-/// close), with `token` as the bearer token when given: the status and the body.
-fn scrape(addr: std::net::SocketAddr, token: Option<&str>) -> std::io::Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n")?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    Ok((status, body.to_string()))
-}
-
 /// Scrapes the node's exporter pod (port 9464, the metrics DaemonSet's `metrics` port), found
 /// by its own labels, at its IP on the node's bridge with the Secret's bearer token, as a
 /// Prometheus discovering the pod would (the API server's pod proxy cannot carry the token:
@@ -856,12 +834,14 @@ fn assert_exporter_counts(ctx: &Ctx, overlay: &InstallerOverlay, policy: &str) {
             .output()
             .ok()?;
         let addr = std::net::SocketAddr::new(ip.stdout.trim().parse().ok()?, 9464);
-        let (status, text) = scrape(addr, Some(&overlay.metrics_token)).ok()?;
+        let (status, text) =
+            gvisor_hardened_tests::http_get::get(addr, "/metrics", Some(&overlay.metrics_token))
+                .ok()?;
         last = format!("{status}: {text}");
         if status != 200 {
             return None;
         }
-        let unauthenticated = scrape(addr, None).ok()?;
+        let unauthenticated = gvisor_hardened_tests::http_get::get(addr, "/metrics", None).ok()?;
         assert_eq!(unauthenticated.0, 401, "{}", unauthenticated.1);
         // One pod: its sandbox (pause) and its app container; at least, as the kubelet
         // may have retried a create cut off by the installer's containerd restart.

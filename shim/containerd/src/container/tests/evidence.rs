@@ -35,6 +35,16 @@ fn client_fifo(dir: &Path, name: &str) -> (String, File) {
     (path.display().to_string(), f)
 }
 
+/// Container `c1` created with a stdout fifo under `dir` and started: the client's end.
+async fn running_with_stdout(bed: &Bed, dir: &Path) -> File {
+    let (stdout, client) = client_fifo(dir, "stdout");
+    let mut req = bed.request("c1", &[]);
+    req.stdout = stdout;
+    bed.shim.create(req).await.unwrap();
+    bed.shim.start("c1", "").await.unwrap();
+    client
+}
+
 fn read_n(f: &mut File, n: usize) -> Vec<u8> {
     let mut buf = vec![0; n];
     f.read_exact(&mut buf).unwrap();
@@ -80,11 +90,7 @@ async fn a_busy_sandbox_is_never_stopped_for_idleness() {
 async fn a_sandbox_writing_output_is_never_stopped_for_idleness() {
     let bed = Bed::with_policy(IDLE);
     let dir = tempfile::tempdir().unwrap();
-    let (stdout, mut client) = client_fifo(dir.path(), "stdout");
-    let mut req = bed.request("c1", &[]);
-    req.stdout = stdout;
-    bed.shim.create(req).await.unwrap();
-    bed.shim.start("c1", "").await.unwrap();
+    let mut client = running_with_stdout(&bed, dir.path()).await;
     // A line every 2 s and no CPU to speak of, for three times the idle timeout. Each line is
     // read at the client before time moves on: the shim's copy has counted it by then.
     for _ in 0..45 {
@@ -143,11 +149,7 @@ async fn output_past_the_bound_reaches_the_client_cut_after_one_marker_and_the_e
 {
     let bed = Bed::with_policy("[output]\nmax_bytes = \"1000\"\n");
     let dir = tempfile::tempdir().unwrap();
-    let (stdout, mut client) = client_fifo(dir.path(), "stdout");
-    let mut req = bed.request("c1", &[]);
-    req.stdout = stdout;
-    bed.shim.create(req).await.unwrap();
-    bed.shim.start("c1", "").await.unwrap();
+    let mut client = running_with_stdout(&bed, dir.path()).await;
     let written: Vec<u8> = (0..3000u32).map(|i| b'a' + (i % 26) as u8).collect();
     bed.fake.write_stdout("c1", "", &written);
     bed.fake.exit("c1", exited(0));
@@ -177,12 +179,8 @@ async fn output_past_the_bound_reaches_the_client_cut_after_one_marker_and_the_e
 async fn execs_share_their_containers_output_bound() {
     let bed = Bed::with_policy("[output]\nmax_bytes = \"1000\"\n");
     let dir = tempfile::tempdir().unwrap();
-    let (stdout, mut client) = client_fifo(dir.path(), "stdout");
+    let mut client = running_with_stdout(&bed, dir.path()).await;
     let (exec_stdout, mut exec_client) = client_fifo(dir.path(), "exec-stdout");
-    let mut req = bed.request("c1", &[]);
-    req.stdout = stdout;
-    bed.shim.create(req).await.unwrap();
-    bed.shim.start("c1", "").await.unwrap();
     bed.fake.write_stdout("c1", "", &[b'i'; 600]);
     assert_eq!(read_n(&mut client, 600), [b'i'; 600]);
     let mut exec = exec_request("c1", "e1", 0);
@@ -218,11 +216,7 @@ async fn execs_share_their_containers_output_bound() {
 async fn without_a_bound_or_an_idle_timeout_the_shim_copies_nothing() {
     let bed = Bed::new();
     let dir = tempfile::tempdir().unwrap();
-    let (stdout, mut client) = client_fifo(dir.path(), "stdout");
-    let mut req = bed.request("c1", &[]);
-    req.stdout = stdout;
-    bed.shim.create(req).await.unwrap();
-    bed.shim.start("c1", "").await.unwrap();
+    let mut client = running_with_stdout(&bed, dir.path()).await;
     bed.fake.write_stdout("c1", "", b"direct\n");
     assert_eq!(read_n(&mut client, 7), b"direct\n");
     bed.fake.exit("c1", exited(0));
@@ -367,11 +361,7 @@ async fn a_pods_sandbox_counts_the_output_of_its_containers_as_activity() {
 async fn log_after_a_process_limit_kill(policy: &str) -> String {
     let bed = Bed::with_policy(policy);
     let dir = tempfile::tempdir().unwrap();
-    let (stdout, mut client) = client_fifo(dir.path(), "stdout");
-    let mut req = bed.request("c1", &[]);
-    req.stdout = stdout;
-    bed.shim.create(req).await.unwrap();
-    bed.shim.start("c1", "").await.unwrap();
+    let mut client = running_with_stdout(&bed, dir.path()).await;
     bed.fake.write_stdout("c1", "", b"forking");
     bed.fake.set_cause("c1", ExitCause::ProcessLimit);
     bed.fake.exit("c1", exited(2));
@@ -408,11 +398,7 @@ async fn without_an_output_copy_the_shim_still_says_why_after_the_last_byte() {
 async fn an_exit_of_its_own_adds_nothing_to_the_log() {
     let bed = Bed::with_policy("[output]\nmax_bytes = \"1Mi\"\n");
     let dir = tempfile::tempdir().unwrap();
-    let (stdout, mut client) = client_fifo(dir.path(), "stdout");
-    let mut req = bed.request("c1", &[]);
-    req.stdout = stdout;
-    bed.shim.create(req).await.unwrap();
-    bed.shim.start("c1", "").await.unwrap();
+    let mut client = running_with_stdout(&bed, dir.path()).await;
     bed.fake.write_stdout("c1", "", b"done\n");
     bed.fake.exit("c1", exited(0));
     bed.exit_status("c1").await;
