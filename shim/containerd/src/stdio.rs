@@ -419,7 +419,7 @@ impl Streams {
         // Dropped here either way: the client (and a logger) then sees the end of the stream.
         let sink = self.note_sink.lock().unwrap().take();
         if let (Some(sink), Some(note)) = (sink, note) {
-            if let Err(e) = output_limit::write_note(&sink, &format!("\n{note}\n")) {
+            if let Err(e) = output_limit::write_note_after_unseen_output(&sink, note) {
                 log::warn!("writing why the process ended to its output: {e}");
             }
         }

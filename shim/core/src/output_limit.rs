@@ -568,11 +568,16 @@ fn copy_stream(pair: StreamPair, budget: &OutputBudget, live: &Live) -> Ended {
 /// How long a note waits for room in the client's pipe.
 const NOTE_DEADLINE: Duration = Duration::from_secs(1);
 
+/// The note of [`Interposer::wait_then_note`] for a front end that holds the client's end
+/// without copying (no budget), written once the process's last writer is gone. Nothing saw
+/// whether the last byte ended a line, so the note starts a line of its own.
+pub fn write_note_after_unseen_output(sink: &File, note: &str) -> io::Result<()> {
+    write_note(sink, &format!("\n{note}\n"))
+}
+
 /// One write of a short line, once the client's end has room: a line under `PIPE_BUF` goes into
-/// a pipe or fifo whole, and a client that stopped reading costs at most [`NOTE_DEADLINE`]. For
-/// a front end that holds the client's end without copying (no budget): the note of
-/// [`Interposer::wait_then_note`], written once the process's last writer is gone.
-pub fn write_note(mut sink: &File, line: &str) -> io::Result<()> {
+/// a pipe or fifo whole, and a client that stopped reading costs at most [`NOTE_DEADLINE`].
+fn write_note(mut sink: &File, line: &str) -> io::Result<()> {
     let mut fds = [libc::pollfd {
         fd: sink.as_raw_fd(),
         events: libc::POLLOUT,

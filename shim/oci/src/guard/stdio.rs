@@ -127,7 +127,7 @@ impl Guarded {
         let sink = self.note_sink.take();
         let Some(copy) = self.copy.take() else {
             if let (Some(sink), Some(note)) = (sink, note) {
-                if let Err(e) = output_limit::write_note(&sink, &format!("\n{note}\n")) {
+                if let Err(e) = output_limit::write_note_after_unseen_output(&sink, &note) {
                     log::warn!("{who}: writing why it ended to its log: {e}");
                 }
             }
