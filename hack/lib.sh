@@ -23,6 +23,25 @@ require_root() {
   [ "$(id -u)" = 0 ] || die "run me as root (the sandbox runtime needs it): sudo $0"
 }
 
+# CI builds in a fresh clone once: incremental compilation only writes a second copy of every
+# crate's state that nothing will read again.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
+# The suite needs room: a cold run writes about GVH_MIN_FREE_GIB (the build, the stack's Go
+# builds, images and containerd roots). Checked before anything starts, so a full disk is one
+# clear line instead of a linker's bus error half an hour in.
+GVH_MIN_FREE_GIB="${GVH_MIN_FREE_GIB:-20}"
+
+ensure_disk() {
+  local dir avail_kib
+  for dir in "$REPO_ROOT" /tmp /var; do
+    avail_kib="$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')"
+    if [ "$avail_kib" -lt $((GVH_MIN_FREE_GIB * 1024 * 1024)) ]; then
+      die "only $((avail_kib / 1024)) MiB free under $dir; the test suite needs ${GVH_MIN_FREE_GIB} GiB (set GVH_MIN_FREE_GIB to change)"
+    fi
+  done
+}
+
 # Installs those of the named Debian packages that are missing (`apt-get update` only when
 # something is).
 install_missing() {

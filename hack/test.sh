@@ -5,6 +5,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 require_root
+ensure_disk
 ensure_packages
 ensure_engines
 ensure_rust
