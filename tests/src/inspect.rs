@@ -63,6 +63,60 @@ pub fn is_alive(pid: i32) -> bool {
     }
 }
 
+/// The live children of `parent` whose command name (`/proc/PID/comm`) is `comm`.
+pub fn children_named(parent: i32, comm: &str) -> Vec<i32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // "PID (COMM) STATE PPID ...": the name may hold spaces and parentheses.
+            let Some((head, rest)) = stat.rsplit_once(") ") else {
+                return false;
+            };
+            let name = head.split_once(" (").map(|(_, n)| n);
+            let mut fields = rest.split(' ');
+            let state = fields.next().unwrap_or("Z");
+            let ppid = fields.next().and_then(|p| p.parse::<i32>().ok());
+            name == Some(comm) && ppid == Some(parent) && state != "Z" && state != "X"
+        })
+        .collect();
+    pids.sort();
+    pids
+}
+
+/// The value of `key` in `/proc/PID/status` (e.g. `CapEff`, `Seccomp`), trimmed.
+pub fn status_field(pid: i32, key: &str) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(key)?
+                .strip_prefix(':')
+                .map(|v| v.trim().to_string())
+        })
+}
+
+/// `pid`'s cgroup in the v1 hierarchy of `controller` (its line of `/proc/PID/cgroup`).
+pub fn cgroup_of(pid: i32, controller: &str) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == controller)
+                .then(|| path.to_string())
+        })
+}
+
 /// Number of open file descriptors of `pid` (for descriptor-leak checks), if readable.
 pub fn fd_count(pid: i32) -> Option<usize> {
     fs::read_dir(format!("/proc/{pid}/fd"))

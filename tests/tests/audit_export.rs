@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use gvisor_hardened_core::audit::{
     AuditEvent, AuditLog, AuditRecord, PodRef, PolicyRef, Rotation, Subject,
 };
-use gvisor_hardened_core::egress::audit::{AuditLine, ConnectionRecord, Verdict};
+use gvisor_hardened_core::egress::audit::{AuditLine, ConnectionRecord, LookupSource, Verdict};
 use gvisor_hardened_core::egress::{EgressAudit, EgressEvent, SandboxRef};
 use gvisor_hardened_core::exit::{Exit, ExitCause};
 use gvisor_hardened_tests::audit_tools::{
@@ -143,7 +143,7 @@ fn write_a_run(log: &AuditLog) {
     let others = [
         EgressEvent::Lookup {
             host: "api.example.test".into(),
-            source: "dns",
+            source: LookupSource::Dns,
             answers: vec![
                 "192.0.2.1".parse().unwrap(),   // net-scan: data
                 "2001:db8::1".parse().unwrap(), // net-scan: data
@@ -152,13 +152,13 @@ fn write_a_run(log: &AuditLog) {
         },
         EgressEvent::Lookup {
             host: "pinned.example.test".into(),
-            source: "static",
+            source: LookupSource::Static,
             answers: vec!["192.0.2.9".parse().unwrap()], // net-scan: data
             error: None,
         },
         EgressEvent::Lookup {
             host: "down.example.test".into(),
-            source: "dns",
+            source: LookupSource::Dns,
             answers: vec![],
             error: Some("no addresses".into()),
         },

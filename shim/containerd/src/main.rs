@@ -15,6 +15,10 @@ use gvisor_hardened_core::core_dumps;
 use containerd_shim_protos::protobuf::Message;
 
 fn main() -> ExitCode {
+    // A sandbox's egress proxy process is this binary again (gvisor_hardened_egress::confined).
+    if let Some(code) = gvisor_hardened_core::egress::confined::run_if_proxy_process() {
+        return code;
+    }
     // First: this process will hold credentials and CA keys (core_dumps.rs).
     if let Err(e) = core_dumps::disable() {
         eprintln!("containerd-shim-gvisor-hardened-v1: cannot turn core dumps off: {e}");

@@ -4,10 +4,10 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Who the records are about; fixed for a proxy's life.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxRef {
     pub sandbox_id: String,
     /// The container the forwarder runs in (the pod's sandbox container, or the container).
@@ -17,7 +17,7 @@ pub struct SandboxRef {
 }
 
 /// The outcome of one connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     Allowed,
@@ -29,7 +29,7 @@ pub enum Verdict {
 }
 
 /// One connection through the proxy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectionRecord {
     /// The workload's address inside the sandbox, as the forwarder saw it.
     pub peer: String,
@@ -53,7 +53,7 @@ pub struct ConnectionRecord {
 }
 
 /// An egress event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 /// The `event` names all start with `egress-`, apart from the lifecycle events in the same log.
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum EgressEvent {
@@ -62,8 +62,7 @@ pub enum EgressEvent {
     #[serde(rename = "egress-lookup")]
     Lookup {
         host: String,
-        /// `static` (the policy's hosts table) or `dns`.
-        source: &'static str,
+        source: LookupSource,
         answers: Vec<IpAddr>,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
@@ -91,6 +90,15 @@ pub enum EgressEvent {
         /// The workload sent a header of that name itself; it was dropped.
         replaced_workload_header: bool,
     },
+}
+
+/// Where a lookup's answers came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LookupSource {
+    /// The policy's `hosts` table.
+    Static,
+    Dns,
 }
 
 /// One audit line: who, then what.

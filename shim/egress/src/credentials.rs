@@ -56,7 +56,16 @@ const VALIDITY: time::Duration = time::Duration::days(30);
 /// configurations of this process.
 pub struct SandboxCa {
     key: KeyPair,
+    /// Signs the leaves. In a confined proxy process it is the same name and key re-signed
+    /// there (`from_material`); the certificate the sandbox trusts is `der`.
     cert: rcgen::Certificate,
+    der: CertificateDer<'static>,
+    pem: String,
+    /// What `new` made it from, so a confined proxy process can rebuild the signer.
+    sandbox: String,
+    hosts: Vec<String>,
+    not_before: time::OffsetDateTime,
+    not_after: time::OffsetDateTime,
     /// Per host: the acceptor's configuration with that host's leaf.
     servers: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
 }
@@ -75,8 +84,74 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 impl SandboxCa {
     /// A new CA for `sandbox`, allowed to sign for `hosts` only.
     pub fn new(sandbox: &str, hosts: &[String]) -> Result<SandboxCa, CredentialError> {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)
+            .map_err(|e| CredentialError::Ca(e.to_string()))?;
+        let now = time::OffsetDateTime::now_utc();
+        let (not_before, not_after) = (now - time::Duration::hours(1), now + VALIDITY);
+        let cert = Self::params(sandbox, hosts, not_before, not_after)
+            .self_signed(&key)
+            .map_err(|e| CredentialError::Ca(e.to_string()))?;
+        Ok(SandboxCa {
+            der: cert.der().clone(),
+            pem: cert.pem(),
+            key,
+            cert,
+            sandbox: sandbox.to_string(),
+            hosts: hosts.to_vec(),
+            not_before,
+            not_after,
+            servers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// What a confined proxy process needs to sign this sandbox's leaves: the key, the
+    /// certificate the sandbox trusts, and what the certificate was made from.
+    pub fn material(&self) -> CaMaterial {
+        CaMaterial {
+            key_pem: self.key.serialize_pem(),
+            cert_pem: self.pem.clone(),
+            sandbox: self.sandbox.clone(),
+            hosts: self.hosts.clone(),
+            not_before: self.not_before.unix_timestamp(),
+            not_after: self.not_after.unix_timestamp(),
+        }
+    }
+
+    /// The CA again from its material (in the confined proxy process): the same key and
+    /// name, so leaves signed here chain to the certificate the sandbox trusts, which is the
+    /// one presented.
+    pub fn from_material(m: &CaMaterial) -> Result<SandboxCa, CredentialError> {
         let ca = |e: rcgen::Error| CredentialError::Ca(e.to_string());
-        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(ca)?;
+        let key = KeyPair::from_pem(&m.key_pem).map_err(ca)?;
+        let time = |t: i64| {
+            time::OffsetDateTime::from_unix_timestamp(t)
+                .map_err(|e| CredentialError::Ca(e.to_string()))
+        };
+        let (not_before, not_after) = (time(m.not_before)?, time(m.not_after)?);
+        let cert = Self::params(&m.sandbox, &m.hosts, not_before, not_after)
+            .self_signed(&key)
+            .map_err(ca)?;
+        let der = CertificateDer::from_pem_slice(m.cert_pem.as_bytes())
+            .map_err(|e| CredentialError::Ca(e.to_string()))?;
+        Ok(SandboxCa {
+            key,
+            cert,
+            der,
+            pem: m.cert_pem.clone(),
+            sandbox: m.sandbox.clone(),
+            hosts: m.hosts.clone(),
+            not_before,
+            not_after,
+            servers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn params(
+        sandbox: &str,
+        hosts: &[String],
+        not_before: time::OffsetDateTime,
+        not_after: time::OffsetDateTime,
+    ) -> CertificateParams {
         let mut params = CertificateParams::default();
         params.distinguished_name = rcgen::DistinguishedName::new();
         params.distinguished_name.push(
@@ -93,24 +168,18 @@ impl SandboxCa {
                 .collect(),
             excluded_subtrees: Vec::new(),
         });
-        let now = time::OffsetDateTime::now_utc();
-        params.not_before = now - time::Duration::hours(1);
-        params.not_after = now + VALIDITY;
-        let cert = params.self_signed(&key).map_err(ca)?;
-        Ok(SandboxCa {
-            key,
-            cert,
-            servers: Mutex::new(HashMap::new()),
-        })
+        params.not_before = not_before;
+        params.not_after = not_after;
+        params
     }
 
     /// The CA's certificate (public).
     pub fn cert_pem(&self) -> String {
-        self.cert.pem()
+        self.pem.clone()
     }
 
     pub fn cert_der(&self) -> CertificateDer<'static> {
-        self.cert.der().clone()
+        self.der.clone()
     }
 
     /// The TLS server configuration the proxy presents to the workload for `host`: a leaf for
@@ -148,15 +217,62 @@ impl SandboxCa {
     }
 }
 
+/// A sandbox CA's key and certificate, for the sandbox's confined proxy process only. Its
+/// `Debug` prints no key.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct CaMaterial {
+    key_pem: String,
+    cert_pem: String,
+    sandbox: String,
+    hosts: Vec<String>,
+    not_before: i64,
+    not_after: i64,
+}
+
+impl fmt::Debug for CaMaterial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaMaterial").finish_non_exhaustive()
+    }
+}
+
+impl Drop for CaMaterial {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.key_pem);
+    }
+}
+
+/// The upstream trust anchors' text, read where the file can be read (the shim, as root) for
+/// a proxy that cannot (the confined process); `Err`: why not, said when a request needs it.
+pub fn read_upstream_anchors(ca_file: &str) -> Result<String, String> {
+    std::fs::read_to_string(ca_file).map_err(|e| {
+        CredentialError::UpstreamCa {
+            path: ca_file.to_string(),
+            why: e.to_string(),
+        }
+        .to_string()
+    })
+}
+
 /// The TLS client configuration toward credential hosts' upstreams: their certificates must
 /// chain to the certificates of `ca_file` (the policy's `upstream_ca` or the node's store).
 pub fn upstream_config(ca_file: &str) -> Result<Arc<rustls::ClientConfig>, CredentialError> {
-    let bad = |why: String| CredentialError::UpstreamCa {
+    let text = std::fs::read(ca_file).map_err(|e| CredentialError::UpstreamCa {
         path: ca_file.to_string(),
+        why: e.to_string(),
+    })?;
+    upstream_config_from_pem(ca_file, &text)
+}
+
+/// [`upstream_config`] from the file's text (`name` only for errors).
+pub fn upstream_config_from_pem(
+    name: &str,
+    pem: &[u8],
+) -> Result<Arc<rustls::ClientConfig>, CredentialError> {
+    let bad = |why: String| CredentialError::UpstreamCa {
+        path: name.to_string(),
         why,
     };
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca_file)
-        .map_err(|e| bad(e.to_string()))?
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<_, _>>()
         .map_err(|e| bad(e.to_string()))?;
     let mut roots = rustls::RootCertStore::empty();
@@ -194,6 +310,41 @@ impl Drop for Secret {
     // here (rustls's own buffers are beyond reach).
     fn drop(&mut self) {
         zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
+/// Where a credential's value comes from when a request needs it: its file (in the shim), or
+/// the shim asked over the confined proxy process's channel (the file is root's).
+#[async_trait::async_trait]
+pub trait CredentialValues: Send + Sync + 'static {
+    async fn value(
+        &self,
+        host: &str,
+        port: u16,
+        cred: &CredentialPlan,
+    ) -> Result<Secret, CredentialError>;
+}
+
+/// Reads the value from the credential's file, at each request.
+#[derive(Debug, Default)]
+pub struct FileValues;
+
+#[async_trait::async_trait]
+impl CredentialValues for FileValues {
+    async fn value(
+        &self,
+        host: &str,
+        _port: u16,
+        cred: &CredentialPlan,
+    ) -> Result<Secret, CredentialError> {
+        read_value(host, cred)
+    }
+}
+
+impl Secret {
+    /// A value received whole from the shim (already checked there by [`read_value`]).
+    pub fn received(value: String) -> Secret {
+        Secret(value)
     }
 }
 

@@ -24,6 +24,7 @@
 
 pub mod audit;
 pub mod caps;
+pub mod confined;
 pub mod credentials;
 pub mod guard;
 pub mod http;
@@ -58,6 +59,9 @@ pub struct SandboxEgress {
     pub node_addresses: Vec<std::net::IpAddr>,
     /// Whether the sandbox still runs: a forwarder that ends with it is not a death.
     pub running: SandboxRunning,
+    /// How to confine the proxy process; `None`: the proxy runs in this process (tools and
+    /// tests; both front ends confine it).
+    pub confine: Option<confined::Confinement>,
 }
 
 /// A sandbox that runs while its host process does (a pidfd, so a recycled pid is never
@@ -75,19 +79,30 @@ pub fn start_for_sandbox(
     spawner: Arc<dyn ForwarderSpawner>,
     audit: Arc<dyn EgressAuditSink>,
 ) -> EgressSupervisor {
-    let guard = guard::Guard::new(s.plan.allow_cidrs.clone(), s.node_addresses);
+    let guard = guard::Guard::new(s.plan.allow_cidrs.clone(), s.node_addresses.clone());
     let ca = credentials::sandbox_ca(&s.sandbox.sandbox_id);
-    let proxy = Proxy::new(
+    let confined = s.confine.map(|how| {
+        Arc::new(confined::parent::Confined {
+            how,
+            netns: s.netns.clone(),
+            node_addresses: s.node_addresses,
+            ca: ca.clone(),
+        })
+    });
+    let mut proxy = Proxy::new(
         s.plan,
         guard,
         s.sandbox,
         Arc::new(net::SystemResolver),
         Arc::new(net::NetnsDialer::new(s.netns, Duration::from_secs(10))),
         audit,
-    )
-    .with_credentials(ca);
-    EgressSupervisor::start(
+    );
+    if confined.is_none() {
+        proxy = proxy.with_credentials(ca);
+    }
+    EgressSupervisor::start_with(
         Arc::new(proxy),
+        confined,
         spawner,
         SupervisorOptions::default(),
         s.running,

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 use super::audit::{
-    ConnectionRecord, EgressAudit, EgressAuditSink, EgressEvent, SandboxRef, Verdict,
+    ConnectionRecord, EgressAudit, EgressAuditSink, EgressEvent, LookupSource, SandboxRef, Verdict,
 };
 use super::caps::{ByteRate, CapRefusal, ConnectionCaps};
 use super::guard::Guard;
@@ -142,9 +142,35 @@ impl Proxy {
         self
     }
 
+    /// [`Proxy::with_credentials`] for a confined proxy process: the upstream trust anchors'
+    /// text and the credentials' values are the shim's to read.
+    pub fn with_received_credentials(
+        mut self,
+        ca: Option<Arc<super::credentials::SandboxCa>>,
+        anchors: Result<String, String>,
+        values: Arc<dyn super::credentials::CredentialValues>,
+    ) -> Proxy {
+        if !self.plan.credentials.is_empty() {
+            self.credentials = Some(terminate::Credentials::received(
+                ca, &self.plan, anchors, values,
+            ));
+        }
+        self
+    }
+
+    /// The resolver the proxy asks (the shim answers a confined proxy's lookups with it).
+    pub fn resolver(&self) -> &Arc<dyn Resolver> {
+        &self.resolver
+    }
+
     pub fn with_timeouts(mut self, t: Timeouts) -> Proxy {
         self.timeouts = t;
         self
+    }
+
+    /// Who this proxy's records are about.
+    pub fn sandbox(&self) -> &SandboxRef {
+        &self.sandbox
     }
 
     pub fn plan(&self) -> &EgressPlan {
@@ -454,7 +480,7 @@ impl Proxy {
         if let Some(ip) = self.plan.hosts.get(host) {
             self.emit(EgressEvent::Lookup {
                 host: host.to_string(),
-                source: "static",
+                source: LookupSource::Static,
                 answers: vec![*ip],
                 error: None,
             });
@@ -469,7 +495,7 @@ impl Proxy {
         };
         self.emit(EgressEvent::Lookup {
             host: host.to_string(),
-            source: "dns",
+            source: LookupSource::Dns,
             answers: answer.clone().unwrap_or_default(),
             error: answer.as_ref().err().cloned(),
         });

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use super::supervisor::{ForwarderIo, ForwarderSpawner, Kill};
+use super::supervisor::{ForwarderIo, ForwarderPipes, ForwarderSpawner, Kill};
 use gvisor_hardened_proc::reaper::Reaper;
 
 /// How to reach runsc and which container to exec in.
@@ -106,15 +106,12 @@ impl RunscExec {
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         let sp = reaper.spawn(cmd).map_err(io::Error::other)?;
-        let stdin =
-            tokio::net::unix::pipe::Sender::from_owned_fd(OwnedFd::from(sp.stdin.expect("piped")))?;
-        let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(
-            sp.stdout.expect("piped"),
-        ))?;
         let exit = sp.exit;
         Ok(ForwarderIo {
-            stdin: Box::new(stdin),
-            stdout: Box::new(stdout),
+            pipes: ForwarderPipes::Fds {
+                stdin: OwnedFd::from(sp.stdin.expect("piped")),
+                stdout: OwnedFd::from(sp.stdout.expect("piped")),
+            },
             exited: Box::pin(async move { format!("runsc exec {:?}", exit.await) }),
             kill: self.kill_fn(pid_file),
         })
@@ -159,8 +156,10 @@ impl ForwarderSpawner for RunscExec {
         });
         let kill = self.kill_fn(pid_file);
         Ok(ForwarderIo {
-            stdin: Box::new(stdin),
-            stdout: Box::new(stdout),
+            pipes: ForwarderPipes::Fds {
+                stdin: stdin.into_owned_fd()?,
+                stdout: stdout.into_owned_fd()?,
+            },
             exited,
             kill,
         })

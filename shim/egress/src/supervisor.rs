@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,22 +23,44 @@ use tokio::task::{JoinHandle, JoinSet};
 use super::audit::EgressEvent;
 use super::mux::{Opened, Session, SessionEnd};
 use super::proxy::Proxy;
+use crate::confined::parent::Confined;
 
-type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
-type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
+pub type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
+pub type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// A started forwarder: its stdio, a future that resolves (with a description) when its host
 /// process has exited, and a way to kill it (for the real one: `runsc kill --pid`, since
 /// killing the host `runsc exec` does not stop the process inside).
 pub struct ForwarderIo {
-    pub stdin: BoxWrite,
-    pub stdout: BoxRead,
+    pub pipes: ForwarderPipes,
     pub exited: Pin<Box<dyn Future<Output = String> + Send>>,
     /// Kills the forwarder; resolves once the killing is over (for `runsc kill`, its process
     /// has exited), so no runsc command of ours is in flight when the supervisor stops: one
     /// still running after the front end's `runsc delete` re-creates the container's lock
     /// file in runsc's root (seen: a `..._sandbox:<id>.lock` left behind).
     pub kill: Kill,
+}
+
+/// The forwarder's stdio as the host holds it.
+pub enum ForwarderPipes {
+    /// Streams this process serves itself (test fakes, the in-process proxy).
+    Streams { stdin: BoxWrite, stdout: BoxRead },
+    /// The pipes' descriptors (the real spawner): handed whole to a confined proxy process,
+    /// or made into streams here.
+    Fds { stdin: OwnedFd, stdout: OwnedFd },
+}
+
+impl ForwarderPipes {
+    /// Streams for a session in this process.
+    pub fn into_streams(self) -> io::Result<(BoxWrite, BoxRead)> {
+        match self {
+            ForwarderPipes::Streams { stdin, stdout } => Ok((stdin, stdout)),
+            ForwarderPipes::Fds { stdin, stdout } => Ok((
+                Box::new(tokio::net::unix::pipe::Sender::from_owned_fd(stdin)?),
+                Box::new(tokio::net::unix::pipe::Receiver::from_owned_fd(stdout)?),
+            )),
+        }
+    }
 }
 
 pub type Kill = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
@@ -112,10 +135,23 @@ impl EgressSupervisor {
         opts: SupervisorOptions,
         running: SandboxRunning,
     ) -> EgressSupervisor {
+        Self::start_with(proxy, None, spawner, opts, running)
+    }
+
+    /// Like [`EgressSupervisor::start`], with each forwarder served by a confined proxy
+    /// process instead of `proxy` in this process (`proxy` then only writes the records).
+    pub(crate) fn start_with(
+        proxy: Arc<Proxy>,
+        confined: Option<Arc<Confined>>,
+        spawner: Arc<dyn ForwarderSpawner>,
+        opts: SupervisorOptions,
+        running: SandboxRunning,
+    ) -> EgressSupervisor {
         let (stop, stop_rx) = watch::channel(false);
         let (state_tx, state) = watch::channel(ForwarderState::Starting { attempt: 1 });
         let task = tokio::spawn(supervise(
             proxy.clone(),
+            confined,
             spawner,
             opts,
             running,
@@ -183,13 +219,14 @@ impl Drop for EgressSupervisor {
     }
 }
 
-enum Outcome {
+pub(crate) enum Outcome {
     Stop,
     Died(String),
 }
 
 async fn supervise(
     proxy: Arc<Proxy>,
+    confined: Option<Arc<Confined>>,
     spawner: Arc<dyn ForwarderSpawner>,
     opts: SupervisorOptions,
     running: SandboxRunning,
@@ -206,6 +243,13 @@ async fn supervise(
         let started = Instant::now();
         let outcome = match spawner.spawn().await {
             Err(e) => Outcome::Died(format!("cannot start the forwarder: {e}")),
+            Ok(io) if confined.is_some() => {
+                let confined = confined.as_ref().expect("checked");
+                crate::confined::parent::run_one(
+                    &proxy, confined, io, attempt, &opts, &mut stop, &state,
+                )
+                .await
+            }
             Ok(io) => {
                 run_one(
                     &proxy,
@@ -278,11 +322,17 @@ async fn run_one(
     connections: &mut JoinSet<()>,
 ) -> Outcome {
     let ForwarderIo {
-        stdin,
-        stdout,
+        pipes,
         mut exited,
         kill,
     } = io;
+    let (stdin, stdout) = match pipes.into_streams() {
+        Ok(s) => s,
+        Err(e) => {
+            kill_and_wait(exited, kill, opts.stop_grace).await;
+            return Outcome::Died(format!("the forwarder's pipes: {e}"));
+        }
+    };
     let mut session = Session::new(stdout, stdin);
     let hello = tokio::select! {
         h = tokio::time::timeout(opts.hello_timeout, session.hello()) => match h {
@@ -346,12 +396,16 @@ async fn run_one(
 }
 
 /// Resolves once a stop was requested (the guard of `wait_for` must not live across awaits).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
+pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await.map(|_| ());
 }
 
 /// After stdin closed: give the forwarder a moment to exit on its own, then kill it.
-async fn finish(exited: Pin<Box<dyn Future<Output = String> + Send>>, kill: Kill, grace: Duration) {
+pub(crate) async fn finish(
+    exited: Pin<Box<dyn Future<Output = String> + Send>>,
+    kill: Kill,
+    grace: Duration,
+) {
     let mut exited = exited;
     if tokio::time::timeout(grace, &mut exited).await.is_err() {
         kill_and_wait(exited, kill, grace).await;
@@ -359,7 +413,7 @@ async fn finish(exited: Pin<Box<dyn Future<Output = String> + Send>>, kill: Kill
 }
 
 /// Kills the forwarder and waits, each at most `grace`, for the kill and for its process.
-async fn kill_and_wait(
+pub(crate) async fn kill_and_wait(
     exited: Pin<Box<dyn Future<Output = String> + Send>>,
     kill: Kill,
     grace: Duration,

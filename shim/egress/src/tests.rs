@@ -11,7 +11,7 @@ use std::time::Duration;
 use gvisor_hardened_forwarder::{Frame, INITIAL_WINDOW};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::audit::{EgressEvent, Verdict};
+use super::audit::{EgressEvent, LookupSource, Verdict};
 use super::proxy::Timeouts;
 use super::supervisor::ForwarderState;
 use fakes::*;
@@ -39,8 +39,10 @@ async fn an_allowed_tunnel_carries_bytes_both_ways_and_is_audited() {
     assert_eq!(rec.resolved, Some("203.0.113.10:443".parse().unwrap()));
     assert_eq!(rec.bytes_down, body.len() as u64);
     assert_eq!(w.dialed(), ["203.0.113.10:443".parse().unwrap()]);
-    assert!(w.events().iter().any(|e| matches!(e,
-        EgressEvent::Lookup { host, source: "dns", .. } if host == "api.example.test")));
+    assert!(
+        w.events().iter().any(|e| matches!(e,
+        EgressEvent::Lookup { host, source: LookupSource::Dns, .. } if host == "api.example.test"))
+    );
     w.stop().await;
 }
 
@@ -166,7 +168,7 @@ async fn a_static_hosts_entry_is_used_without_dns_and_still_guarded() {
     assert!(w.events().iter().any(|e| matches!(
         e,
         EgressEvent::Lookup {
-            source: "static",
+            source: LookupSource::Static,
             ..
         }
     )));

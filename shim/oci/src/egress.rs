@@ -100,6 +100,24 @@ pub(super) fn start(
             return None;
         }
     };
+    let confine = match runtime.egress_confinement(sandbox_process.as_ref().map(|p| p.pid())) {
+        Ok(c) => c,
+        Err(reason) => {
+            // No proxy outside its confinement: nothing listens inside.
+            record.log.warn(&format!(
+                "container {}: egress proxy not confined ({reason}); connections are refused",
+                record.id
+            ));
+            sink.record(EgressAudit {
+                sandbox,
+                event: EgressEvent::ForwarderDied {
+                    reason: format!("egress not set up: {reason}"),
+                    attempt: 1,
+                },
+            });
+            return None;
+        }
+    };
     let spawner = runtime.forwarder(&record.id, &dir, plan.forwarder_process());
     Some(egress::start_for_sandbox(
         SandboxEgress {
@@ -108,6 +126,7 @@ pub(super) fn start(
             netns: record.network_namespace.clone(),
             node_addresses,
             running: egress::running_while(sandbox_process),
+            confine,
         },
         spawner,
         // Written before `start` returns when egress is not set up (above); from here on by a

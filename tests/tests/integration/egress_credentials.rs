@@ -26,7 +26,7 @@ use gvisor_hardened_core::egress::audit::{EgressEvent, MemorySink, SandboxRef, V
 use gvisor_hardened_core::egress::credentials::{write_bundle, SandboxCa};
 use gvisor_hardened_core::egress::guard::Guard;
 use gvisor_hardened_core::egress::net::{NetnsDialer, SystemResolver};
-use gvisor_hardened_core::egress::supervisor::{ForwarderIo, ForwarderSpawner};
+use gvisor_hardened_core::egress::supervisor::{ForwarderIo, ForwarderPipes, ForwarderSpawner};
 use gvisor_hardened_core::egress::{EgressSupervisor, Proxy, SupervisorOptions};
 use gvisor_hardened_tests::audit_tools::validate_against_schema;
 use gvisor_hardened_tests::cri::{container_config, CriContainerd, CriOptions, HARDENED_HANDLER};
@@ -89,8 +89,10 @@ impl ForwarderSpawner for HostForwarder {
         let stdout = child.stdout.take().unwrap();
         let pid = child.id().unwrap() as i32;
         Ok(ForwarderIo {
-            stdin: Box::new(stdin),
-            stdout: Box::new(stdout),
+            pipes: ForwarderPipes::Streams {
+                stdin: Box::new(stdin),
+                stdout: Box::new(stdout),
+            },
             exited: Box::pin(async move { format!("{:?}", child.wait().await) }),
             kill: Box::new(move || {
                 // SAFETY: plain kill(2) on our own child's pid.

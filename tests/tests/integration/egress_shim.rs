@@ -10,6 +10,7 @@ use gvisor_hardened_tests::egress::{
     UpstreamNetns,
 };
 use gvisor_hardened_tests::fault::TestPolicy;
+use gvisor_hardened_tests::inspect;
 use gvisor_hardened_tests::poll::poll_until;
 use gvisor_hardened_tests::*;
 use std::time::Duration;
@@ -279,20 +280,41 @@ impl Detached {
         }
     }
 
-    fn fds(&self) -> usize {
-        gvisor_hardened_tests::inspect::fd_count(self.shim).unwrap()
+    /// The sandbox's proxy process (the shim's child named `gvh-egress`), once there is one.
+    fn proxy(&self) -> i32 {
+        poll_until("the proxy process", Duration::from_secs(30), || {
+            inspect::children_named(self.shim, "gvh-egress")
+                .first()
+                .copied()
+        })
+        .unwrap()
     }
 
-    /// The shim's resident anonymous memory (heap, stacks): where connection buffers live.
-    /// Its code is file-backed and comes and goes with use (the shim drops its code mappings
-    /// after Start, `shim/core/src/text_pages.rs`), so total RSS would count code as a leak.
+    /// The host side of egress: the shim and its proxy process, where connections live.
+    fn host_side(&self) -> Vec<i32> {
+        let mut pids = vec![self.shim];
+        pids.extend(inspect::children_named(self.shim, "gvh-egress"));
+        pids
+    }
+
+    /// Descriptors held by the shim and its proxy process.
+    fn fds(&self) -> usize {
+        self.host_side()
+            .into_iter()
+            .filter_map(inspect::fd_count)
+            .sum()
+    }
+
+    /// Resident anonymous memory (heap, stacks: where connection buffers live) of the shim and
+    /// its proxy process. Code is file-backed and comes and goes with use (the shim drops its
+    /// code mappings after Start, `shim/core/src/text_pages.rs`), so total RSS would count code
+    /// as a leak.
     fn anon_kib(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.shim))
-            .unwrap()
-            .lines()
-            .find_map(|l| l.strip_prefix("RssAnon:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
+        self.host_side()
+            .into_iter()
+            .filter_map(|pid| inspect::status_field(pid, "RssAnon"))
+            .filter_map(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok())
+            .sum()
     }
 
     /// Runs `script` with `sh -c` as an exec in the sandbox.
@@ -543,4 +565,146 @@ fn egress_needs_only_the_shim_which_writes_its_own_forwarder_to_the_default_path
         std::fs::metadata(default).unwrap().permissions().mode() & 0o7777,
         0o755
     );
+}
+
+/// The proxy that parses what the sandbox sends is not the shim: a process of its own, child of
+/// the shim, that runs as a uid of its own (not root), with every capability set empty,
+/// `no_new_privs`, a seccomp filter, and in the sandbox's cgroups (its memory and tasks are
+/// the pod's). Read from /proc while the sandbox runs; the shim itself stays root, and egress
+/// works through the confined process.
+#[test]
+fn the_proxy_runs_apart_from_the_shim_without_root_or_capabilities_under_seccomp_in_the_sandboxs_cgroups(
+) {
+    let mut ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    ns.serve(&inside, 8080, &[("hello.txt", BODY.as_bytes())])
+        .unwrap();
+    let s = Detached::start("egress-confined", "upstream.example.test", &ns, "");
+    let proxy = s.proxy();
+    let field = |pid: i32, key: &str| inspect::status_field(pid, key).unwrap();
+    // Control: the shim is root with capabilities, so the reads below can tell.
+    assert!(
+        field(s.shim, "Uid").starts_with("0\t"),
+        "{}",
+        field(s.shim, "Uid")
+    );
+    assert_ne!(field(s.shim, "CapEff"), "0000000000000000");
+    let uid = field(proxy, "Uid");
+    let ids: Vec<&str> = uid.split_whitespace().collect();
+    assert_eq!(ids.len(), 4, "{uid}");
+    assert!(ids.iter().all(|u| *u == ids[0] && *u != "0"), "Uid: {uid}");
+    let gid = field(proxy, "Gid");
+    assert!(gid.split_whitespace().all(|g| g == ids[0]), "Gid: {gid}");
+    assert_eq!(field(proxy, "Groups"), "");
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(field(proxy, set), "0000000000000000", "{set}");
+    }
+    assert_eq!(field(proxy, "NoNewPrivs"), "1");
+    assert_eq!(field(proxy, "Seccomp"), "2", "filter mode");
+    // In the cgroups of the sandbox's own process (runsc's sandbox).
+    let sandbox = gvisor_hardened_tests::fault::sandbox_pid(&s.c, &s.id).unwrap();
+    for controller in ["memory", "pids", "cpu"] {
+        let theirs = inspect::cgroup_of(sandbox, controller).unwrap();
+        assert!(theirs.contains(&s.id), "{controller}: {theirs}");
+        assert_eq!(
+            inspect::cgroup_of(proxy, controller).unwrap(),
+            theirs,
+            "{controller}"
+        );
+    }
+    // And egress works through it.
+    let out = s.exec("wget -q -O - http://upstream.example.test:8080/hello.txt");
+    assert!(out.stdout.ends_with(BODY), "{out}");
+    s.finish();
+}
+
+/// A proxy process killed with connections open is contained: the shim carries on, every open
+/// connection still gets its record (the shim writes those the process could not), the death
+/// is recorded with its cause, a new process serves within the supervisor's backoff, and the
+/// workload's next connection goes through.
+#[test]
+fn a_proxy_process_killed_with_connections_open_is_recorded_restarted_and_the_trail_stays_whole() {
+    const N: usize = 3;
+    let mut ns = UpstreamNetns::create().unwrap();
+    let inside = ns.inside_addr();
+    ns.serve_stalled(&inside, 8080).unwrap();
+    let s = Detached::start("egress-killed", "stalled.example.test", &ns, "");
+    let first = s.proxy();
+    // N tunnels held open through the proxy (the upstream accepts and never answers).
+    let mut hold = s.c.exec(
+        &s.id,
+        &[],
+        [
+            "sh",
+            "-c",
+            &format!(
+                "exec sandbox-probe http-hold \"$https_proxy\" stalled.example.test 8080 {N} 120"
+            ),
+        ],
+    );
+    hold.command_mut()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut hold = hold.spawn().unwrap();
+    let mut held = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(hold.stdout.as_mut().unwrap()),
+        &mut held,
+    )
+    .unwrap();
+    assert!(held.starts_with("ok"), "{held}");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &first.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // The client only; what it ran inside ends with the sandbox.
+    let _ = hold.kill();
+    let _ = hold.wait();
+    let died = poll_until("the death's record", Duration::from_secs(30), || {
+        s.policy
+            .audit_lines()
+            .into_iter()
+            .find(|l| l["event"] == "egress-forwarder-died" && l["container_id"] == s.id.as_str())
+    })
+    .unwrap();
+    let reason = died["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("egress proxy process") && reason.contains("signal: 9"),
+        "{died}"
+    );
+    // Every tunnel that was open has its record, written by the shim for the dead process.
+    let records = s.records(N, Duration::from_secs(15));
+    for r in &records.0 {
+        assert_eq!(r["verdict"], "cut", "{r}");
+        assert!(
+            r["reason"]
+                .as_str()
+                .unwrap()
+                .contains("egress proxy process"),
+            "{r}"
+        );
+    }
+    // A new process, and egress back through it.
+    let second = poll_until("a new proxy process", Duration::from_secs(30), || {
+        inspect::children_named(s.shim, "gvh-egress")
+            .into_iter()
+            .find(|&p| p != first)
+    })
+    .unwrap();
+    assert!(!inspect::is_alive(first));
+    poll_until("the forwarder ready again", Duration::from_secs(30), || {
+        s.policy
+            .audit_lines()
+            .into_iter()
+            .any(|l| l["event"] == "egress-forwarder-ready" && l["attempt"] == 2)
+            .then_some(())
+    })
+    .unwrap();
+    let out =
+        s.exec("exec sandbox-probe http-send-close \"$https_proxy\" stalled.example.test 8080 1");
+    assert!(out.stdout.starts_with("ok"), "{out}");
+    assert_eq!(s.proxy(), second);
+    assert!(inspect::is_alive(s.shim));
+    s.finish();
 }

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use gvisor_hardened_core::egress::audit::{MemorySink, SandboxRef, Verdict};
 use gvisor_hardened_core::egress::guard::Guard;
 use gvisor_hardened_core::egress::net::{NetnsDialer, SystemResolver};
-use gvisor_hardened_core::egress::supervisor::{ForwarderIo, ForwarderSpawner};
+use gvisor_hardened_core::egress::supervisor::{ForwarderIo, ForwarderPipes, ForwarderSpawner};
 use gvisor_hardened_core::egress::{EgressSupervisor, Proxy, SupervisorOptions};
 use gvisor_hardened_tests::egress::forwarder_binary;
 use gvisor_hardened_tests::poll_until;
@@ -47,8 +47,10 @@ impl ForwarderSpawner for HostForwarder {
         let stdout = child.stdout.take().unwrap();
         let pid = child.id().unwrap() as i32;
         Ok(ForwarderIo {
-            stdin: Box::new(stdin),
-            stdout: Box::new(stdout),
+            pipes: ForwarderPipes::Streams {
+                stdin: Box::new(stdin),
+                stdout: Box::new(stdout),
+            },
             exited: Box::pin(async move { format!("{:?}", child.wait().await) }),
             kill: Box::new(move || {
                 // SAFETY: plain kill(2) on our own child's pid.

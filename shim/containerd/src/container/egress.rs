@@ -15,7 +15,9 @@ use std::time::Duration;
 use super::Container;
 use gvisor_hardened_core::audit::Trail;
 use gvisor_hardened_core::egress::audit::AuditLine;
-use gvisor_hardened_core::egress::{self, EgressAudit, EgressAuditSink, SandboxEgress, SandboxRef};
+use gvisor_hardened_core::egress::{
+    self, EgressAudit, EgressAuditSink, EgressEvent, SandboxEgress, SandboxRef,
+};
 
 /// How long Start waits for the forwarder to listen.
 const FORWARDER_READY: Duration = Duration::from_secs(10);
@@ -68,19 +70,41 @@ impl Container {
             );
             return;
         }
+        let sandbox = SandboxRef {
+            sandbox_id: self.id.clone(),
+            container_id: self.id.clone(),
+            // As an agent sees it in a refusal: the policy file's name (the installer names
+            // them after their RuntimeClass), or `default`.
+            policy: self.policy.source.name(),
+        };
+        let sink = egress::audit::queued(TrailSink(self.audit.clone()));
+        let sandbox_pid = self.sandbox_process.get().map(|p| p.pid());
+        let confine = match self.runtime.egress_confinement(sandbox_pid) {
+            Ok(c) => c,
+            Err(reason) => {
+                // No proxy outside its confinement: nothing listens inside, and the trail
+                // says why.
+                log::error!(
+                    "container {}: egress proxy: {reason}; egress stays closed",
+                    self.id
+                );
+                sink.record(EgressAudit {
+                    sandbox,
+                    event: EgressEvent::ForwarderDied {
+                        reason: format!("egress not set up: {reason}"),
+                        attempt: 1,
+                    },
+                });
+                return;
+            }
+        };
         let spawner = self
             .runtime
             .forwarder(self.runsc_id(), &state_dir, plan.forwarder_process());
         let supervisor = egress::start_for_sandbox(
             SandboxEgress {
                 plan,
-                sandbox: SandboxRef {
-                    sandbox_id: self.id.clone(),
-                    container_id: self.id.clone(),
-                    // As an agent sees it in a refusal: the policy file's name (the
-                    // installer names them after their RuntimeClass), or `default`.
-                    policy: self.policy.source.name(),
-                },
+                sandbox,
                 netns: self.network_namespace.clone(),
                 node_addresses,
                 running: {
@@ -92,9 +116,10 @@ impl Container {
                             .is_some_and(|c| !c.init_ended.is_cancelled() && sandbox())
                     })
                 },
+                confine,
             },
             spawner,
-            egress::audit::queued(TrailSink(self.audit.clone())),
+            sink,
         );
         // Held while waiting: a delete meanwhile stops what this started, after it.
         let mut slot = self.egress.lock().await;

@@ -329,8 +329,10 @@ impl crate::egress::ForwarderSpawner for FakeForwarder {
             let _ = exited_tx.send("exited 0".into());
         });
         Ok(crate::egress::supervisor::ForwarderIo {
-            stdin: Box::new(host_w),
-            stdout: Box::new(host_r),
+            pipes: crate::egress::supervisor::ForwarderPipes::Streams {
+                stdin: Box::new(host_w),
+                stdout: Box::new(host_r),
+            },
             exited: Box::pin(async move { exited.await.unwrap_or_else(|_| "gone".into()) }),
             kill: Box::new(|| Box::pin(async {})),
         })

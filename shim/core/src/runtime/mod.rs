@@ -99,6 +99,16 @@ pub trait SandboxRuntime: Send + Sync {
     fn host_process(&self, _pid: u32) -> Option<Arc<crate::sandbox::host_process::HostProcess>> {
         None
     }
+    /// How the egress proxy of the sandbox whose host process is `sandbox_pid` is confined:
+    /// the real runtime serves it from a process of its own in the sandbox's cgroups
+    /// (`egress::confined`); `None` (the fake world, whose forwarders have no pipes to hand
+    /// over) serves it in this process. `Err`: it cannot be confined, and egress stays closed.
+    fn egress_confinement(
+        &self,
+        _sandbox_pid: Option<i32>,
+    ) -> Result<Option<crate::egress::confined::Confinement>, String> {
+        Ok(None)
+    }
     /// Starts the egress forwarder inside container `id` (started: runsc refuses an exec before)
     /// with `process` (its OCI process), keeping its files in `state_dir`.
     fn forwarder(

@@ -446,6 +446,33 @@ impl SandboxRuntime for RunscRuntime {
     ) -> Arc<dyn crate::egress::ForwarderSpawner> {
         forwarder_spawner(&self.client, &self.reaper, id, state_dir, process)
     }
+
+    fn egress_confinement(
+        &self,
+        sandbox_pid: Option<i32>,
+    ) -> Result<Option<crate::egress::confined::Confinement>, String> {
+        egress_confinement(&self.reaper, sandbox_pid).map(Some)
+    }
+}
+
+/// The confinement of a real sandbox's proxy process: this binary again, in the cgroups of the
+/// sandbox's host process.
+pub fn egress_confinement(
+    reaper: &Reaper,
+    sandbox_pid: Option<i32>,
+) -> Result<crate::egress::confined::Confinement, String> {
+    let pid = sandbox_pid.ok_or("the sandbox's host process is not known")?;
+    let cgroup = crate::cgroup::SandboxCgroup::of_pid(pid)
+        .map_err(|e| format!("the sandbox's cgroups: {e}"))?;
+    Ok(crate::egress::confined::Confinement {
+        exe: PathBuf::from("/proc/self/exe"),
+        cgroup_procs: cgroup
+            .dirs()
+            .into_iter()
+            .map(|d| d.join("cgroup.procs"))
+            .collect(),
+        reaper: Some(Arc::new(reaper.clone())),
+    })
 }
 
 /// The `runsc exec` spawner of a sandbox's egress forwarder, run through `reaper` (the only

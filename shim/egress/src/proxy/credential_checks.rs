@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use policy_injector::egress::path_problem;
 
 use super::{Proxy, Stop};
-use crate::audit::EgressEvent;
+use crate::audit::{EgressEvent, LookupSource};
 use crate::guard::embedded_v4s;
 
 /// Headers a framework or a proxy in front of the upstream may take as the request's method.
@@ -197,7 +197,7 @@ impl Proxy {
                     };
                     self.emit(EgressEvent::Lookup {
                         host: host.clone(),
-                        source: "dns",
+                        source: LookupSource::Dns,
                         answers: answer.clone().unwrap_or_default(),
                         error: answer.as_ref().err().cloned(),
                     });

@@ -22,7 +22,9 @@ use super::{
     credential_checks, gone, stalled, Inbound, MuxStream, Proxy, Record, Stop, Verdict, ANSWERED,
 };
 use crate::audit::EgressEvent;
-use crate::credentials::{read_value, upstream_config, SandboxCa};
+use crate::credentials::{
+    upstream_config, upstream_config_from_pem, CredentialValues, FileValues, SandboxCa,
+};
 use crate::http::{self, MAX_HEAD};
 
 /// What the proxy needs for its credential hosts.
@@ -30,13 +32,34 @@ pub(super) struct Credentials {
     ca: Option<Arc<SandboxCa>>,
     /// The upstream TLS configuration, or why there is none (said to the workload, audited).
     upstream: Result<Arc<rustls::ClientConfig>, String>,
+    values: Arc<dyn CredentialValues>,
 }
 
 impl Credentials {
+    /// In the process that can read the files itself.
     pub(super) fn new(ca: Option<Arc<SandboxCa>>, plan: &EgressPlan) -> Credentials {
         Credentials {
             ca,
             upstream: upstream_config(plan.upstream_ca_file()).map_err(|e| e.to_string()),
+            values: Arc::new(FileValues),
+        }
+    }
+
+    /// In a confined proxy process: the trust anchors' text and the values come from the shim.
+    pub(super) fn received(
+        ca: Option<Arc<SandboxCa>>,
+        plan: &EgressPlan,
+        anchors: Result<String, String>,
+        values: Arc<dyn CredentialValues>,
+    ) -> Credentials {
+        let upstream = anchors.and_then(|text| {
+            upstream_config_from_pem(plan.upstream_ca_file(), text.as_bytes())
+                .map_err(|e| e.to_string())
+        });
+        Credentials {
+            ca,
+            upstream,
+            values,
         }
     }
 }
@@ -332,7 +355,12 @@ impl Proxy {
             }
             None => unreachable!("terminate runs only with credentials"),
         };
-        let value = match read_value(host, cred) {
+        let values = self
+            .credentials
+            .as_ref()
+            .map(|c| c.values.clone())
+            .expect("terminate runs only with credentials");
+        let value = match values.value(host, port, cred).await {
             Ok(v) => v,
             Err(e) => {
                 return self

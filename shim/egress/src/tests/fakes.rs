@@ -19,7 +19,9 @@ use crate::audit::{ConnectionRecord, EgressEvent, MemorySink, SandboxRef};
 use crate::guard::Guard;
 use crate::net::{Dialer, Resolver};
 use crate::proxy::{Proxy, Timeouts};
-use crate::supervisor::{EgressSupervisor, ForwarderIo, ForwarderSpawner, SupervisorOptions};
+use crate::supervisor::{
+    EgressSupervisor, ForwarderIo, ForwarderPipes, ForwarderSpawner, SupervisorOptions,
+};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -141,8 +143,10 @@ impl ForwarderSpawner for FakeSpawner {
         let done = self.kills_done.clone();
         let killing = killed.clone();
         Ok(ForwarderIo {
-            stdin: Box::new(host_w),
-            stdout: Box::new(host_r),
+            pipes: ForwarderPipes::Streams {
+                stdin: Box::new(host_w),
+                stdout: Box::new(host_r),
+            },
             exited: Box::pin(async move {
                 tokio::select! {
                     why = exited => why.unwrap_or_else(|_| "dropped".into()),
