@@ -547,3 +547,92 @@ mod tests {
         assert_eq!(out.matches("[network.egress]").count(), 1, "{out}");
     }
 }
+
+/// A sandbox's proxy process as seen from /proc: who it runs as and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxySeen {
+    pub pid: i32,
+    pub uid: String,
+    pub cap_eff: String,
+    pub cap_bnd: String,
+    pub no_new_privs: String,
+    pub seccomp: String,
+    /// Its memory cgroup (v1).
+    pub memory_cgroup: String,
+}
+
+impl ProxySeen {
+    /// Whether it runs as it must: a uid other than root's (all four the same), no
+    /// capabilities, no_new_privs, seccomp filter mode.
+    pub fn is_confined(&self) -> bool {
+        let ids: Vec<&str> = self.uid.split_whitespace().collect();
+        ids.len() == 4
+            && ids.iter().all(|u| *u == ids[0] && *u != "0")
+            && self.cap_eff == "0000000000000000"
+            && self.cap_bnd == "0000000000000000"
+            && self.no_new_privs == "1"
+            && self.seccomp == "2"
+    }
+}
+
+/// Every process named `gvh-egress` on the host now.
+pub fn proxies_now() -> Vec<ProxySeen> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "gvh-egress")
+        })
+        .filter_map(|pid| {
+            let field = |k: &str| crate::inspect::status_field(pid, k);
+            Some(ProxySeen {
+                pid,
+                uid: field("Uid")?,
+                cap_eff: field("CapEff")?,
+                cap_bnd: field("CapBnd")?,
+                no_new_privs: field("NoNewPrivs")?,
+                seccomp: field("Seccomp")?,
+                memory_cgroup: crate::inspect::cgroup_of(pid, "memory")?,
+            })
+        })
+        .collect()
+}
+
+/// Watches for proxy processes while a one-shot container runs (`docker run --rm`, whose id
+/// is known only once it returns): every distinct one seen, until [`ProxyWatch::stop`].
+pub struct ProxyWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<ProxySeen>>,
+}
+
+impl ProxyWatch {
+    pub fn start() -> ProxyWatch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut seen: Vec<ProxySeen> = Vec::new();
+            while !stopping.load(std::sync::atomic::Ordering::Acquire) {
+                for p in proxies_now() {
+                    if !seen.contains(&p) {
+                        seen.push(p);
+                    }
+                }
+                // A sampling period, not a wait for something: the container's life is seconds.
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            seen
+        });
+        ProxyWatch { stop, thread }
+    }
+
+    /// Those seen whose memory cgroup names `id`.
+    pub fn stop(self, id: &str) -> Vec<ProxySeen> {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let seen = self.thread.join().expect("the watch thread");
+        seen.into_iter()
+            .filter(|p| p.memory_cgroup.contains(id))
+            .collect()
+    }
+}

@@ -266,6 +266,14 @@ forwarder = "{fwd}"
     fn sandbox_memory(&self) -> Mem {
         sum(descendants(self.shim))
     }
+
+    /// The sandbox's proxy process (the shim's child `gvh-egress`, one per sandbox).
+    fn proxy_memory(&self) -> Mem {
+        sum(gvisor_hardened_tests::inspect::children_named(
+            self.shim,
+            "gvh-egress",
+        ))
+    }
 }
 
 fn sum(pids: Vec<i32>) -> Mem {
@@ -291,6 +299,7 @@ fn settle(read: impl Fn() -> Mem) -> Mem {
 pub struct TunnelLevel {
     pub tunnels: usize,
     pub ours_shim: Mem,
+    pub ours_proxy: Mem,
     pub ours_sandbox: Mem,
     pub recipe_host: Mem,
     pub recipe_sandbox: Mem,
@@ -304,6 +313,9 @@ pub struct EgressResults {
     pub shim_egress_off: Mem,
     pub shim_egress_on_fresh: Mem,
     pub shim_egress_on_after: Mem,
+    /// The proxy process, idle before any traffic and after the rounds.
+    pub proxy_fresh: Mem,
+    pub proxy_after: Mem,
     pub tunnels: Vec<TunnelLevel>,
     pub audited: BTreeMap<String, usize>,
     /// [`Ours::proxy_ms`] after the rounds (warm-up included).
@@ -331,6 +343,7 @@ pub fn measure(b: &Bench, o: &Options) -> BenchResult<EgressResults> {
     let recipe = Recipe::start(&upstream)?;
     let shim_egress_off = settle(|| mem_of(off_shim).unwrap_or_default());
     let shim_egress_on_fresh = settle(|| mem_of(ours.shim).unwrap_or_default());
+    let proxy_fresh = settle(|| ours.proxy_memory());
     b.remove(&off_id, Some(off_shim))?;
 
     let run = |way: Way, kind: Kind| -> BenchResult<Vec<f64>> {
@@ -371,6 +384,7 @@ pub fn measure(b: &Bench, o: &Options) -> BenchResult<EgressResults> {
     eprintln!();
     let load_after = loadavg();
     let shim_egress_on_after = settle(|| mem_of(ours.shim).unwrap_or_default());
+    let proxy_after = settle(|| ours.proxy_memory());
     let proxy_small_ms = ours.proxy_ms();
 
     let mut tunnels = Vec::new();
@@ -391,6 +405,7 @@ pub fn measure(b: &Bench, o: &Options) -> BenchResult<EgressResults> {
         };
         let mut held = hold(&|s| ours.exec_held(s))?;
         let ours_shim = settle(|| mem_of(ours.shim).unwrap_or_default());
+        let ours_proxy = settle(|| ours.proxy_memory());
         let ours_sandbox = settle(|| ours.sandbox_memory());
         held.finish()?;
         let mut held = hold(&|s| recipe.exec_held(s))?;
@@ -400,6 +415,7 @@ pub fn measure(b: &Bench, o: &Options) -> BenchResult<EgressResults> {
         tunnels.push(TunnelLevel {
             tunnels: n,
             ours_shim,
+            ours_proxy,
             ours_sandbox,
             recipe_host,
             recipe_sandbox,
@@ -415,6 +431,8 @@ pub fn measure(b: &Bench, o: &Options) -> BenchResult<EgressResults> {
         shim_egress_off,
         shim_egress_on_fresh,
         shim_egress_on_after,
+        proxy_fresh,
+        proxy_after,
         tunnels,
         audited,
         proxy_small_ms,

@@ -147,25 +147,33 @@ impl EgressResults {
             m(self.shim_egress_on_fresh),
             m(self.shim_egress_on_after)
         );
+        let _ = writeln!(
+            o,
+            "The sandbox's proxy process (its own, confined; code pages shared with the shim's binary), PSS / private MiB: \
+             idle before any traffic {}; after the rounds {}.\n",
+            m(self.proxy_fresh),
+            m(self.proxy_after)
+        );
         if self.tunnels.is_empty() {
             return;
         }
         let _ = writeln!(
             o,
-            "Idle tunnels held open (CONNECT + ClientHello, upstream reached), PSS / private MiB. Ours: the shim (proxy) and \
-             everything below it (runsc sandbox, gofer, the forwarder's `runsc exec`); recipe: tinyproxy and the host socat \
+            "Idle tunnels held open (CONNECT + ClientHello, upstream reached), PSS / private MiB. Ours: the shim, its proxy \
+             process, and everything below the shim (the proxy process, runsc sandbox, gofer, the forwarder's `runsc exec`); recipe: tinyproxy and the host socat \
              with its children, and runsc's processes. Both sandbox columns include the holding client's `runsc exec`.\n"
         );
         let _ = writeln!(
             o,
-            "| tunnels | ours: shim | ours: sandbox | recipe: tinyproxy + socat | recipe: sandbox |\n|---:|---:|---:|---:|---:|"
+            "| tunnels | ours: shim | ours: proxy process | ours: sandbox | recipe: tinyproxy + socat | recipe: sandbox |\n|---:|---:|---:|---:|---:|---:|"
         );
         for l in &self.tunnels {
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} |",
                 l.tunnels,
                 m(l.ours_shim),
+                m(l.ours_proxy),
                 m(l.ours_sandbox),
                 m(l.recipe_host),
                 m(l.recipe_sandbox)
@@ -183,10 +191,11 @@ impl EgressResults {
                 };
                 let _ = writeln!(
                     o,
-                    "| per tunnel, KiB ({} -> {}) | {} | {} | {} | {} |",
+                    "| per tunnel, KiB ({} -> {}) | {} | {} | {} | {} | {} |",
                     a.tunnels,
                     z.tunnels,
                     per(z.ours_shim, a.ours_shim),
+                    per(z.ours_proxy, a.ours_proxy),
                     per(z.ours_sandbox, a.ours_sandbox),
                     per(z.recipe_host, a.recipe_host),
                     per(z.recipe_sandbox, a.recipe_sandbox)
@@ -232,9 +241,14 @@ impl EgressResults {
                 "egress_on_fresh": self.shim_egress_on_fresh.to_json(),
                 "egress_on_after_rounds": self.shim_egress_on_after.to_json(),
             },
+            "proxy_process_memory_kib": {
+                "idle_before_traffic": self.proxy_fresh.to_json(),
+                "after_rounds": self.proxy_after.to_json(),
+            },
             "idle_tunnels": self.tunnels.iter().map(|l| json!({
                 "tunnels": l.tunnels,
                 "ours_shim_kib": l.ours_shim.to_json(),
+                "ours_proxy_kib": l.ours_proxy.to_json(),
                 "ours_sandbox_kib": l.ours_sandbox.to_json(),
                 "recipe_host_kib": l.recipe_host.to_json(),
                 "recipe_sandbox_kib": l.recipe_sandbox.to_json(),

@@ -577,6 +577,11 @@ fn attacks_on_the_credentials_rules_are_refused_and_the_allowed_request_still_ge
             "\nHTTP/1.1 403 egress denied: header X-HTTP-Method-Override is refused with the credential for api.example.test",
         ),
         (
+            "form method field",
+            vec!["-X", "POST", "-d", "model=x&_method=DELETE"],
+            "\nHTTP/1.1 403 egress denied: form field _method is refused with the credential for api.example.test",
+        ),
+        (
             "URL rewrite",
             vec!["-H", "X-Original-URL: /admin/keys"],
             "\nHTTP/1.1 403 egress denied: header X-Original-URL is refused with the credential for api.example.test",
@@ -589,7 +594,7 @@ fn attacks_on_the_credentials_rules_are_refused_and_the_allowed_request_still_ge
     ] {
         let target = if what == "..; path" {
             url("/v1/models/..;/admin/keys")
-        } else if what == "method override" {
+        } else if what == "method override" || what == "form method field" {
             url("/v1/messages")
         } else {
             url("/v1/models")
@@ -651,7 +656,7 @@ fn attacks_on_the_credentials_rules_are_refused_and_the_allowed_request_still_ge
             .iter()
             .filter(|(v, r)| *v == Verdict::Denied && r == "credential-override")
             .count(),
-        2,
+        3,
         "{rules:?}"
     );
     for e in sink.0.lock().unwrap().iter() {
@@ -659,8 +664,9 @@ fn attacks_on_the_credentials_rules_are_refused_and_the_allowed_request_still_ge
     }
 }
 
-/// A container may not bind-mount the credential's file, nor its directory, although both are
-/// outside every denied source of the policy: create is refused naming the `mounts` rule. The
+/// A container may not bind-mount the credential's file, nor its directory, nor a link to the
+/// file, although all are outside every denied source of the policy: create is refused naming
+/// the `mounts` rule. The
 /// controls: a sibling file of the same directory binds, and the workload reaches the upstream
 /// with the key the proxy adds.
 #[test]
@@ -684,7 +690,11 @@ fn a_bind_of_the_credentials_file_is_refused_at_create_naming_the_mounts_rule() 
             ),
         ]
     };
-    for src in [upstream.path("api-key"), upstream.path("")] {
+    // A link elsewhere to the key file: the shim resolves it before the rule looks.
+    let links = tempfile::tempdir().unwrap();
+    let link = links.path().join("innocent.txt");
+    std::os::unix::fs::symlink(upstream.path("api-key"), &link).unwrap();
+    for src in [upstream.path("api-key"), upstream.path(""), link.clone()] {
         let id = unique_id("creds-bind");
         let out = c
             .run_output(
@@ -713,6 +723,10 @@ fn a_bind_of_the_credentials_file_is_refused_at_create_naming_the_mounts_rule() 
         !rejections.is_empty(),
         "no record names the credentials file"
     );
+    assert!(
+        rejections.iter().any(|r| r.contains("resolved source")),
+        "the link's refusal names its resolved source: {rejections:#?}"
+    );
     // Controls: a sibling of the key file binds; the workload still gets the key's effect.
     let id = unique_id("creds-bind");
     let out = c
@@ -740,6 +754,14 @@ echo "curl=$(curl -sS --fail-with-body -H 'x-api-key: workload-guess' https://ap
 git clone -q https://api.example.test/repo.git /tmp/cloned 2>&1
 echo "cloned=$(cat /tmp/cloned/README 2>&1)"
 echo "refused=$(curl -sS -o /dev/null -w '%{http_code}' -X DELETE https://api.example.test/v1/messages 2>&1)"
+# What a server could read as another method, path or host, each refused before the rules (the
+# same requests without it are allowed: the GET above and the POST below).
+code() { curl -sS -o /dev/null -w '%{http_code}' "$@" 2>/dev/null; }
+echo "override=$(code -X POST -d '{}' -H 'X-HTTP-Method-Override: DELETE' https://api.example.test/v1/messages)"
+echo "rewrite=$(code -H 'X-Original-URL: /admin/keys' https://api.example.test/v1/models)"
+echo "dotdot=$(code --path-as-is 'https://api.example.test/v1/models/..;/admin/keys')"
+echo "form=$(code -X POST -d 'model=x&_method=DELETE' https://api.example.test/v1/messages)"
+echo "ip-literal=$(curl -sS -k --noproxy '' -o /dev/null https://UPSTREAM_ADDRESS/v1/models 2>&1 | grep -c 'CONNECT tunnel failed, response 403')"
 echo "bundle-certs=$(grep -c 'BEGIN CERTIFICATE' /.gvisor-hardened/ca-bundle.pem)"
 echo "ssl-cert-file=$SSL_CERT_FILE"
 echo "requests=$REQUESTS_CA_BUNDLE pip=$PIP_CERT git=$GIT_SSL_CAINFO node=$NODE_EXTRA_CA_CERTS curl=$CURL_CA_BUNDLE"
@@ -763,9 +785,12 @@ kill $ctl; wait $ctl
 exit 0
 "#;
 
-/// [`SCRIPT`] with the key's pattern in it.
-fn script() -> String {
-    SCRIPT.replace("PATTERN", &base64_of(&format!("{SECRET}\n")))
+/// [`SCRIPT`] with the key's pattern in it, and the credential host's address as the
+/// sandbox would dial it by number.
+fn script(upstream_address: &str) -> String {
+    SCRIPT
+        .replace("PATTERN", &base64_of(&format!("{SECRET}\n")))
+        .replace("UPSTREAM_ADDRESS", upstream_address)
 }
 
 /// The bundle's host files of a sandbox `id`, in any namespace.
@@ -810,7 +835,7 @@ fn a_ctr_sandbox_reaches_the_upstream_with_the_key_it_never_holds() {
         .run_output(
             &Run::new(image.reference(), &id)
                 .runtime(policy.runtime())
-                .sh(script()),
+                .sh(script(&inside)),
         )
         .unwrap();
     assert_eq!(out.code(), 0, "{out}");
@@ -856,15 +881,20 @@ fn a_cri_pods_container_reaches_the_upstream_with_the_key_it_never_holds() {
     let id = cri.run_container(&pod, &config).unwrap();
     let out = cri
         .client()
-        .exec_sync(&id, &["sh", "-c", &script()], 60)
+        .exec_sync(&id, &["sh", "-c", &script("127.0.0.1")], 60)
         .unwrap();
     assert!(out.success(), "{out}");
     assert_inside(&out.stdout);
     upstream.assert_requests(1);
     // The shim serving the pod holds the key and the CA's private key: it never dumps core.
-    assert_no_core_dumps(the_one_process(&pod.id, |cmd| {
+    let shim = the_one_process(&pod.id, |cmd| {
         cmd.contains("containerd-shim-gvisor-hardened-v1")
-    }));
+    });
+    assert_no_core_dumps(shim);
+    // Nor its proxy process, which holds the CA's key and each value while it uses it.
+    let proxies = gvisor_hardened_tests::inspect::children_named(shim, "gvh-egress");
+    assert_eq!(proxies.len(), 1, "{proxies:?}");
+    assert_no_core_dumps(proxies[0]);
     cri.remove_pod(&pod).unwrap();
     assert!(bundle_host_files(&pod.id).is_empty(), "bundle left behind");
     let lines: Vec<serde_json::Value> = cri
@@ -886,7 +916,7 @@ fn a_docker_container_reaches_the_upstream_with_the_key_it_never_holds() {
     .unwrap();
     import_git_image_as_test_image(d.docker());
     let (out, id) = d
-        .run_rm("creds", &["--network", "none"], &script())
+        .run_rm("creds", &["--network", "none"], &script(&inside))
         .unwrap();
     assert_eq!(out.code(), 0, "{out}");
     assert_inside(out.stdout.as_str());
@@ -936,7 +966,7 @@ fn a_podman_container_reaches_the_upstream_with_the_key_it_never_holds() {
     let section = on_default_forwarder(&upstream.section(&inside, &ns.cidr()));
     let policy = p.dir().write_policy("creds.toml", &section).unwrap();
     let (out, id) = p
-        .run_rm(&policy, &["--network", "none"], &script())
+        .run_rm(&policy, &["--network", "none"], &script(&inside))
         .unwrap();
     assert_eq!(out.code(), 0, "{out}");
     assert_inside(out.stdout.as_str());
@@ -1012,6 +1042,18 @@ fn assert_records(lines: &[serde_json::Value]) {
             && r["rule"] == "credential-rule"),
         "no refusal by the credential's rules"
     );
+    let denied = |rule: &str| {
+        lines
+            .iter()
+            .filter(|r| {
+                r["event"] == "egress-connection" && r["verdict"] == "denied" && r["rule"] == rule
+            })
+            .count()
+    };
+    // The override header, the rewrite header, the form field; the `..;` path; the number.
+    assert_eq!(denied("credential-override"), 3, "{lines:#?}");
+    assert_eq!(denied("credential-path"), 1, "{lines:#?}");
+    assert_eq!(denied("credential-host-address"), 1, "{lines:#?}");
     for line in lines {
         assert!(!line.to_string().contains(SECRET), "{line}");
     }
@@ -1025,6 +1067,13 @@ fn assert_inside(text: &str) {
     assert!(text.contains("curl=key ok\n"), "{text}");
     assert!(text.contains("cloned=through the proxy\n"), "{text}");
     assert!(text.contains("refused=403\n"), "{text}");
+    for attack in ["override", "rewrite", "dotdot", "form"] {
+        assert!(
+            text.contains(&format!("{attack}=403\n")),
+            "{attack}: {text}"
+        );
+    }
+    assert!(text.contains("ip-literal=1\n"), "{text}");
     let in_sandbox = "/.gvisor-hardened/ca-bundle.pem";
     let node_certs = std::fs::read_to_string(policy_injector::egress::NODE_TRUST_STORE)
         .map(|t| t.matches("BEGIN CERTIFICATE").count())

@@ -8,7 +8,7 @@
 use gvisor_hardened_tests::audit_tools::validate_against_schema;
 use gvisor_hardened_tests::docker::{assert_clean_docker_shutdown, DockerOptions, Dockerd};
 use gvisor_hardened_tests::egress::{
-    hostile_names_section, probe_counts, Connections, UpstreamNetns,
+    hostile_names_section, probe_counts, Connections, ProxySeen, ProxyWatch, UpstreamNetns,
 };
 use gvisor_hardened_tests::engine::EngineDir;
 use gvisor_hardened_tests::podman::{assert_clean_podman_shutdown, Podman};
@@ -56,6 +56,17 @@ fn upstream() -> UpstreamNetns {
 }
 
 /// What the workload saw, and what the audit log says about container `id`.
+/// The guard's proxy process ran confined, in the container's cgroup (its id in the path).
+fn assert_proxy_was_confined(seen: Vec<ProxySeen>) {
+    assert!(
+        !seen.is_empty(),
+        "no proxy process in the container's cgroup"
+    );
+    for p in &seen {
+        assert!(p.is_confined(), "{p:?}");
+    }
+}
+
 fn assert_egress_worked(out: &CommandOutput, dir: &EngineDir, id: &str) {
     assert_eq!(out.code(), 0, "{out}");
     let text = out.stdout.as_str();
@@ -147,8 +158,10 @@ fn a_docker_container_reaches_allowlisted_hosts_through_the_guards_proxy_and_not
     .unwrap();
     d.import_test_image().unwrap();
     let script = SCRIPT.replace("UPSTREAM", &ns.inside_addr());
+    let watch = ProxyWatch::start();
     let (out, id) = d.run_rm(POLICY, &["--network", "none"], &script).unwrap();
     assert_egress_worked(&out, d.dir(), &id);
+    assert_proxy_was_confined(watch.stop(&id));
     d.assert_container_gone(&id);
     assert_clean_docker_shutdown(d);
 }
@@ -163,8 +176,10 @@ fn a_podman_container_reaches_allowlisted_hosts_through_the_guards_proxy_and_not
         .write_policy(&format!("{POLICY}.toml"), &section(&ns))
         .unwrap();
     let script = SCRIPT.replace("UPSTREAM", &ns.inside_addr());
+    let watch = ProxyWatch::start();
     let (out, id) = p.run_rm(&policy, &["--network", "none"], &script).unwrap();
     assert_egress_worked(&out, p.dir(), &id);
+    assert_proxy_was_confined(watch.stop(&id));
     p.assert_container_gone(&id);
     assert_clean_podman_shutdown(p);
 }

@@ -139,6 +139,90 @@ pub(super) fn check_request(
     Ok(())
 }
 
+/// The most of a form body the proxy reads before forwarding it, to look for a method field
+/// in it: form posts to APIs are small; a larger one is refused, not passed unchecked.
+pub(super) const MAX_FORM_BODY: u64 = 64 * 1024;
+
+/// The two form encodings whose fields frameworks read a method from (Rails' and Symfony's
+/// `_method`, Laravel's): URL-encoded and multipart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Form {
+    UrlEncoded,
+    Multipart,
+}
+
+/// Whether the request's body is a form, by its Content-Type (any header name servers read as
+/// it; parameters ignored).
+pub(super) fn form_of(headers: &[(String, String)]) -> Option<Form> {
+    headers.iter().find_map(|(name, value)| {
+        if header_key(name) != "content-type" {
+            return None;
+        }
+        let media = value
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        match media.as_str() {
+            "application/x-www-form-urlencoded" => Some(Form::UrlEncoded),
+            "multipart/form-data" => Some(Form::Multipart),
+            _ => None,
+        }
+    })
+}
+
+/// Why a form body cannot be checked before it is read whole: chunked, or over the bound.
+pub(super) fn uncheckable_form(
+    chunked: bool,
+    len: u64,
+    host: &str,
+    policy: &str,
+) -> Option<Refused> {
+    let why = if chunked {
+        "a chunked form body".to_string()
+    } else if len > MAX_FORM_BODY {
+        format!("a form body of {len} bytes (over {MAX_FORM_BODY})")
+    } else {
+        return None;
+    };
+    Some(Refused {
+        rule: "credential-override",
+        reason: format!(
+            "egress denied: {why} cannot be checked for a method field: refused with the credential for {host} by policy {policy} (send it with Content-Length, at most {MAX_FORM_BODY} bytes)"
+        ),
+    })
+}
+
+/// A form body (whole) must not carry a field servers read as the method.
+pub(super) fn check_form(form: Form, body: &[u8], host: &str, policy: &str) -> Result<(), Refused> {
+    let found = match form {
+        Form::UrlEncoded => String::from_utf8_lossy(body).split('&').any(|pair| {
+            let name = pair.split_once('=').map_or(pair, |(n, _)| n);
+            let name = percent_decoded(&name.replace('+', " ")).to_ascii_lowercase();
+            QUERY_METHOD_OVERRIDES.contains(&name.trim())
+        }),
+        // A part named `_method`, quoted or not, in any case: its Content-Disposition header.
+        Form::Multipart => {
+            let text = String::from_utf8_lossy(body).to_ascii_lowercase();
+            QUERY_METHOD_OVERRIDES.iter().any(|field| {
+                text.contains(&format!("name=\"{field}\""))
+                    || text.contains(&format!("name={field}"))
+                    || text.contains(&format!("name*=utf-8''{field}"))
+            })
+        }
+    };
+    if found {
+        return Err(Refused {
+            rule: "credential-override",
+            reason: format!(
+                "egress denied: form field _method is refused with the credential for {host} by policy {policy}: servers may read it as the request's method, past the credential's rules"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// `s` with its `%XX` escapes decoded (a malformed one kept as written).
 fn percent_decoded(s: &str) -> String {
     let b = s.as_bytes();
@@ -283,6 +367,45 @@ mod tests {
             ],
         )
         .unwrap();
+    }
+
+    #[test]
+    fn a_method_field_in_a_form_body_is_refused_and_other_fields_pass() {
+        let urlencoded = |b: &str| check_form(Form::UrlEncoded, b.as_bytes(), "h", "p");
+        for body in [
+            "_method=DELETE",
+            "a=1&_METHOD=put",
+            "x=y&%5Fmethod=DELETE",
+            "_method+=x",
+        ] {
+            let e = urlencoded(body).unwrap_err();
+            assert_eq!(e.rule, "credential-override", "{body}");
+            assert!(e.reason.contains("form field _method"), "{body}: {e:?}");
+        }
+        for body in ["model=claude&method=x", "a_method=1", ""] {
+            assert_eq!(urlencoded(body), Ok(()), "{body}");
+        }
+        let multipart = |b: &str| check_form(Form::Multipart, b.as_bytes(), "h", "p");
+        let part = |name: &str| {
+            format!("--b\r\nContent-Disposition: form-data; {name}\r\n\r\nDELETE\r\n--b--\r\n")
+        };
+        for name in ["name=\"_method\"", "NAME=\"_Method\"", "name=_method"] {
+            assert!(multipart(&part(name)).is_err(), "{name}");
+        }
+        assert_eq!(multipart(&part("name=\"file\"")), Ok(()));
+        let headers = |ct: &str| vec![("Content_Type".to_string(), ct.to_string())];
+        assert_eq!(
+            form_of(&headers("application/x-www-form-urlencoded; charset=utf-8")),
+            Some(Form::UrlEncoded)
+        );
+        assert_eq!(
+            form_of(&headers("Multipart/Form-Data; boundary=b")),
+            Some(Form::Multipart)
+        );
+        assert_eq!(form_of(&headers("application/json")), None);
+        assert!(uncheckable_form(true, 0, "h", "p").is_some());
+        assert!(uncheckable_form(false, MAX_FORM_BODY + 1, "h", "p").is_some());
+        assert!(uncheckable_form(false, MAX_FORM_BODY, "h", "p").is_none());
     }
 
     #[test]

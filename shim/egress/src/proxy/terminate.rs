@@ -321,6 +321,47 @@ impl Proxy {
                 }
             }
         };
+        // A form body is read whole first (bounded) and checked for a method field.
+        if let Some(form) = credential_checks::form_of(&req.headers) {
+            if let Some(refused) = credential_checks::uncheckable_form(
+                req.chunked,
+                req.body_len,
+                host,
+                self.policy_name(),
+            ) {
+                return self
+                    .answer(&mut tls, 403, refused.rule, Verdict::Denied, refused.reason)
+                    .await;
+            }
+            let whole = head_end + req.body_len as usize;
+            while buf.len() < whole {
+                let mut chunk = [0u8; 4096];
+                match tokio::time::timeout_at(deadline, tls.read(&mut chunk)).await {
+                    Err(_) => {
+                        return self
+                            .answer(
+                                &mut tls,
+                                408,
+                                "timeout",
+                                Verdict::Denied,
+                                "egress proxy: no complete form body in time".into(),
+                            )
+                            .await
+                    }
+                    Ok(Ok(0)) | Ok(Err(_)) => {
+                        return Err(gone("the workload closed within its form body"))
+                    }
+                    Ok(Ok(k)) => buf.extend_from_slice(&chunk[..k]),
+                }
+            }
+            if let Err(refused) =
+                credential_checks::check_form(form, &buf[head_end..whole], host, self.policy_name())
+            {
+                return self
+                    .answer(&mut tls, 403, refused.rule, Verdict::Denied, refused.reason)
+                    .await;
+            }
+        }
         // The request's body (to its Content-Length or its last chunk), then nothing more
         // from the workload.
         let mut frame = http::BodyFrame::of(&req);

@@ -540,6 +540,53 @@ async fn a_credential_hosts_address_by_number_is_refused_not_tunnelled() {
     w.stop().await;
 }
 
+/// Another allowlisted name whose address is a credential host's (here through the policy's
+/// `hosts`, as a CNAME or a wildcard entry would do through DNS) is refused like the number;
+/// a name at another address still tunnels.
+#[tokio::test]
+async fn another_name_at_a_credential_hosts_address_is_refused_not_tunnelled() {
+    let up = TlsUpstream::start().await;
+    let f = files(&up);
+    let p = policy(&[
+        "allow = [\"api.example.test\", \"alias.example.test\", \"other.example.test\"]",
+        "allow_cidrs = [\"10.213.0.0/16\"]",
+        "hosts = { \"api.example.test\" = \"10.213.7.2\", \"alias.example.test\" = \"10.213.7.2\", \"other.example.test\" = \"10.213.7.3\" }",
+        &format!("upstream_ca = {:?}", f.ca),
+        &format!(
+            "credentials = {{ {HOST:?} = {{ header = \"x-api-key\", file = {:?} }} }}",
+            f.key
+        ),
+    ]);
+    let ca = Arc::new(SandboxCa::new("sb", &[HOST.to_string()]).unwrap());
+    let mut w = World::with_credentials(&p, up.addr, Some(ca)).await;
+    let s = w.forwarder().await.into_streams();
+    let (head, _) = s
+        .connect(1, b"CONNECT alias.example.test:443 HTTP/1.1\r\n\r\n")
+        .await;
+    let head = String::from_utf8_lossy(&head).into_owned();
+    assert!(
+        head.starts_with(
+            "HTTP/1.1 403 egress denied: 10.213.7.2 is an address of api.example.test"
+        ),
+        "{head}"
+    );
+    let rec = w.connection_record().await;
+    assert_eq!(
+        (rec.verdict, rec.rule.as_str(), rec.host.as_str()),
+        (
+            Verdict::Denied,
+            "credential-host-address",
+            "alias.example.test"
+        )
+    );
+    // Control: another name of the list, at another address, tunnels.
+    let (head, _io) = s
+        .connect(2, b"CONNECT other.example.test:443 HTTP/1.1\r\n\r\n")
+        .await;
+    assert_eq!(head, b"HTTP/1.1 200 Connection established\r\n\r\n");
+    w.stop().await;
+}
+
 /// A credential for the host's port 443 is not added on another port the allowlist names:
 /// there the tunnel is the workload's own TLS, and the upstream sees no key.
 #[tokio::test]
