@@ -80,32 +80,19 @@ pub(super) fn start(
                 .create(&dir)
                 .map_err(|e| format!("{}: {e}", dir.display()))
                 .map(|()| addresses)
+        })
+        .and_then(|addresses| {
+            runtime
+                .egress_confinement(sandbox_process.as_ref().map(|p| p.pid()))
+                .map(|confine| (addresses, confine))
         });
-    let node_addresses = match setup {
+    let (node_addresses, confine) = match setup {
         Ok(a) => a,
         Err(reason) => {
-            // Without the node's addresses the proxy could not refuse the node itself: no
-            // proxy at all, nothing listens inside.
+            // Without the node's addresses the proxy could not refuse the node itself, and
+            // without its confinement it does not run: no proxy at all, nothing listens inside.
             record.log.warn(&format!(
                 "container {}: egress not set up ({reason}); connections are refused",
-                record.id
-            ));
-            sink.record(EgressAudit {
-                sandbox,
-                event: EgressEvent::ForwarderDied {
-                    reason: format!("egress not set up: {reason}"),
-                    attempt: 1,
-                },
-            });
-            return None;
-        }
-    };
-    let confine = match runtime.egress_confinement(sandbox_process.as_ref().map(|p| p.pid())) {
-        Ok(c) => c,
-        Err(reason) => {
-            // No proxy outside its confinement: nothing listens inside.
-            record.log.warn(&format!(
-                "container {}: egress proxy not confined ({reason}); connections are refused",
                 record.id
             ));
             sink.record(EgressAudit {

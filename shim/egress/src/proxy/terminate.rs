@@ -67,6 +67,32 @@ impl Credentials {
 /// Bytes in flight between the workload's stream and the TLS server, each way.
 const BRIDGE_BUFFER: usize = 64 * 1024;
 
+/// What one read of the workload's request gave.
+enum More {
+    Read,
+    /// The deadline passed first.
+    Late,
+    /// The workload closed (or the read failed).
+    Closed,
+}
+
+/// Reads what the workload sent next into `buf`, by `deadline`.
+async fn read_more<S: tokio::io::AsyncRead + Unpin>(
+    tls: &mut S,
+    buf: &mut Vec<u8>,
+    deadline: tokio::time::Instant,
+) -> More {
+    let mut chunk = [0u8; 4096];
+    match tokio::time::timeout_at(deadline, tls.read(&mut chunk)).await {
+        Err(_) => More::Late,
+        Ok(Ok(0)) | Ok(Err(_)) => More::Closed,
+        Ok(Ok(k)) => {
+            buf.extend_from_slice(&chunk[..k]);
+            More::Read
+        }
+    }
+}
+
 /// Headers the proxy writes itself.
 fn framed_by_proxy(name: &str) -> bool {
     name.eq_ignore_ascii_case("connection")
@@ -241,9 +267,8 @@ impl Proxy {
                     )
                     .await;
             }
-            let mut chunk = [0u8; 4096];
-            match tokio::time::timeout_at(deadline, tls.read(&mut chunk)).await {
-                Err(_) => {
+            match read_more(&mut tls, &mut buf, deadline).await {
+                More::Late => {
                     return self
                         .answer(
                             &mut tls,
@@ -254,13 +279,11 @@ impl Proxy {
                         )
                         .await
                 }
-                Ok(Ok(0)) | Ok(Err(_)) if buf.is_empty() => {
+                More::Closed if buf.is_empty() => {
                     return Err(gone("the workload closed before sending a request"))
                 }
-                Ok(Ok(0)) | Ok(Err(_)) => {
-                    return Err(gone("the workload closed within its request head"))
-                }
-                Ok(Ok(k)) => buf.extend_from_slice(&chunk[..k]),
+                More::Closed => return Err(gone("the workload closed within its request head")),
+                More::Read => {}
             }
         };
         let req = match http::parse_origin_head(&buf[..head_end], host, port) {
@@ -335,9 +358,8 @@ impl Proxy {
             }
             let whole = head_end + req.body_len as usize;
             while buf.len() < whole {
-                let mut chunk = [0u8; 4096];
-                match tokio::time::timeout_at(deadline, tls.read(&mut chunk)).await {
-                    Err(_) => {
+                match read_more(&mut tls, &mut buf, deadline).await {
+                    More::Late => {
                         return self
                             .answer(
                                 &mut tls,
@@ -348,10 +370,8 @@ impl Proxy {
                             )
                             .await
                     }
-                    Ok(Ok(0)) | Ok(Err(_)) => {
-                        return Err(gone("the workload closed within its form body"))
-                    }
-                    Ok(Ok(k)) => buf.extend_from_slice(&chunk[..k]),
+                    More::Closed => return Err(gone("the workload closed within its form body")),
+                    More::Read => {}
                 }
             }
             if let Err(refused) =

@@ -122,6 +122,21 @@ struct Files {
     ca: String,
 }
 
+impl Files {
+    /// The policy line that trusts the test upstream's CA.
+    fn upstream_ca(&self) -> String {
+        format!("upstream_ca = {:?}", self.ca)
+    }
+
+    /// The policy line of a credential for [`HOST`] without rules.
+    fn plain_credential(&self) -> String {
+        format!(
+            "credentials = {{ {HOST:?} = {{ header = \"x-api-key\", file = {:?} }} }}",
+            self.key
+        )
+    }
+}
+
 fn files(up: &TlsUpstream) -> Files {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("api-key");
@@ -474,11 +489,8 @@ async fn a_credential_hosts_address_by_number_is_refused_not_tunnelled() {
     let p = policy(&[
         "allow = [\"api.example.test\"]",
         "allow_cidrs = [\"203.0.113.0/24\", \"::ffff:203.0.113.0/120\"]",
-        &format!("upstream_ca = {:?}", f.ca),
-        &format!(
-            "credentials = {{ {HOST:?} = {{ header = \"x-api-key\", file = {:?} }} }}",
-            f.key
-        ),
+        &f.upstream_ca(),
+        &f.plain_credential(),
     ]);
     let mut w = World::with_credentials(&p, up.addr, Some(ca)).await;
     let s = w.forwarder().await.into_streams();
@@ -517,11 +529,8 @@ async fn a_credential_hosts_address_by_number_is_refused_not_tunnelled() {
         "allow = [\"api.example.test\"]",
         "allow_cidrs = [\"10.213.0.0/16\"]",
         "hosts = { \"api.example.test\" = \"10.213.7.2\" }",
-        &format!("upstream_ca = {:?}", f.ca),
-        &format!(
-            "credentials = {{ {HOST:?} = {{ header = \"x-api-key\", file = {:?} }} }}",
-            f.key
-        ),
+        &f.upstream_ca(),
+        &f.plain_credential(),
     ]);
     let ca = Arc::new(SandboxCa::new("sb", &[HOST.to_string()]).unwrap());
     let mut w = World::with_credentials(&p, up.addr, Some(ca)).await;
@@ -551,11 +560,8 @@ async fn another_name_at_a_credential_hosts_address_is_refused_not_tunnelled() {
         "allow = [\"api.example.test\", \"alias.example.test\", \"other.example.test\"]",
         "allow_cidrs = [\"10.213.0.0/16\"]",
         "hosts = { \"api.example.test\" = \"10.213.7.2\", \"alias.example.test\" = \"10.213.7.2\", \"other.example.test\" = \"10.213.7.3\" }",
-        &format!("upstream_ca = {:?}", f.ca),
-        &format!(
-            "credentials = {{ {HOST:?} = {{ header = \"x-api-key\", file = {:?} }} }}",
-            f.key
-        ),
+        &f.upstream_ca(),
+        &f.plain_credential(),
     ]);
     let ca = Arc::new(SandboxCa::new("sb", &[HOST.to_string()]).unwrap());
     let mut w = World::with_credentials(&p, up.addr, Some(ca)).await;
@@ -596,11 +602,8 @@ async fn a_credential_is_added_on_its_port_only() {
     let ca = Arc::new(SandboxCa::new("sb", &[HOST.to_string()]).unwrap());
     let p = policy(&[
         "allow = [\"api.example.test\", \"api.example.test:8443\"]",
-        &format!("upstream_ca = {:?}", f.ca),
-        &format!(
-            "credentials = {{ {HOST:?} = {{ header = \"x-api-key\", file = {:?} }} }}",
-            f.key
-        ),
+        &f.upstream_ca(),
+        &f.plain_credential(),
     ]);
     let mut w = World::with_credentials(&p, up.addr, Some(ca)).await;
     let s = w.forwarder().await.into_streams();
