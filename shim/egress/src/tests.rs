@@ -4,7 +4,7 @@
 //! `tests/tests/integration/egress_runsc.rs`.
 
 mod credentials;
-mod fakes;
+pub(crate) mod fakes;
 
 use std::time::Duration;
 

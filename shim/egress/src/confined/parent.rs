@@ -436,3 +436,168 @@ pub(crate) async fn run_one(
     log::warn!("egress of {}: {reason}", proxy.sandbox().container_id);
     Outcome::Died(reason)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The shim's side against stand-in proxy processes: shell scripts that say what a
+    //! compromised or crashing proxy would, over the same socket.
+
+    use super::*;
+    use crate::audit::MemorySink;
+    use crate::guard::Guard;
+    use crate::net::{NetnsDialer, SystemResolver};
+    use crate::tests::fakes::policy;
+    use std::os::unix::fs::PermissionsExt;
+
+    struct Stage {
+        _dir: tempfile::TempDir,
+        confined: Confined,
+        proxy: Arc<Proxy>,
+        sink: Arc<MemorySink>,
+    }
+
+    /// A proxy process that runs `script` (sh) instead of the real one.
+    fn stage(script: &str) -> Stage {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("proxy.sh");
+        // Each first reads its configuration, as the real one does: the shim has handed over
+        // everything before the stand-in speaks or exits.
+        std::fs::write(
+            &exe,
+            format!("#!/bin/sh\nIFS= read -r config <&0\n{script}\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let sink = Arc::new(MemorySink::default());
+        let proxy = Arc::new(Proxy::new(
+            policy(&[]),
+            Guard::new(Vec::new(), Vec::new()),
+            Default::default(),
+            Arc::new(SystemResolver),
+            Arc::new(NetnsDialer::new(None, Duration::from_secs(1))),
+            sink.clone(),
+        ));
+        Stage {
+            _dir: dir,
+            confined: Confined {
+                how: Confinement {
+                    exe,
+                    cgroup_procs: Vec::new(),
+                    reaper: None,
+                },
+                netns: None,
+                node_addresses: Vec::new(),
+                ca: None,
+            },
+            proxy,
+            sink,
+        }
+    }
+
+    /// A forwarder whose pipes go nowhere and that never exits by itself.
+    fn forwarder() -> ForwarderIo {
+        let (_r, stdin) = nix::unistd::pipe().unwrap();
+        let (stdout, _w) = nix::unistd::pipe().unwrap();
+        // The other ends are dropped: the stand-in never reads or writes them.
+        ForwarderIo {
+            pipes: ForwarderPipes::Fds { stdin, stdout },
+            exited: Box::pin(std::future::pending()),
+            kill: Box::new(|| Box::pin(async {})),
+        }
+    }
+
+    async fn run(s: &Stage) -> String {
+        let opts = SupervisorOptions {
+            stop_grace: Duration::from_millis(200),
+            ..SupervisorOptions::default()
+        };
+        let (_stop_tx, mut stop) = watch::channel(false);
+        let (state, _) = watch::channel(ForwarderState::Starting { attempt: 1 });
+        match run_one(
+            &s.proxy,
+            &s.confined,
+            forwarder(),
+            1,
+            &opts,
+            &mut stop,
+            &state,
+        )
+        .await
+        {
+            Outcome::Died(reason) => reason,
+            Outcome::Stop => panic!("stopped without a stop"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_proxy_process_claiming_the_supervisors_event_is_killed_and_nothing_of_it_recorded() {
+        let s = stage(
+            r#"printf '%s\n' '{"kind":"event","event":{"event":"egress-proxy-stopped"}}' >&0
+/bin/sleep 30"#,
+        );
+        let reason = run(&s).await;
+        assert!(
+            reason.contains("killed: it claimed a supervisor's event"),
+            "{reason}"
+        );
+        assert!(s.sink.events().is_empty(), "{:?}", s.sink.events());
+    }
+
+    #[tokio::test]
+    async fn a_proxy_process_that_dies_with_a_connection_open_leaves_its_record_to_the_shim() {
+        let s = stage(
+            r#"printf '%s\n' '{"kind":"opened","peer":"127.0.0.1:40001"}' '{"kind":"opened","peer":"127.0.0.1:40002"}' >&0
+printf '%s\n' '{"kind":"event","event":{"event":"egress-connection","peer":"127.0.0.1:40002","method":"CONNECT","host":"api.example.test","port":443,"verdict":"allowed","rule":"api.example.test:443","bytes_up":1,"bytes_down":2,"duration_ms":3}}' >&0
+echo 'something broke' >&2
+exit 3"#,
+        );
+        let reason = run(&s).await;
+        assert!(
+            reason.contains("the egress proxy process ended") && reason.contains("something broke"),
+            "{reason}"
+        );
+        let records = s.sink.connections();
+        assert_eq!(records.len(), 2, "{records:?}");
+        // Its own record as it wrote it; the shim's for the one it still owed.
+        assert_eq!(records[0].peer, "127.0.0.1:40002");
+        assert_eq!(records[0].verdict, Verdict::Allowed);
+        assert_eq!(records[1].peer, "127.0.0.1:40001");
+        assert_eq!(
+            (records[1].verdict, records[1].rule.as_str()),
+            (Verdict::Cut, "egress-proxy")
+        );
+        assert!(
+            records[1]
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.contains("egress proxy process ended")),
+            "{records:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lookup_of_a_name_off_the_allowlist_is_answered_with_an_error() {
+        // It asks, and reports the answer on stderr.
+        let s = stage(
+            r#"printf '%s\n' '{"kind":"resolve","id":7,"host":"evil.example.org"}' >&0
+IFS= read -r answer <&0
+echo "$answer" >&2"#,
+        );
+        let reason = run(&s).await;
+        assert!(
+            reason.contains(r#""id":7"#)
+                && reason.contains("evil.example.org is not a name on the allowlist"),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_oversized_line_from_the_proxy_process_kills_it() {
+        let s = stage(&format!(
+            "printf '%s' '{}' >&0\n/bin/sleep 30",
+            "x".repeat(wire::MAX_FROM_PROXY + 1)
+        ));
+        let reason = run(&s).await;
+        assert!(reason.contains("longer than"), "{reason}");
+    }
+}
