@@ -22,6 +22,7 @@
 # GVH_USER (default: the project directory's owner, so files the agent writes stay yours),
 # GVH_AUDIT_LOG (the policy's audit log, default /var/log/gvisor-hardened/audit.jsonl).
 set -euo pipefail
+source "$(dirname "$0")/lib.sh" # for --help
 
 usage() { echo "usage: $0 IMAGE PROJECT_DIR [COMMAND [ARG...]]" >&2; exit 2; }
 [ $# -ge 2 ] || usage

@@ -6,6 +6,7 @@
 # Usage: hack/check-manifests.sh   (needs kubectl with kustomize, python3; installs
 #        kubernetes-validate with pip when missing)
 set -euo pipefail
+source "$(dirname "$0")/lib.sh" # for --help
 cd "$(dirname "$0")/.."
 
 command -v kubectl >/dev/null || { echo "error: kubectl (with kustomize) is required" >&2; exit 1; }

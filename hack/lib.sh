@@ -4,6 +4,23 @@
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$HACK_DIR/.." && pwd)"
 
+# Every hack/ script answers -h or --help with its usage (its header comment) and does nothing
+# else. Scripts source this file before they act, and a sourced file sees the script's
+# arguments as its own, so the check sits here once.
+print_usage_if_asked() {
+  local arg
+  for arg in "$@"; do
+    case "$arg" in
+      --) return ;;
+      -h | --help)
+        awk 'NR == 1 && /^#!/ { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"
+        exit 0
+        ;;
+    esac
+  done
+}
+print_usage_if_asked "$@"
+
 # Debian packages the build, the tests, the demo and the benches need.
 APT_PACKAGES=(
   containerd runc runsc busybox-static protobuf-compiler

@@ -8,6 +8,7 @@
 # Usage: hack/measure-overhead.sh [RUNS]   (default 5; needs root, runsc, busybox-static)
 # Output: one line per run and a summary (min / median / max of sandbox+gofer PSS in KiB).
 set -euo pipefail
+source "$(dirname "$0")/lib.sh" # for --help
 
 runs=${1:-5}
 runsc_bin=${RUNSC:-runsc}
