@@ -50,8 +50,14 @@ fn a_warm_sandbox_that_died_is_never_claimed_and_is_replaced() {
     })
     .unwrap_or_else(|_| panic!("{last:#?}\n{}", pool_state(&cri)));
     assert_warm_sandbox_gone(&cri, &key, &dead);
-    let log = std::fs::read_to_string(key.join("fill.log")).unwrap();
-    assert!(log.contains("removed 1 dead"), "{log}");
+    // Only a filler deletes a dead entry here (no drain ran), and each pass writes its line once
+    // its boots are done: after the new entry is ready, so the line is waited for, not assumed.
+    let mut log = String::new();
+    poll_until("the filler's line for the dead one", FILL_TIMEOUT, || {
+        log = std::fs::read_to_string(key.join("fill.log")).unwrap_or_default();
+        log.contains("removed 1 dead").then_some(())
+    })
+    .unwrap_or_else(|_| panic!("{log}"));
 
     remove_pods(&cri, &[(warm, Vec::new()), (cold, Vec::new())]);
     let ids = ids_of(&wait_ready(&cri, handler, 2));
