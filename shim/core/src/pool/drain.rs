@@ -3,11 +3,9 @@
 //! turning the pool off, a node drained, a test's end). Deleting runs through the template's
 //! runsc with only the flags a delete needs, so it works after the policy changed or went.
 
-use std::os::fd::AsFd;
 use std::path::Path;
-use std::time::Duration;
 
-use super::fill::open_lock;
+use super::lock::lock_out_filler;
 use super::spec;
 use super::store::{Entry, KeyDir, PoolError, Template};
 use crate::host::{linux::LinuxHost, Host};
@@ -16,41 +14,6 @@ use crate::reaper::Reaper;
 use crate::runsc::client::Runsc;
 use crate::runsc::feature_cache::Identity;
 use crate::runtime::runsc::RunscFactory;
-
-/// The pid and start time in a lock file's text.
-fn parse_holder(text: &str) -> Option<(i32, u64)> {
-    let mut words = text.split_whitespace();
-    Some((words.next()?.parse().ok()?, words.next()?.parse().ok()?))
-}
-
-/// Takes the key's fill lock for a drain. A filler that holds it is asked to stop (SIGTERM
-/// through a pidfd, checked against the start time it wrote into the lock file) and waited for:
-/// it ends after the boot it is in, if any, and writes its last log line before it exits. A
-/// filler that holds the lock but has not written its pid yet is not signalled; the lock is
-/// then taken when it ends on its own.
-pub(super) fn lock_out_filler(kd: &KeyDir) -> Result<std::fs::File, PoolError> {
-    use gvisor_hardened_proc::host_process::{start_time_of, HostProcess};
-    use rustix::fs::{flock, FlockOperation};
-    let lock = open_lock(kd)?;
-    if flock(lock.as_fd(), FlockOperation::NonBlockingLockExclusive).is_ok() {
-        return Ok(lock);
-    }
-    let holder = std::fs::read_to_string(kd.lock_path())
-        .ok()
-        .and_then(|t| parse_holder(&t))
-        .and_then(|(pid, start)| HostProcess::open_checked(pid, Some(start), start_time_of));
-    if let Some(filler) = holder {
-        if filler.signal(libc::SIGTERM).is_ok() {
-            filler.wait_exited(Duration::from_secs(60));
-        }
-    }
-    flock(lock.as_fd(), FlockOperation::LockExclusive).map_err(|e| PoolError::Io {
-        path: kd.lock_path(),
-        what: "taking the fill lock",
-        source: e.into(),
-    })?;
-    Ok(lock)
-}
 
 /// Whether `other`'s warm sandboxes can no longer be claimed by anyone: it was booted for the
 /// same policy source as `current`, under a policy that has changed since or from a runsc
@@ -322,32 +285,5 @@ mod tests {
         // Never a pool: nothing to read.
         let none = crate::pool::store::namespace_dir(root, "moby");
         assert!(warm_keys_of_source(&none, "moby", Some(tool), node).is_empty());
-    }
-
-    #[test]
-    fn a_lock_file_names_its_holder_by_pid_and_start_time() {
-        assert_eq!(parse_holder("4242 987654\n"), Some((4242, 987654)));
-        assert_eq!(parse_holder(""), None);
-        assert_eq!(parse_holder("4242"), None);
-    }
-
-    #[test]
-    fn a_drain_takes_a_free_lock_at_once_and_holds_it() {
-        let tmp = tempfile::tempdir().unwrap();
-        let kd = KeyDir::new(tmp.path().to_str().unwrap(), "default", "k");
-        kd.create().unwrap();
-        let held = lock_out_filler(&kd).unwrap();
-        let other = open_lock(&kd).unwrap();
-        assert!(rustix::fs::flock(
-            other.as_fd(),
-            rustix::fs::FlockOperation::NonBlockingLockExclusive
-        )
-        .is_err());
-        drop(held);
-        assert!(rustix::fs::flock(
-            other.as_fd(),
-            rustix::fs::FlockOperation::NonBlockingLockExclusive
-        )
-        .is_ok());
     }
 }

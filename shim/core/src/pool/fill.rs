@@ -11,7 +11,6 @@
 //! to stop (SIGTERM); it does so between boots, never in the middle of one. A filler that
 //! finds its key's policy changed (or its pool turned off) drains the key instead (`drain`).
 
-use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -54,19 +53,12 @@ pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> 
             what: "handling SIGTERM",
             source,
         })?;
-    let lock = open_lock(kd)?;
-    if rustix::fs::flock(
-        lock.as_fd(),
-        rustix::fs::FlockOperation::NonBlockingLockExclusive,
-    )
-    .is_err()
-    {
+    let Some(lock) = super::lock::take_for_filler(kd)? else {
         return Ok(FillReport {
             already_filling: true,
             ..Default::default()
         });
-    }
-    write_holder(&lock);
+    };
     let (template, policy) = template_and_policy(kd)?;
     if policy.sha256 != template.policy_sha256 {
         // Pods under the policy as it is now compute another key (none, with the pool off).
@@ -141,33 +133,6 @@ pub async fn fill(kd: &KeyDir, reaper: Reaper) -> Result<FillReport, PoolError> 
     }
     drop(lock);
     Ok(report)
-}
-
-pub(super) fn open_lock(kd: &KeyDir) -> Result<std::fs::File, PoolError> {
-    let path = kd.lock_path();
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|source| PoolError::Io {
-            path,
-            what: "opening the fill lock",
-            source,
-        })
-}
-
-/// Writes this process's pid and start time into the lock it holds, for a drain to stop it by.
-fn write_holder(lock: &std::fs::File) {
-    use std::os::unix::fs::FileExt;
-    let pid = std::process::id() as i32;
-    let Some(start) = gvisor_hardened_proc::host_process::start_time_of(pid) else {
-        return;
-    };
-    let _ = lock
-        .set_len(0)
-        .and_then(|()| lock.write_all_at(format!("{pid} {start}\n").as_bytes(), 0));
 }
 
 /// The key's template and the policy it names, loaded now, with runsc at the template's path.

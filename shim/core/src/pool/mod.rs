@@ -4,7 +4,7 @@
 //! - `spec`: pure; the template a warm sandbox boots from and the key pods share a pool by.
 //! - `store`: the pool on disk; a claim is a rename, so one sandbox serves one pod.
 //! - `fill`: the filler, which boots warm sandboxes within the policy's bounds; `drain`:
-//!   deleting the warm sandboxes no pod will claim.
+//!   deleting the warm sandboxes no pod will claim; `lock`: the key's fill lock they share.
 //! - `claim`: the shim's side; `adopt`: runsc's record of the claimed sandbox's cgroup;
 //!   `memory`: what a warm sandbox costs (PSS).
 
@@ -12,6 +12,7 @@ pub mod adopt;
 pub mod claim;
 pub mod drain;
 pub mod fill;
+mod lock;
 pub mod memory;
 pub mod spec;
 pub mod store;
