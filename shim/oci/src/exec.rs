@@ -17,7 +17,7 @@ use super::exec_guard::{exec_id_of, read_process, ExecGuard};
 use super::fork::Forked;
 use super::guard::{container_stdio, EngineStdio, Forwarded};
 use super::state::write_pid_file;
-use super::Opened;
+use crate::opened::Opened;
 use gvisor_hardened_core::atomic_file;
 use gvisor_hardened_core::audit::{AuditEvent, AuditRecord};
 

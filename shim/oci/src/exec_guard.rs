@@ -17,7 +17,7 @@ use super::cli::{Command, Invocation};
 use super::error::{OciError, Result};
 use super::fork::{report, FAILED, READY};
 use super::guard::{show_as, stdio, EngineStdio, Forwarded, HostStdio, Signals};
-use super::{not_running, Opened};
+use crate::opened::{not_running, Opened};
 use gvisor_hardened_core::audit::{AuditEvent, AuditRecord};
 use gvisor_hardened_core::bundle::MAX_PROCESS_BYTES;
 use gvisor_hardened_core::exit::{Exit, ExitCause};

@@ -3,7 +3,7 @@
 //! through a pidfd opened only while the recorded pid still names the recorded sandbox.
 
 use super::error::Result;
-use super::{not_running, Opened};
+use crate::opened::{not_running, Opened};
 use gvisor_hardened_core::runtime::KillTarget;
 
 pub async fn run(c: &Opened, signal: i32, all: bool) -> Result<()> {

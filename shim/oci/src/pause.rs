@@ -2,7 +2,7 @@
 //! freezer involved).
 
 use super::error::Result;
-use super::{not_running, Opened};
+use crate::opened::{not_running, Opened};
 
 pub async fn pause(c: &Opened) -> Result<()> {
     let id = &c.record.id;

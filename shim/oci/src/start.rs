@@ -6,7 +6,7 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use super::error::Result;
 use super::guard::STARTED;
-use super::{not_running, Opened};
+use crate::opened::{not_running, Opened};
 use gvisor_hardened_core::artifacts::{self, StartRecord};
 use gvisor_hardened_core::audit::{ArtifactsAudit, AuditEvent, AuditRecord};
 

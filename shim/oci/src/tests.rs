@@ -11,7 +11,7 @@ use super::cli::LogFormat;
 use super::error::OciError;
 use super::log::EngineLog;
 use super::state::{write_pid_file, ExitRecord, Record, StateDir};
-use super::Opened;
+use crate::opened::Opened;
 use gvisor_hardened_core::audit::test_support::subject;
 use gvisor_hardened_core::exit::ExitCause;
 use gvisor_hardened_core::fake::{Fake, Step};

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::cli::Source;
 use super::error::{OciError, Result};
-use super::{not_running, Opened};
+use crate::opened::{not_running, Opened};
 use gvisor_hardened_core::audit::{AuditEvent, AuditRecord};
 use gvisor_hardened_core::bundle::MAX_PROCESS_BYTES;
 use gvisor_hardened_core::sandbox::update::UpdateError;

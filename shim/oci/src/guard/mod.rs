@@ -49,7 +49,7 @@ use super::fork::{report, FAILED, READY};
 use super::runtime::undo;
 use super::state::{proc_start_time, Record, StateDir};
 use super::trail::StateTrail;
-use super::Opened;
+use crate::opened::Opened;
 use gvisor_hardened_core::audit::{AuditEvent, AuditRecord};
 use gvisor_hardened_core::exit::ExitCause;
 use gvisor_hardened_core::host::SandboxCgroups;
