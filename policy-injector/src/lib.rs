@@ -5,6 +5,7 @@
 //! rejection naming the rule and field. It does no I/O and reads no clock, environment or
 //! global: the same input gives byte-identical output.
 
+#[cfg(feature = "reports")]
 pub mod attestation;
 /// The audit log's format, its own pure crate (`audit-chain/`), re-exported under the name
 /// its callers use.
@@ -12,12 +13,14 @@ pub use gvisor_hardened_audit_chain as audit_chain;
 pub mod decision;
 pub mod egress;
 pub mod error;
+#[cfg(feature = "reports")]
 pub mod export;
 pub mod git_config;
 pub mod git_hooks;
 mod glob;
 pub mod harden;
 mod json;
+#[cfg(feature = "reports")]
 pub mod metrics;
 pub mod mount;
 pub mod policy;
