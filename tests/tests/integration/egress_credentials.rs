@@ -761,7 +761,7 @@ echo "override=$(code -X POST -d '{}' -H 'X-HTTP-Method-Override: DELETE' https:
 echo "rewrite=$(code -H 'X-Original-URL: /admin/keys' https://api.example.test/v1/models)"
 echo "dotdot=$(code --path-as-is 'https://api.example.test/v1/models/..;/admin/keys')"
 echo "form=$(code -X POST -d 'model=x&_method=DELETE' https://api.example.test/v1/messages)"
-echo "ip-literal=$(curl -sS -k --noproxy '' -o /dev/null https://UPSTREAM_ADDRESS/v1/models 2>&1 | grep -c 'CONNECT tunnel failed, response 403')"
+echo "ip-literal=$(curl -sS -k --noproxy '' -o /dev/null https://{UPSTREAM_ADDRESS}/v1/models 2>&1 | grep -c 'CONNECT tunnel failed, response 403')"
 echo "bundle-certs=$(grep -c 'BEGIN CERTIFICATE' /.gvisor-hardened/ca-bundle.pem)"
 echo "ssl-cert-file=$SSL_CERT_FILE"
 echo "requests=$REQUESTS_CA_BUNDLE pip=$PIP_CERT git=$GIT_SSL_CAINFO node=$NODE_EXTRA_CA_CERTS curl=$CURL_CA_BUNDLE"
@@ -790,7 +790,7 @@ exit 0
 fn script(upstream_address: &str) -> String {
     SCRIPT
         .replace("PATTERN", &base64_of(&format!("{SECRET}\n")))
-        .replace("UPSTREAM_ADDRESS", upstream_address)
+        .replace("{UPSTREAM_ADDRESS}", upstream_address)
 }
 
 /// The bundle's host files of a sandbox `id`, in any namespace.
