@@ -133,7 +133,8 @@ fn allowed() -> Vec<i64> {
         SYS_sched_getaffinity,
         SYS_set_robust_list,
         SYS_rseq,
-        SYS_clone,
+        // clone only for threads (a rule below); clone3, whose flags a filter cannot read, is
+        // answered ENOSYS by the first filter, and glibc then uses clone.
         SYS_clone3,
         SYS_exit,
         SYS_exit_group,
@@ -186,8 +187,9 @@ fn arch() -> io::Result<TargetArch> {
         .map_err(|e| io::Error::other(format!("seccomp on {}: {e:?}", std::env::consts::ARCH)))
 }
 
-/// Two filters, the kernel applying the stricter answer of the two: one that answers every
-/// attempt to open a file with EACCES, and the allowlist (anything else kills the process).
+/// Three filters, the kernel applying the strictest answer: one that answers every attempt to
+/// open a file with EACCES, one that answers clone3 with ENOSYS, and the allowlist (anything
+/// else kills the process).
 pub fn install_seccomp() -> io::Result<()> {
     let arch = arch()?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
@@ -212,6 +214,17 @@ pub fn install_seccomp() -> io::Result<()> {
     .and_then(|c| SeccompRule::new(vec![c]))
     .map_err(|e| io::Error::other(format!("seccomp: {e}")))?;
     rules.insert(libc::SYS_prctl, vec![set_name]);
+    // New threads only: no new process, and with CLONE_THREAD no new user namespace either
+    // (the kernel refuses the two together).
+    let thread = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Qword,
+        SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
+        libc::CLONE_THREAD as u64,
+    )
+    .and_then(|c| SeccompRule::new(vec![c]))
+    .map_err(|e| io::Error::other(format!("seccomp: {e}")))?;
+    rules.insert(libc::SYS_clone, vec![thread]);
     let allowlist = compile(
         SeccompFilter::new(
             rules,
@@ -221,21 +234,23 @@ pub fn install_seccomp() -> io::Result<()> {
         )
         .map_err(|e| io::Error::other(format!("seccomp: {e}")))?,
     )?;
-    let no_files = compile(
-        SeccompFilter::new(
-            [libc::SYS_open, libc::SYS_openat]
-                .into_iter()
-                .map(|n| (n, Vec::new()))
-                .collect(),
-            SeccompAction::Allow,
-            SeccompAction::Errno(libc::EACCES as u32),
-            arch,
+    let answered = |calls: &[i64], errno: i32| {
+        compile(
+            SeccompFilter::new(
+                calls.iter().map(|&n| (n, Vec::new())).collect(),
+                SeccompAction::Allow,
+                SeccompAction::Errno(errno as u32),
+                arch,
+            )
+            .map_err(|e| io::Error::other(format!("seccomp: {e}")))?,
         )
-        .map_err(|e| io::Error::other(format!("seccomp: {e}")))?,
-    )?;
-    // The file filter first: once the allowlist is in, installing another filter is a call
-    // outside it.
+    };
+    let no_files = answered(&[libc::SYS_open, libc::SYS_openat], libc::EACCES)?;
+    let no_clone3 = answered(&[libc::SYS_clone3], libc::ENOSYS)?;
+    // The answering filters first: once the allowlist is in, installing another filter is a
+    // call outside it.
     seccompiler::apply_filter(&no_files).map_err(|e| io::Error::other(format!("seccomp: {e}")))?;
+    seccompiler::apply_filter(&no_clone3).map_err(|e| io::Error::other(format!("seccomp: {e}")))?;
     seccompiler::apply_filter(&allowlist).map_err(|e| io::Error::other(format!("seccomp: {e}")))?;
     Ok(())
 }
@@ -253,6 +268,48 @@ mod tests {
             let u = uid_for(id);
             assert!((UID_BASE..UID_BASE + UID_SPAN).contains(&u), "{u}");
         }
+    }
+
+    /// Set in the copy of this test binary that installs the filter (a filter cannot be taken
+    /// off, so it is never installed in the test process itself).
+    const UNDER_FILTER: &str = "GVH_TEST_UNDER_SECCOMP";
+
+    #[test]
+    fn under_the_filter_threads_start_files_are_refused_and_a_fork_kills_the_process() {
+        if std::env::var_os(UNDER_FILTER).is_some() {
+            nix::sys::prctl::set_no_new_privs().unwrap();
+            install_seccomp().unwrap();
+            // A thread, as the runtime makes them (clone3 refused, glibc falls back to clone).
+            let t = std::thread::spawn(|| 7).join().unwrap();
+            println!("thread {t}");
+            let opened = std::fs::File::open("/etc/hostname")
+                .map(|_| ())
+                .unwrap_err();
+            println!("open {:?}", opened.raw_os_error());
+            // fork(2) is not on the list: the process dies here.
+            let _ = std::process::Command::new("/bin/true").status();
+            println!("forked");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "confined::confine::tests::under_the_filter_threads_start_files_are_refused_and_a_fork_kills_the_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(UNDER_FILTER, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("thread 7"), "{stdout}");
+        assert!(
+            stdout.contains(&format!("open Some({})", libc::EACCES)),
+            "{stdout}"
+        );
+        assert!(!stdout.contains("forked"), "{stdout}");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(libc::SIGSYS), "{:?}", out.status);
     }
 
     #[test]
