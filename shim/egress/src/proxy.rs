@@ -346,10 +346,9 @@ impl Proxy {
             self.refuse_credential_address(ip).await?;
         }
         let addr = self.pick(req.host(), req.port(), &candidates)?;
-        let credential_name = self.plan.credential_hosts().iter().any(|h| h == req.host());
         if !self.plan.credentials.is_empty()
-            && !credential_name
             && req.host().parse::<IpAddr>().is_err()
+            && !self.plan.credential_hosts().iter().any(|h| h == req.host())
         {
             // Another allowlisted name whose address is a credential host's (a CNAME, a
             // wildcard entry, a hosts line) would reach that upstream as the number would.

@@ -175,83 +175,73 @@ fn allowed() -> Vec<i64> {
     ]
 }
 
-fn compile(filter: SeccompFilter) -> io::Result<BpfProgram> {
-    filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| io::Error::other(format!("seccomp: {e}")))
+fn seccomp_error(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("seccomp: {e}"))
 }
 
-fn arch() -> io::Result<TargetArch> {
-    std::env::consts::ARCH
+/// A filter: `matched` for `calls` (with their rules; none: any arguments), `otherwise` for the
+/// rest, compiled for this machine.
+fn filter(
+    calls: BTreeMap<i64, Vec<SeccompRule>>,
+    otherwise: SeccompAction,
+    matched: SeccompAction,
+) -> io::Result<BpfProgram> {
+    let arch: TargetArch = std::env::consts::ARCH
         .try_into()
-        .map_err(|e| io::Error::other(format!("seccomp on {}: {e:?}", std::env::consts::ARCH)))
+        .map_err(|e| io::Error::other(format!("seccomp on {}: {e:?}", std::env::consts::ARCH)))?;
+    SeccompFilter::new(calls, otherwise, matched, arch)
+        .map_err(seccomp_error)?
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| seccomp_error(e))
+}
+
+/// A rule on a call's first argument.
+fn first_argument(len: SeccompCmpArgLen, op: SeccompCmpOp, value: u64) -> io::Result<SeccompRule> {
+    SeccompCondition::new(0, len, op, value)
+        .and_then(|c| SeccompRule::new(vec![c]))
+        .map_err(seccomp_error)
 }
 
 /// Three filters, the kernel applying the strictest answer: one that answers every attempt to
 /// open a file with EACCES, one that answers clone3 with ENOSYS, and the allowlist (anything
 /// else kills the process).
 pub fn install_seccomp() -> io::Result<()> {
-    let arch = arch()?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         allowed().into_iter().map(|n| (n, Vec::new())).collect();
+    let equal = |value: u64| first_argument(SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value);
     // TCP sockets only, of the two address families.
-    let family = |f: i32| {
-        SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, f as u64)
-            .and_then(|c| SeccompRule::new(vec![c]))
-            .map_err(|e| io::Error::other(format!("seccomp: {e}")))
-    };
     rules.insert(
         libc::SYS_socket,
-        vec![family(libc::AF_INET)?, family(libc::AF_INET6)?],
+        vec![equal(libc::AF_INET as u64)?, equal(libc::AF_INET6 as u64)?],
     );
     // Threads name themselves; nothing else of prctl.
-    let set_name = SeccompCondition::new(
-        0,
-        SeccompCmpArgLen::Dword,
-        SeccompCmpOp::Eq,
-        libc::PR_SET_NAME as u64,
-    )
-    .and_then(|c| SeccompRule::new(vec![c]))
-    .map_err(|e| io::Error::other(format!("seccomp: {e}")))?;
-    rules.insert(libc::SYS_prctl, vec![set_name]);
+    rules.insert(libc::SYS_prctl, vec![equal(libc::PR_SET_NAME as u64)?]);
     // New threads only: no new process, and with CLONE_THREAD no new user namespace either
     // (the kernel refuses the two together).
-    let thread = SeccompCondition::new(
-        0,
-        SeccompCmpArgLen::Qword,
-        SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
-        libc::CLONE_THREAD as u64,
-    )
-    .and_then(|c| SeccompRule::new(vec![c]))
-    .map_err(|e| io::Error::other(format!("seccomp: {e}")))?;
-    rules.insert(libc::SYS_clone, vec![thread]);
-    let allowlist = compile(
-        SeccompFilter::new(
-            rules,
-            SeccompAction::KillProcess,
-            SeccompAction::Allow,
-            arch,
-        )
-        .map_err(|e| io::Error::other(format!("seccomp: {e}")))?,
-    )?;
+    let thread = libc::CLONE_THREAD as u64;
+    rules.insert(
+        libc::SYS_clone,
+        vec![first_argument(
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(thread),
+            thread,
+        )?],
+    );
+    let allowlist = filter(rules, SeccompAction::KillProcess, SeccompAction::Allow)?;
     let answered = |calls: &[i64], errno: i32| {
-        compile(
-            SeccompFilter::new(
-                calls.iter().map(|&n| (n, Vec::new())).collect(),
-                SeccompAction::Allow,
-                SeccompAction::Errno(errno as u32),
-                arch,
-            )
-            .map_err(|e| io::Error::other(format!("seccomp: {e}")))?,
+        filter(
+            calls.iter().map(|&n| (n, Vec::new())).collect(),
+            SeccompAction::Allow,
+            SeccompAction::Errno(errno as u32),
         )
     };
     let no_files = answered(&[libc::SYS_open, libc::SYS_openat], libc::EACCES)?;
     let no_clone3 = answered(&[libc::SYS_clone3], libc::ENOSYS)?;
     // The answering filters first: once the allowlist is in, installing another filter is a
     // call outside it.
-    seccompiler::apply_filter(&no_files).map_err(|e| io::Error::other(format!("seccomp: {e}")))?;
-    seccompiler::apply_filter(&no_clone3).map_err(|e| io::Error::other(format!("seccomp: {e}")))?;
-    seccompiler::apply_filter(&allowlist).map_err(|e| io::Error::other(format!("seccomp: {e}")))?;
+    for program in [&no_files, &no_clone3, &allowlist] {
+        seccompiler::apply_filter(program).map_err(seccomp_error)?;
+    }
     Ok(())
 }
 
@@ -314,18 +304,8 @@ mod tests {
 
     #[test]
     fn the_filters_compile_for_this_machine() {
-        let arch = arch().unwrap();
         let rules: BTreeMap<i64, Vec<SeccompRule>> =
             allowed().into_iter().map(|n| (n, Vec::new())).collect();
-        compile(
-            SeccompFilter::new(
-                rules,
-                SeccompAction::KillProcess,
-                SeccompAction::Allow,
-                arch,
-            )
-            .unwrap(),
-        )
-        .unwrap();
+        filter(rules, SeccompAction::KillProcess, SeccompAction::Allow).unwrap();
     }
 }

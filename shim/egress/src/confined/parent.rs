@@ -237,28 +237,21 @@ fn may_resolve(proxy: &Proxy, host: &str) -> bool {
         || plan.credential_hosts().iter().any(|h| h == host)
 }
 
+/// The answer to a request past [`MAX_REQUESTS`].
+fn busy<T>() -> Result<T, String> {
+    Err("too many requests at once".into())
+}
+
 /// Answers one request of the proxy process's, on a task of its own.
 fn answer(proxy: &Arc<Proxy>, writer: &Writer, permits: &Arc<Semaphore>, msg: FromProxy) {
-    let Ok(permit) = permits.clone().try_acquire_owned() else {
-        let busy = |id| ToProxy::Resolved {
-            id,
-            answer: Err("too many requests at once".into()),
-        };
-        let reply = match msg {
-            FromProxy::Resolve { id, .. } => busy(id),
-            FromProxy::Value { id, .. } => ToProxy::Value {
-                id,
-                answer: Err("too many requests at once".into()),
-            },
-            _ => return,
-        };
-        let w = writer.clone();
-        tokio::spawn(async move { send(&w, &reply).await });
-        return;
-    };
+    let permit = permits.clone().try_acquire_owned();
     let (proxy, w) = (proxy.clone(), writer.clone());
     tokio::spawn(async move {
         let reply = match msg {
+            FromProxy::Resolve { id, .. } if permit.is_err() => {
+                ToProxy::Resolved { id, answer: busy() }
+            }
+            FromProxy::Value { id, .. } if permit.is_err() => ToProxy::Value { id, answer: busy() },
             FromProxy::Resolve { id, host } => ToProxy::Resolved {
                 id,
                 answer: if may_resolve(&proxy, &host) {
