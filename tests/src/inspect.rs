@@ -52,15 +52,40 @@ pub fn processes_mentioning(needle: &str) -> Vec<ProcInfo> {
         .collect()
 }
 
+/// What `/proc/PID/stat` says of a process: its command name, state and parent.
+struct Stat {
+    comm: String,
+    state: char,
+    ppid: i32,
+}
+
+/// `pid`'s stat line, read now ("PID (COMM) STATE PPID ...": the name may itself hold spaces
+/// and parentheses, so it ends at the last ") ").
+fn stat_of(pid: i32) -> Option<Stat> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(") ")?;
+    let mut fields = rest.split(' ');
+    Some(Stat {
+        comm: head.split_once(" (")?.1.to_string(),
+        state: fields.next()?.chars().next()?,
+        ppid: fields.next()?.parse().ok()?,
+    })
+}
+
+impl Stat {
+    fn is_alive(&self) -> bool {
+        self.state != 'Z' && self.state != 'X'
+    }
+}
+
 /// Whether `pid` still exists and is not a zombie.
 pub fn is_alive(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name, which may itself contain ')'.
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
-        Err(_) => false,
-    }
+    stat_of(pid).is_some_and(|s| s.is_alive())
+}
+
+/// The parent pid of `pid`.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    stat_of(pid).map(|s| s.ppid)
 }
 
 /// The live children of `parent` whose command name (`/proc/PID/comm`) is `comm`.
@@ -72,18 +97,7 @@ pub fn children_named(parent: i32, comm: &str) -> Vec<i32> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| {
-            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            // "PID (COMM) STATE PPID ...": the name may hold spaces and parentheses.
-            let Some((head, rest)) = stat.rsplit_once(") ") else {
-                return false;
-            };
-            let name = head.split_once(" (").map(|(_, n)| n);
-            let mut fields = rest.split(' ');
-            let state = fields.next().unwrap_or("Z");
-            let ppid = fields.next().and_then(|p| p.parse::<i32>().ok());
-            name == Some(comm) && ppid == Some(parent) && state != "Z" && state != "X"
+            stat_of(pid).is_some_and(|s| s.comm == comm && s.ppid == parent && s.is_alive())
         })
         .collect();
     pids.sort();

@@ -993,7 +993,10 @@ fn the_one_process(id: &str, is: impl Fn(&str) -> bool) -> i32 {
     let pids: Vec<i32> = matching.iter().map(|p| p.pid).collect();
     let found: Vec<_> = matching
         .into_iter()
-        .filter(|p| !parent_of(p.pid).is_some_and(|parent| pids.contains(&parent)))
+        .filter(|p| {
+            !gvisor_hardened_tests::inspect::parent_of(p.pid)
+                .is_some_and(|parent| pids.contains(&parent))
+        })
         .collect();
     assert_eq!(
         found.len(),
@@ -1002,13 +1005,6 @@ fn the_one_process(id: &str, is: impl Fn(&str) -> bool) -> i32 {
         found.iter().map(|p| &p.cmdline).collect::<Vec<_>>()
     );
     found[0].pid
-}
-
-/// The parent pid of `pid`, from /proc/PID/stat (after the parenthesised name: state, ppid).
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(") ")?;
-    rest.split(' ').nth(1)?.parse().ok()
 }
 
 /// `pid` runs with a core size limit of 0 (soft and hard), as `core_dumps::disable` leaves
