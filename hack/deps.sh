@@ -369,7 +369,6 @@ main() {
         wanted+=("$1")
         shift
         ;;
-      -h | --help) usage 0 ;;
       *) usage 2 ;;
     esac
   done

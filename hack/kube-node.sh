@@ -602,6 +602,5 @@ down() {
 case "${1:-}" in
   up) up ;;
   down) down ;;
-  -h | --help) usage 0 ;;
   *) usage 2 ;;
 esac
