@@ -332,23 +332,33 @@ async fn a_pods_sandbox_counts_the_output_of_its_containers_as_activity() {
     exec.stdout = exec_stdout;
     bed.shim.exec(exec).await.unwrap();
     bed.shim.start("app", "e1").await.unwrap();
+    let mut last_line = tokio::time::Instant::now();
     for _ in 0..45 {
         bed.fake.write_stdout("app", "e1", b"tick\n");
         assert_eq!(read_n(&mut client, 5), b"tick\n");
+        last_line = tokio::time::Instant::now();
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     assert!(bed.fake.calls_of("kill").is_empty());
-    // Silence: both the pod's containers reach their idle timeout.
-    tokio::time::sleep(Duration::from_secs(35)).await;
+    // Silence: both the pod's containers reach their idle timeout. Waiting on the pod's exit
+    // (not a fixed sleep) leaves the monitor's sampling and the kill their own pace; the exit
+    // may come no sooner than a full idle period after the last line.
+    assert_eq!(bed.exit_status("pod").await, 128 + SIGTERM);
+    let quiet = last_line.elapsed();
+    assert!(
+        quiet >= Duration::from_secs(30),
+        "stopped {quiet:?} after the last line"
+    );
     assert!(bed
         .fake
         .calls_of("kill")
         .contains(&format!("kill pod {SIGTERM} all")));
-    assert_eq!(bed.exit_status("pod").await, 128 + SIGTERM);
     assert_eq!(
         bed.audit_record("pod", "exit")["exit_cause"],
         "idle-timeout"
     );
+    // The pod's end takes its containers' processes with it; each exit is handled on its own.
+    bed.shim.wait("app", "e1").await.unwrap();
     bed.shim.wait("app", "").await.unwrap();
     bed.shim.delete("app", "e1").await.unwrap();
     bed.shim.delete("app", "").await.unwrap();
