@@ -102,8 +102,8 @@ impl Shim {
         // `sleep` held on its heap.
         release_freed_memory();
         // And the code Create and Start ran, which the server will not run again while the
-        // sandbox runs (text_pages.rs).
-        gvisor_hardened_core::text_pages::drop_mapped_code();
+        // sandbox runs, once the start's reply and event are out (text_pages.rs).
+        gvisor_hardened_proc::text_pages::drop_when_quiet();
         let mut resp = StartResponse::new();
         resp.pid = pid;
         Ok(resp)

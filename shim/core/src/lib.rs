@@ -40,6 +40,5 @@ pub mod rootfs;
 pub mod runsc;
 pub mod runtime;
 pub mod sandbox;
-pub mod text_pages;
 pub mod token_volumes;
 pub mod workspace;

@@ -294,6 +294,8 @@ async fn serve(
         Err(reason) => reason,
         Ok(listen) => {
             proxy.emit(EgressEvent::ForwarderReady { listen, attempt });
+            // Set-up ran most of this binary; serving runs little of it (text_pages.rs).
+            gvisor_hardened_proc::text_pages::drop_when_quiet();
             let serving = proxy.clone();
             let end = tokio::select! {
                 end = session.run(|opened| match opened {

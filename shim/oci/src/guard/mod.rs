@@ -369,7 +369,7 @@ impl Guard {
                         );
                         // The guard lives as long as its container and runs little of its
                         // code from here on (text_pages.rs).
-                        gvisor_hardened_core::text_pages::drop_mapped_code();
+                        gvisor_hardened_proc::text_pages::drop_when_quiet();
                     }
                 }
                 Event::NotifyGone => notify = None,
