@@ -10,8 +10,6 @@
 
 use std::path::Path;
 
-use policy_injector::{harden_process, Context};
-
 use super::error::{OciError, Result};
 use super::exec_guard::{exec_id_of, read_process, ExecGuard};
 use super::fork::Forked;
@@ -19,7 +17,7 @@ use super::guard::{container_stdio, EngineStdio, Forwarded};
 use super::state::write_pid_file;
 use crate::opened::Opened;
 use gvisor_hardened_core::atomic_file;
-use gvisor_hardened_core::audit::{AuditEvent, AuditRecord};
+use gvisor_hardened_core::sandbox::exec_gate::{admit, ExecGateError, ExecRequest};
 
 pub struct ExecArgs<'a> {
     pub process: &'a Path,
@@ -38,25 +36,25 @@ pub async fn run(c: Opened, a: ExecArgs<'_>, guard: Option<Forked>) -> Result<u8
     let id = &c.record.id;
     let process = read_process(a.process)?;
     let exec_id = exec_id_of(a.pid_file);
-    let ctx = Context {
-        container_id: id.clone(),
-        namespace: c.record.namespace.clone(),
-        ..Default::default()
+    let request = ExecRequest {
+        exec_id: &exec_id,
+        process: &process,
+        subject: &c.record.subject,
+        namespace: &c.record.namespace,
+        container_id: id,
     };
-    let hardened = match harden_process(&process, &c.policy, &ctx) {
+    let hardened = match admit(&c.audit(), &c.policy, request).await {
         Ok(h) => h,
-        Err(e) => {
-            let mut rec = AuditRecord::new(AuditEvent::ExecRejected, &c.record.subject);
-            rec.exec_id = Some(&exec_id);
-            rec.error = Some(e.to_string());
-            c.audit_best_effort(&rec);
-            return Err(e.into());
+        Err(ExecGateError::Refused { error, unrecorded }) => {
+            if let Some(audit) = unrecorded {
+                c.record.log.warn(&format!(
+                    "container {id}: the exec-rejected record was not written: {audit}"
+                ));
+            }
+            return Err(error.into());
         }
+        Err(ExecGateError::Unrecorded(audit)) => return Err(audit.into()),
     };
-    let mut rec = AuditRecord::new(AuditEvent::Exec, &c.record.subject);
-    rec.exec_id = Some(&exec_id);
-    rec.decisions = Some(&hardened.decisions);
-    c.audit().append(&rec)?;
 
     if !a.detach {
         // This call is the exec's guard: it lasts as long as the process, passes the signals

@@ -150,3 +150,12 @@ fn read_hashes(f: &mut File) -> std::io::Result<Vec<Digest>> {
 
 #[cfg(test)]
 mod tests;
+
+/// The lifecycle's records through the core's operations (the exec gate): written at once,
+/// under the trail file's lock, like every other record of this front end.
+#[async_trait::async_trait]
+impl gvisor_hardened_core::sandbox::exec_gate::SandboxRecords for StateTrail {
+    async fn append(&self, record: &AuditRecord<'_>) -> Result<Digest, AuditError> {
+        StateTrail::append(self, record)
+    }
+}

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use containerd_shim_protos::api::{DeleteResponse, ExecProcessRequest};
-use policy_injector::{harden_process, Context};
 use serde_json::Value;
 
 use super::{validate_id, Container};
@@ -21,9 +20,25 @@ use gvisor_hardened_core::audit::AuditEvent;
 use gvisor_hardened_core::bundle::MAX_PROCESS_BYTES;
 use gvisor_hardened_core::exit::{Exit, ExitCause};
 use gvisor_hardened_core::runtime::{ExecCall, KillTarget};
+use gvisor_hardened_core::sandbox::exec_gate::{admit, ExecGateError, ExecRequest};
 
 /// runc's status for an exec that could not be started; containerd shows it the same way.
 const EXEC_FAILED: u32 = 255;
+
+/// The gate's answer as the task API's: a refusal names the rule (a refusal whose record could
+/// not be written is still a refusal, and the failure is logged); an admitted exec that could
+/// not be recorded is an audit error.
+fn exec_gate_error(id: &str, e: ExecGateError) -> ShimError {
+    match e {
+        ExecGateError::Refused { error, unrecorded } => {
+            if let Some(audit) = unrecorded {
+                log::error!("container {id}: the exec-rejected record was not written: {audit}");
+            }
+            ShimError::Rejected(error)
+        }
+        ExecGateError::Unrecorded(audit) => ShimError::Audit(audit),
+    }
+}
 
 impl Container {
     pub async fn add_exec(&self, req: &ExecProcessRequest) -> Result<()> {
@@ -49,21 +64,15 @@ impl Container {
             // The request, not the spec, says whether containerd set up a terminal.
             obj.insert("terminal".into(), Value::Bool(req.terminal));
         }
-        let ctx = Context {
-            container_id: self.id.clone(),
-            namespace: self.env.namespace.clone(),
-            ..Default::default()
+        let request = ExecRequest {
+            exec_id: &req.exec_id,
+            process: &process,
+            subject: &self.subject,
+            namespace: &self.env.namespace,
+            container_id: &self.id,
         };
-        let hardened = match harden_process(&process, &self.policy.policy, &ctx) {
-            Ok(h) => h,
-            Err(e) => {
-                let mut rec = self.record(AuditEvent::ExecRejected);
-                rec.exec_id = Some(&req.exec_id);
-                rec.error = Some(e.to_string());
-                self.audit.append_queued(&rec).await?;
-                return Err(e.into());
-            }
-        };
+        // Held until the exec is in the table: a second exec with the same id waits, then is
+        // refused before it gets a record of its own.
         let mut execs = self.execs.lock().await;
         if execs.contains_key(&req.exec_id) {
             return Err(ShimError::AlreadyExists(format!(
@@ -71,12 +80,11 @@ impl Container {
                 req.exec_id, self.id
             )));
         }
-        // Audited when it is added, with what the policy changed: an exec that is never started
-        // still shows up.
-        let mut rec = self.record(AuditEvent::Exec);
-        rec.exec_id = Some(&req.exec_id);
-        rec.decisions = Some(&hardened.decisions);
-        self.audit.append_queued(&rec).await?;
+        // Audited when it is added, with what the policy changed: an exec that is never
+        // started still shows up.
+        let hardened = admit(&self.audit, &self.policy.policy, request)
+            .await
+            .map_err(|e| exec_gate_error(&self.id, e))?;
         let stdio = StdioPaths {
             stdin: req.stdin.clone(),
             stdout: req.stdout.clone(),

@@ -55,6 +55,45 @@ async fn an_exec_is_hardened_audited_and_its_exit_published_before_its_delete_an
 }
 
 #[tokio::test]
+async fn an_exec_the_policy_refuses_names_the_rule_is_recorded_and_never_reaches_runsc() {
+    let bed = Bed::new();
+    bed.running("c1").await;
+    let mut req = exec_request("c1", "e1", 0);
+    let mut process: Value = serde_json::from_slice(&req.spec.value).unwrap();
+    process["rlimits"] = json!([
+        {"type": "RLIMIT_NOFILE", "hard": 10, "soft": 10},
+        {"type": "RLIMIT_NOFILE", "hard": 99, "soft": 99}
+    ]);
+    req.spec.as_mut().unwrap().value = serde_json::to_vec(&process).unwrap();
+    let err = bed.shim.exec(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::FAILED_PRECONDITION);
+    assert!(
+        err.to_string().contains("RLIMIT_NOFILE is set twice"),
+        "{err}"
+    );
+    assert_eq!(bed.audit_events("c1"), ["create", "start", "exec-rejected"]);
+    let rec = bed.audit_record("c1", "exec-rejected");
+    assert_eq!(
+        (&rec["exec_id"], &rec["error"]),
+        (&json!("e1"), &json!(err.to_string()))
+    );
+    // Nothing was added: no event, no exec to start, no runsc exec.
+    assert_eq!(bed.events.lines().len(), 2, "{:?}", bed.events.lines());
+    assert_eq!(
+        bed.shim.start("c1", "e1").await.unwrap_err().code(),
+        Code::NOT_FOUND
+    );
+    assert!(bed.fake.calls_of("exec").is_empty());
+    // A control: the same exec without the duplicate is admitted.
+    bed.shim.exec(exec_request("c1", "e1", 0)).await.unwrap();
+    assert_eq!(
+        bed.audit_events("c1"),
+        ["create", "start", "exec-rejected", "exec"]
+    );
+    bed.kill_delete_and_check("c1").await;
+}
+
+#[tokio::test]
 async fn a_running_exec_is_killed_by_its_pid_inside_the_sandbox_and_not_deleted_while_it_runs() {
     let bed = Bed::new();
     bed.running("c1").await;
