@@ -16,7 +16,6 @@
 //! - Until: the sandbox's exit. The guard stops it before its `exit` record, so the egress
 //!   records precede it in the same chained log.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 
 use super::log::EngineLog;
@@ -24,9 +23,10 @@ use super::state::{Record, StateDir};
 use super::trail::StateTrail;
 use gvisor_hardened_core::egress::audit::AuditLine;
 use gvisor_hardened_core::egress::{
-    self, EgressAudit, EgressAuditSink, EgressEvent, EgressSupervisor, SandboxEgress, SandboxRef,
+    self, EgressAudit, EgressAuditSink, EgressSupervisor, SandboxRef,
 };
 use gvisor_hardened_core::runtime::SandboxRuntime;
+use gvisor_hardened_core::sandbox::egress_start::{self, EgressStart};
 
 /// Egress records go to the log the guard's lifecycle records go to, chained with them (from
 /// a writer thread: `egress::audit::QueuedSink`).
@@ -61,63 +61,27 @@ pub(super) fn start(
     sandbox_process: Option<Arc<gvisor_hardened_core::sandbox::host_process::HostProcess>>,
 ) -> Option<EgressSupervisor> {
     let plan = record.egress.clone()?;
-    let sandbox = SandboxRef {
-        sandbox_id: record.id.clone(),
-        container_id: record.id.clone(),
-        policy: record.policy_name.clone(),
-    };
     let sink = LogSink {
         audit: audit.clone(),
         namespace: record.namespace.clone(),
         log: record.log.clone(),
     };
-    let dir = state.path().join("egress");
-    let setup = egress::guard::node_addresses()
-        .map_err(|e| format!("the node's addresses: {e}"))
-        .and_then(|addresses| {
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&dir)
-                .map_err(|e| format!("{}: {e}", dir.display()))
-                .map(|()| addresses)
-        })
-        .and_then(|addresses| {
-            runtime
-                .egress_confinement(sandbox_process.as_ref().map(|p| p.pid()))
-                .map(|confine| (addresses, confine))
-        });
-    let (node_addresses, confine) = match setup {
-        Ok(a) => a,
-        Err(reason) => {
-            // Without the node's addresses the proxy could not refuse the node itself, and
-            // without its confinement it does not run: no proxy at all, nothing listens inside.
-            record.log.warn(&format!(
-                "container {}: egress not set up ({reason}); connections are refused",
-                record.id
-            ));
-            sink.record(EgressAudit {
-                sandbox,
-                event: EgressEvent::ForwarderDied {
-                    reason: format!("egress not set up: {reason}"),
-                    attempt: 1,
-                },
-            });
-            return None;
-        }
-    };
-    let spawner = runtime.forwarder(&record.id, &dir, plan.forwarder_process());
-    Some(egress::start_for_sandbox(
-        SandboxEgress {
+    egress_start::start(
+        EgressStart {
             plan,
-            sandbox,
+            sandbox: SandboxRef {
+                sandbox_id: record.id.clone(),
+                container_id: record.id.clone(),
+                policy: record.policy_name.clone(),
+            },
+            runtime,
+            runsc_id: &record.id,
+            state_dir: state.path().join("egress"),
+            sandbox_pid: sandbox_process.as_ref().map(|p| p.pid()),
             netns: record.network_namespace.clone(),
-            node_addresses,
             running: egress::running_while(sandbox_process),
-            confine,
         },
-        spawner,
-        // Written before `start` returns when egress is not set up (above); from here on by a
-        // thread of their own, flushed when the supervisor stops.
-        egress::audit::queued(sink),
-    ))
+        sink,
+        &|line| record.log.warn(line),
+    )
 }

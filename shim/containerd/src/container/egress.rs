@@ -7,17 +7,18 @@
 //! nothing listens inside, connections are refused, and the supervisor audits why and keeps
 //! trying. It is stopped before the sandbox container's final audit record, so every egress
 //! record falls inside the sandbox's signed trail.
+//!
+//! The set-up (node addresses, state directory, confinement, fail closed with a record) is
+//! the core's, shared with runsc-hardened (`gvisor_hardened_core::sandbox::egress_start`).
 
-use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::Container;
 use gvisor_hardened_core::audit::Trail;
 use gvisor_hardened_core::egress::audit::AuditLine;
-use gvisor_hardened_core::egress::{
-    self, EgressAudit, EgressAuditSink, EgressEvent, SandboxEgress, SandboxRef,
-};
+use gvisor_hardened_core::egress::{self, EgressAudit, EgressAuditSink, SandboxRef};
+use gvisor_hardened_core::sandbox::egress_start::{self, EgressStart};
 
 /// How long Start waits for the forwarder to listen.
 const FORWARDER_READY: Duration = Duration::from_secs(10);
@@ -46,81 +47,39 @@ impl Container {
         if self.is_member() {
             return;
         }
-        let node_addresses = match egress::guard::node_addresses() {
-            Ok(a) => a,
-            Err(e) => {
-                // Without them the guard could not refuse the node itself: no proxy at all.
-                log::error!(
-                    "container {}: the node's addresses: {e}; egress stays closed",
-                    self.id
-                );
-                return;
-            }
-        };
-        let state_dir = self.bundle.join("egress");
-        if let Err(e) = std::fs::DirBuilder::new()
-            .mode(0o700)
-            .recursive(true)
-            .create(&state_dir)
-        {
-            log::error!(
-                "container {}: {}: {e}; egress stays closed",
-                self.id,
-                state_dir.display()
-            );
-            return;
-        }
-        let sandbox = SandboxRef {
-            sandbox_id: self.id.clone(),
-            container_id: self.id.clone(),
-            // As an agent sees it in a refusal: the policy file's name (the installer names
-            // them after their RuntimeClass), or `default`.
-            policy: self.policy.source.name(),
-        };
-        let sink = egress::audit::queued(TrailSink(self.audit.clone()));
         let sandbox_pid = self.sandbox_process.get().map(|p| p.pid());
-        let confine = match self.runtime.egress_confinement(sandbox_pid) {
-            Ok(c) => c,
-            Err(reason) => {
-                // No proxy outside its confinement: nothing listens inside, and the trail
-                // says why.
-                log::error!(
-                    "container {}: egress proxy: {reason}; egress stays closed",
-                    self.id
-                );
-                sink.record(EgressAudit {
-                    sandbox,
-                    event: EgressEvent::ForwarderDied {
-                        reason: format!("egress not set up: {reason}"),
-                        attempt: 1,
-                    },
-                });
-                return;
-            }
+        let running = {
+            let sandbox = egress::running_while(self.sandbox_process.get().cloned());
+            let me = Arc::downgrade(self);
+            // The init's end is known to the shim before its sandbox process is reaped.
+            Arc::new(move || {
+                me.upgrade()
+                    .is_some_and(|c| !c.init_ended.is_cancelled() && sandbox())
+            })
         };
-        let spawner = self
-            .runtime
-            .forwarder(self.runsc_id(), &state_dir, plan.forwarder_process());
-        let supervisor = egress::start_for_sandbox(
-            SandboxEgress {
+        let started = egress_start::start(
+            EgressStart {
                 plan,
-                sandbox,
-                netns: self.network_namespace.clone(),
-                node_addresses,
-                running: {
-                    let sandbox = egress::running_while(self.sandbox_process.get().cloned());
-                    let me = Arc::downgrade(self);
-                    // The init's end is known to the shim before its sandbox process is reaped.
-                    Arc::new(move || {
-                        me.upgrade()
-                            .is_some_and(|c| !c.init_ended.is_cancelled() && sandbox())
-                    })
+                sandbox: SandboxRef {
+                    sandbox_id: self.id.clone(),
+                    container_id: self.id.clone(),
+                    // As an agent sees it in a refusal: the policy file's name (the installer
+                    // names them after their RuntimeClass), or `default`.
+                    policy: self.policy.source.name(),
                 },
-                confine,
+                runtime: self.runtime.as_ref(),
+                runsc_id: self.runsc_id(),
+                state_dir: self.bundle.join("egress"),
+                sandbox_pid,
+                netns: self.network_namespace.clone(),
+                running,
             },
-            spawner,
-            sink,
+            TrailSink(self.audit.clone()),
+            &|line| log::error!("{line}"),
         );
+        let Some(supervisor) = started else {
+            return;
+        };
         // Held while waiting: a delete meanwhile stops what this started, after it.
         let mut slot = self.egress.lock().await;
         let supervisor = slot.insert(supervisor);

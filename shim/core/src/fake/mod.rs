@@ -45,6 +45,8 @@ pub enum Step {
     /// Reading the sandbox's CPU time.
     ReadCpu,
     Update,
+    /// Confining a sandbox's egress proxy (the sandbox's cgroups).
+    Confine,
 }
 
 struct Proc {

@@ -282,6 +282,17 @@ impl SandboxRuntime for Fake {
         Ok(false)
     }
 
+    fn egress_confinement(
+        &self,
+        _sandbox_pid: Option<i32>,
+    ) -> Result<Option<crate::egress::confined::Confinement>, String> {
+        if self.world().fails(Step::Confine) {
+            return Err("injected failure: the sandbox's cgroups".into());
+        }
+        // Served in this process: the fake's forwarders have no pipes to hand over.
+        Ok(None)
+    }
+
     fn forwarder(
         &self,
         id: &str,

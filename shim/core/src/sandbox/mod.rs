@@ -3,6 +3,7 @@
 //! the kernel) and free of containerd's types.
 //!
 //! - `crate::prepare`: load the policy, read and harden the spec, configure runsc, audit.
+//! - [`egress_start`]: a started sandbox's egress (proxy, forwarder, supervisor), fail closed.
 //! - [`exec_gate`]: a process added to a running sandbox, through the policy and recorded.
 //! - [`exit`]: why a sandbox ended (enforcement, the cgroup's counters, or its status), and
 //!   how that is said in the log.
@@ -18,6 +19,7 @@
 //! runsc-hardened (`runsc_hardened`, which maps them onto runc's command line and its guard
 //! processes).
 
+pub mod egress_start;
 pub mod exec_gate;
 pub mod exit;
 pub use gvisor_hardened_proc::host_process;

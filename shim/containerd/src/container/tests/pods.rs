@@ -1,6 +1,7 @@
 //! Pods (one sandbox, later containers joining it) and the shim's own end.
 
 use super::*;
+use gvisor_hardened_core::fake::Step;
 
 const CRI_TYPE: &str = "io.kubernetes.cri.container-type";
 const CRI_SANDBOX: &str = "io.kubernetes.cri.sandbox-id";
@@ -197,6 +198,22 @@ async fn egress_runs_one_forwarder_per_pod_in_its_sandbox_from_start_to_exit() {
     assert!(ready_at.is_some_and(|r| r < exit_at), "{events:?}");
     bed.shim.delete("pod", "").await.unwrap();
     bed.assert_clean();
+}
+
+#[tokio::test]
+async fn egress_that_cannot_be_confined_stays_closed_and_the_trail_says_why() {
+    let bed = Bed::with_policy(EGRESS_POLICY);
+    bed.fake.fail_next(Step::Confine);
+    bed.running("c1").await;
+    // No proxy outside its confinement: no forwarder, so nothing listens inside.
+    assert!(bed.fake.calls_of("forwarder").is_empty());
+    let died = bed.audit_record("c1", "egress-forwarder-died");
+    let reason = died["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("egress not set up: injected failure: the sandbox's cgroups"),
+        "{died}"
+    );
+    bed.kill_delete_and_check("c1").await;
 }
 
 #[tokio::test]
