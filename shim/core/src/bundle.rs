@@ -154,12 +154,19 @@ pub fn restore_original_config(bundle: &Path) {
 /// Removes the files the shim added that containerd does not expect to find (everything but the
 /// configs, which stay for whoever inspects the bundle until containerd removes it).
 pub fn remove_shim_files(bundle: &Path) {
-    for name in [
-        INIT_PID_FILE,
-        BUNDLE_STATE,
-        POOL_CLAIM,
-        crate::host_tree::EMPTY_FILE,
-    ] {
+    remove_hardening_files(bundle);
+    // The shim's own: it passes runsc this pid file, and only it claims warm sandboxes.
+    for name in [INIT_PID_FILE, POOL_CLAIM] {
+        let _ = std::fs::remove_file(bundle.join(name));
+    }
+}
+
+/// Removes what either front end's hardening put into a bundle it does not own (the state
+/// beside the spec, the empty file read-only host paths are bound over). runsc-hardened stops
+/// here: under Docker and Podman the bundle's `init.pid` is the engine shim's (its
+/// `--pid-file`), read by it, not ours to remove.
+pub fn remove_hardening_files(bundle: &Path) {
+    for name in [BUNDLE_STATE, crate::host_tree::EMPTY_FILE] {
         let _ = std::fs::remove_file(bundle.join(name));
     }
 }
@@ -167,6 +174,31 @@ pub fn remove_shim_files(bundle: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_front_end_removes_its_own_files_and_leaves_the_configs_and_the_engines() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = [
+            CONFIG,
+            ORIGINAL_CONFIG,
+            INIT_PID_FILE,
+            BUNDLE_STATE,
+            POOL_CLAIM,
+            crate::host_tree::EMPTY_FILE,
+        ];
+        let left =
+            |d: &Path| -> Vec<&str> { all.into_iter().filter(|n| d.join(n).exists()).collect() };
+        for name in all {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        remove_hardening_files(dir.path());
+        assert_eq!(
+            left(dir.path()),
+            [CONFIG, ORIGINAL_CONFIG, INIT_PID_FILE, POOL_CLAIM]
+        );
+        remove_shim_files(dir.path());
+        assert_eq!(left(dir.path()), [CONFIG, ORIGINAL_CONFIG]);
+    }
 
     #[test]
     fn oversized_config_is_refused_before_parsing() {

@@ -156,7 +156,7 @@ pub async fn run(
             &bundle,
             gvisor_hardened_core::workspace::Ending::Failed,
         );
-        bundle::remove_shim_files(&bundle);
+        bundle::remove_hardening_files(&bundle);
         bundle::restore_original_config(&bundle);
         return Err(e);
     }

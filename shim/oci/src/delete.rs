@@ -13,10 +13,9 @@ use super::runtime::{remove_cgroups, runsc_for, POLL};
 use super::state::{Record, StateDir};
 use super::trail::StateTrail;
 use gvisor_hardened_core::audit::{AuditEvent, AuditRecord, Signer};
-use gvisor_hardened_core::bundle::BUNDLE_STATE;
+use gvisor_hardened_core::bundle;
 use gvisor_hardened_core::host::linux::LinuxHost;
 use gvisor_hardened_core::host::Host;
-use gvisor_hardened_core::host_tree::EMPTY_FILE;
 use gvisor_hardened_core::reaper::Reaper;
 use gvisor_hardened_core::runtime::runsc::RunscRuntime;
 use gvisor_hardened_core::runtime::SandboxRuntime;
@@ -123,9 +122,7 @@ pub(super) async fn remove(
     if let Err(e) = StateTrail::open(&record, &state).seal(&rec, signer.as_ref()) {
         record.log.warn(&format!("container {id}: {e}"));
     }
-    for name in [BUNDLE_STATE, EMPTY_FILE] {
-        let _ = std::fs::remove_file(record.bundle.join(name));
-    }
+    bundle::remove_hardening_files(&record.bundle);
     state.remove()
 }
 
