@@ -151,6 +151,27 @@ pub fn restore_original_config(bundle: &Path) {
     }
 }
 
+/// Whose bundle a front end hardens: which of the files in it are ours to remove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Files {
+    /// The shim's: containerd made the bundle for it (`remove_shim_files`).
+    Shim,
+    /// runsc-hardened's: the engine's runc shim owns the bundle (`remove_hardening_files`).
+    Engine,
+}
+
+/// What a failed create leaves in its bundle, undone the same way by both front ends after
+/// runsc, cgroups and mounts: the workspace's conclusion (`Failed`), our files, and the
+/// engine's own `config.json` put back, so the bundle is as the engine made it.
+pub fn release_after_failed_create(bundle: &Path, files: Files) {
+    crate::workspace::finish(bundle, crate::workspace::Ending::Failed);
+    match files {
+        Files::Shim => remove_shim_files(bundle),
+        Files::Engine => remove_hardening_files(bundle),
+    }
+    restore_original_config(bundle);
+}
+
 /// Removes the files the shim added that containerd does not expect to find (everything but the
 /// configs, which stay for whoever inspects the bundle until containerd removes it).
 pub fn remove_shim_files(bundle: &Path) {

@@ -145,19 +145,14 @@ pub async fn run(
                 runtime::undo(&runsc, &LinuxHost, &record).await;
             }
         }
+        let _ = state.remove();
+        bundle::release_after_failed_create(&bundle, bundle::Files::Engine);
         let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &prepared.subject);
         rec.error = Some(e.to_string());
         // The container's final record: signed over its create record, as the shim's is.
         if let Err(audit) = prepared.audit.seal(&rec) {
             log.warn(&audit.to_string());
         }
-        let _ = state.remove();
-        gvisor_hardened_core::workspace::finish(
-            &bundle,
-            gvisor_hardened_core::workspace::Ending::Failed,
-        );
-        bundle::remove_hardening_files(&bundle);
-        bundle::restore_original_config(&bundle);
         return Err(e);
     }
     Ok(())

@@ -538,11 +538,7 @@ impl Container {
                 log::error!("container {}: {e}", self.id);
             }
         }
-        gvisor_hardened_core::workspace::finish(
-            &self.bundle,
-            gvisor_hardened_core::workspace::Ending::Failed,
-        );
-        bundle::remove_shim_files(&self.bundle);
+        bundle::release_after_failed_create(&self.bundle, bundle::Files::Shim);
         let mut rec = self.record(AuditEvent::CreateFailed);
         rec.error = Some(err.to_string());
         self.seal_best_effort(&rec).await;

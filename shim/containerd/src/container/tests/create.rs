@@ -169,6 +169,25 @@ async fn the_hardenings_summary_reaches_containerds_record_and_the_hardened_spec
 }
 
 #[tokio::test]
+async fn a_failed_create_puts_containerds_config_back_and_leaves_no_file_of_ours() {
+    let bed = Bed::new();
+    let req = bed.request("c1", &[]);
+    let bundle = std::path::PathBuf::from(&req.bundle);
+    let engines = std::fs::read(bundle.join("config.json")).unwrap();
+    bed.fake.fail_next(Step::Create);
+    assert!(bed.shim.create(req).await.is_err());
+    assert_eq!(std::fs::read(bundle.join("config.json")).unwrap(), engines);
+    let mut names: Vec<String> = std::fs::read_dir(&bundle)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["config.json", "rootfs"]);
+    assert_eq!(bed.audit_events("c1"), ["create", "create-failed"]);
+    bed.assert_clean();
+}
+
+#[tokio::test]
 async fn a_failed_create_leaves_containerds_record_alone() {
     let bed = Bed::new();
     bed.fake.fail_next(Step::Create);
