@@ -12,7 +12,7 @@ mod metrics;
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context as _};
@@ -70,95 +70,7 @@ pub fn main() -> ExitCode {
 
 fn run(cmd: Command) -> Result<(), Failure> {
     match cmd {
-        Command::Audit { command } => match command {
-            AuditCommand::Verify {
-                public_key,
-                allow_open,
-                log,
-                files,
-            } => {
-                let files = match log {
-                    Some(live) => follow::files_of_log(&live),
-                    None => files,
-                };
-                let verdict = audit::verify(&files, public_key.as_deref(), allow_open)?;
-                match verdict {
-                    Ok(text) => {
-                        print!("{text}");
-                        Ok(())
-                    }
-                    Err(text) => Err(Failure::ChainBroken(text)),
-                }
-            }
-            AuditCommand::Export {
-                format,
-                log,
-                follow,
-                poll_ms,
-                node,
-                files,
-            } => {
-                let files = match &log {
-                    Some(live) => follow::files_of_log(live),
-                    None => files,
-                };
-                let node = node.unwrap_or_else(export::host_name);
-                match (follow, log) {
-                    (true, Some(live)) => {
-                        let poll = std::time::Duration::from_millis(poll_ms.max(1));
-                        match export::follow(&live, format, &node, poll)? {}
-                    }
-                    _ => export::files(&files, format, &node)?
-                        .map_err(Failure::ChainBrokenAfterOutput),
-                }
-            }
-            AuditCommand::Metrics {
-                log,
-                listen,
-                poll_ms,
-            } => {
-                let poll = std::time::Duration::from_millis(poll_ms.max(1));
-                // Serves until killed: only a failure returns.
-                match metrics::serve(&log, listen, poll)? {}
-            }
-            AuditCommand::Attest {
-                log,
-                container,
-                namespace,
-                key,
-                manifest,
-                out,
-            } => {
-                let files = follow::files_of_log(&log);
-                let req = attest::AttestRequest {
-                    files: &files,
-                    container_id: &container,
-                    namespace: namespace.as_deref(),
-                    key: &key,
-                    manifest: manifest.as_deref(),
-                };
-                let envelope = attest::attest(&req)?.map_err(Failure::ChainBroken)?;
-                match out {
-                    Some(path) => attest::write_new(&path, &envelope)?,
-                    None => print!("{envelope}"),
-                }
-                Ok(())
-            }
-            AuditCommand::VerifyAttestation {
-                public_key,
-                artifacts,
-                envelope,
-            } => {
-                let report = attest::verify(&public_key, &envelope, artifacts.as_deref())?
-                    .map_err(Failure::ChainBroken)?;
-                print!("{report}");
-                Ok(())
-            }
-            AuditCommand::Keygen { out } => {
-                print!("{}", audit::keygen(&out)?);
-                Ok(())
-            }
-        },
+        Command::Audit { command } => run_audit(command),
         Command::DefaultPolicy { preset: None } => {
             print!("{DEFAULT_POLICY_TOML}");
             Ok(())
@@ -189,70 +101,201 @@ fn run(cmd: Command) -> Result<(), Failure> {
             token_sources,
             in_place,
             config,
-        } => {
-            let policy = load_policy(policy.as_deref())?;
-            let (raw_spec, spec) = read_spec(&config)?;
-            let ctx = context_for(&spec, pod_namespaces, token_sources);
-            let hardened = harden(&spec, &policy, &ctx).map_err(|e| match e {
-                HardenError::Rejected(_) => Failure::Rejected(e),
-                HardenError::Malformed { .. } => {
-                    Failure::Error(anyhow!("{}: {e}", config.display()))
-                }
-            })?;
-            let mut text = if raw_spec.trim_start().starts_with("{\n") || raw_spec.contains("\n  ")
-            {
-                serde_json::to_string_pretty(&hardened.spec)
-            } else {
-                serde_json::to_string(&hardened.spec)
-            }
-            .context("serialising the hardened spec")?;
-            text.push('\n');
-            if in_place {
-                write_atomically(&config, text.as_bytes())?;
-            } else {
-                std::io::stdout()
-                    .write_all(text.as_bytes())
-                    .context("writing to stdout")?;
-            }
-            if hardened.mode == Mode::Audit {
-                let would_reject = hardened
-                    .decisions
-                    .iter()
-                    .filter(|d| d.action == policy_injector::Action::Rejected)
-                    .count();
-                eprintln!(
-                    "audit mode: spec unchanged; {} decision(s), {would_reject} would-be rejection(s)",
-                    hardened.decisions.len()
-                );
-            }
-            Ok(())
-        }
+        } => run_harden(
+            SpecArgs {
+                policy,
+                pod_namespaces,
+                token_sources,
+                config,
+            },
+            in_place,
+        ),
         Command::Explain {
             policy,
             pod_namespaces,
             token_sources,
             json,
             config,
+        } => run_explain(
+            SpecArgs {
+                policy,
+                pod_namespaces,
+                token_sources,
+                config,
+            },
+            json,
+        ),
+    }
+}
+
+/// `audit ...`: the audit log's verbs.
+fn run_audit(command: AuditCommand) -> Result<(), Failure> {
+    match command {
+        AuditCommand::Verify {
+            public_key,
+            allow_open,
+            log,
+            files,
         } => {
-            let policy = load_policy(policy.as_deref())?;
-            let (_, spec) = read_spec(&config)?;
-            let ctx = context_for(&spec, pod_namespaces, token_sources);
-            let report = explain::explain(&spec, &policy, &ctx)
-                .map_err(|e| anyhow!("{}: {e}", config.display()))?;
-            let out = if json {
-                let mut s = serde_json::to_string_pretty(&report.to_json())
-                    .context("serialising the explanation")?;
-                s.push('\n');
-                s
-            } else {
-                report.to_text()
+            let files = match log {
+                Some(live) => follow::files_of_log(&live),
+                None => files,
             };
-            std::io::stdout()
-                .write_all(out.as_bytes())
-                .context("writing to stdout")?;
+            let verdict = audit::verify(&files, public_key.as_deref(), allow_open)?;
+            match verdict {
+                Ok(text) => {
+                    print!("{text}");
+                    Ok(())
+                }
+                Err(text) => Err(Failure::ChainBroken(text)),
+            }
+        }
+        AuditCommand::Export {
+            format,
+            log,
+            follow,
+            poll_ms,
+            node,
+            files,
+        } => {
+            let files = match &log {
+                Some(live) => follow::files_of_log(live),
+                None => files,
+            };
+            let node = node.unwrap_or_else(export::host_name);
+            match (follow, log) {
+                (true, Some(live)) => {
+                    let poll = std::time::Duration::from_millis(poll_ms.max(1));
+                    match export::follow(&live, format, &node, poll)? {}
+                }
+                _ => export::files(&files, format, &node)?.map_err(Failure::ChainBrokenAfterOutput),
+            }
+        }
+        AuditCommand::Metrics {
+            log,
+            listen,
+            poll_ms,
+        } => {
+            let poll = std::time::Duration::from_millis(poll_ms.max(1));
+            // Serves until killed: only a failure returns.
+            match metrics::serve(&log, listen, poll)? {}
+        }
+        AuditCommand::Attest {
+            log,
+            container,
+            namespace,
+            key,
+            manifest,
+            out,
+        } => {
+            let files = follow::files_of_log(&log);
+            let req = attest::AttestRequest {
+                files: &files,
+                container_id: &container,
+                namespace: namespace.as_deref(),
+                key: &key,
+                manifest: manifest.as_deref(),
+            };
+            let envelope = attest::attest(&req)?.map_err(Failure::ChainBroken)?;
+            match out {
+                Some(path) => attest::write_new(&path, &envelope)?,
+                None => print!("{envelope}"),
+            }
+            Ok(())
+        }
+        AuditCommand::VerifyAttestation {
+            public_key,
+            artifacts,
+            envelope,
+        } => {
+            let report = attest::verify(&public_key, &envelope, artifacts.as_deref())?
+                .map_err(Failure::ChainBroken)?;
+            print!("{report}");
+            Ok(())
+        }
+        AuditCommand::Keygen { out } => {
+            print!("{}", audit::keygen(&out)?);
             Ok(())
         }
     }
+}
+
+/// What `harden` and `explain` share: the policy, the pod's context, the spec file.
+struct SpecArgs {
+    policy: Option<PathBuf>,
+    pod_namespaces: Vec<String>,
+    token_sources: Vec<String>,
+    config: PathBuf,
+}
+
+/// `harden`: the spec through the policy, to stdout or in place.
+fn run_harden(args: SpecArgs, in_place: bool) -> Result<(), Failure> {
+    let SpecArgs {
+        policy,
+        pod_namespaces,
+        token_sources,
+        config,
+    } = args;
+    let policy = load_policy(policy.as_deref())?;
+    let (raw_spec, spec) = read_spec(&config)?;
+    let ctx = context_for(&spec, pod_namespaces, token_sources);
+    let hardened = harden(&spec, &policy, &ctx).map_err(|e| match e {
+        HardenError::Rejected(_) => Failure::Rejected(e),
+        HardenError::Malformed { .. } => Failure::Error(anyhow!("{}: {e}", config.display())),
+    })?;
+    let mut text = if raw_spec.trim_start().starts_with("{\n") || raw_spec.contains("\n  ") {
+        serde_json::to_string_pretty(&hardened.spec)
+    } else {
+        serde_json::to_string(&hardened.spec)
+    }
+    .context("serialising the hardened spec")?;
+    text.push('\n');
+    if in_place {
+        write_atomically(&config, text.as_bytes())?;
+    } else {
+        std::io::stdout()
+            .write_all(text.as_bytes())
+            .context("writing to stdout")?;
+    }
+    if hardened.mode == Mode::Audit {
+        let would_reject = hardened
+            .decisions
+            .iter()
+            .filter(|d| d.action == policy_injector::Action::Rejected)
+            .count();
+        eprintln!(
+            "audit mode: spec unchanged; {} decision(s), {would_reject} would-be rejection(s)",
+            hardened.decisions.len()
+        );
+    }
+    Ok(())
+}
+
+/// `explain`: what the policy would do to the spec, and why.
+fn run_explain(args: SpecArgs, json: bool) -> Result<(), Failure> {
+    let SpecArgs {
+        policy,
+        pod_namespaces,
+        token_sources,
+        config,
+    } = args;
+    let policy = load_policy(policy.as_deref())?;
+    let (_, spec) = read_spec(&config)?;
+    let ctx = context_for(&spec, pod_namespaces, token_sources);
+    let report =
+        explain::explain(&spec, &policy, &ctx).map_err(|e| anyhow!("{}: {e}", config.display()))?;
+    let out = if json {
+        let mut s = serde_json::to_string_pretty(&report.to_json())
+            .context("serialising the explanation")?;
+        s.push('\n');
+        s
+    } else {
+        report.to_text()
+    };
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .context("writing to stdout")?;
+    Ok(())
 }
 
 fn load_policy(path: Option<&Path>) -> anyhow::Result<Policy> {
