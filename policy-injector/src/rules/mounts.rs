@@ -218,8 +218,7 @@ fn check_bind_source(
 }
 
 pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), HardenError> {
-    let policy = pass.policy;
-    let lists = Lists::new(policy);
+    let lists = Lists::new(pass.policy);
     let Some(mounts) = json::opt_array_mut(spec, "mounts", "")? else {
         return Ok(());
     };
@@ -227,161 +226,7 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
     let mut seen: Vec<String> = Vec::with_capacity(mounts.len());
     let mut binds: Vec<protect::Bind> = Vec::new();
     for (i, m) in mounts.iter_mut().enumerate() {
-        let obj = m
-            .as_object_mut()
-            .ok_or_else(|| HardenError::malformed(format!("mounts[{i}]"), "expected an object"))?;
-        let Some(dest) = mount_str(obj, "destination", i)? else {
-            return Err(HardenError::malformed(
-                format!("mounts[{i}].destination"),
-                "missing",
-            ));
-        };
-        let norm = match check_destination(dest, &seen, pass) {
-            Destination::Keep(norm) => norm,
-            Destination::Rejected => continue,
-            Destination::Remove => {
-                keep[i] = false;
-                pass.record(
-                    Rule::Mounts,
-                    format!("mounts[{dest}]"),
-                    Action::Removed,
-                    Some(std::mem::take(m)),
-                    None,
-                    "credential mount: the service-account token would give the container the pod's API identity",
-                );
-                continue;
-            }
-        };
-        let label = format!("mounts[{norm}]");
-        // A token by another path: the pod's own projected serviceAccountToken volume or a
-        // token Secret, mounted anywhere, is the same API identity as the default mount above.
-        if let Some(source) = token_source(obj, pass) {
-            let why = format!(
-                "bind source {source} holds a Kubernetes service-account token (a projected \
-                 serviceAccountToken or token Secret volume): it would give the container the \
-                 pod's API identity"
-            );
-            match policy.mounts.token_volumes {
-                TokenVolumeAction::Remove => {
-                    keep[i] = false;
-                    pass.record(
-                        Rule::Mounts,
-                        label,
-                        Action::Removed,
-                        Some(std::mem::take(m)),
-                        None,
-                        why,
-                    );
-                }
-                TokenVolumeAction::Reject => pass.reject(
-                    Rule::Mounts,
-                    label,
-                    format!("{why} (mounts.token_volumes = \"reject\")"),
-                ),
-            }
-            continue;
-        }
-        if norm != dest {
-            let before = obj.insert("destination".into(), Value::String(norm.clone()));
-            pass.record(
-                Rule::Mounts,
-                format!(
-                    "mounts[{}].destination",
-                    before.as_ref().and_then(Value::as_str).unwrap_or_default()
-                ),
-                Action::Set,
-                before,
-                Some(Value::String(norm.clone())),
-                "destination in normal form",
-            );
-        }
-        seen.push(norm.clone());
-        let before_opts = match obj.get("options") {
-            None => Vec::new(),
-            Some(v) => json::str_list(v, &format!("mounts[{i}].options"))?,
-        };
-        let kind = mount_str(obj, "type", i)?.unwrap_or("");
-        let is_bind = crate::mount::is_bind_entry(obj);
-        let effective = if is_bind { "bind" } else { kind };
-        if !policy.mounts.allowed_types.iter().any(|t| t == effective) {
-            pass.reject(
-                Rule::Mounts,
-                label,
-                format!("mount type {effective:?} is not in mounts.allowed_types"),
-            );
-            continue;
-        }
-        let mut opts: Vec<&str> = before_opts.clone();
-        let mut why: Vec<&str> = Vec::new();
-        if kind == "tmpfs" && opts.contains(&"tmpcopyup") {
-            // runc copies the image's files into the new tmpfs; runsc ignores the option, so
-            // the tmpfs starts empty either way: the spec should say so.
-            opts.retain(|o| *o != "tmpcopyup");
-            why.push("runc's tmpcopyup is not supported by runsc: the tmpfs starts empty");
-        }
-        if is_bind {
-            let source = mount_str(obj, "source", i)?;
-            if credential_file_bound(source, &label, pass) {
-                continue;
-            }
-            let engine_file = source.is_some_and(|s| {
-                pass.ctx
-                    .engine
-                    .as_ref()
-                    .is_some_and(|e| e.files.contains(s))
-            });
-            let writable = if engine_file {
-                false
-            } else {
-                match check_bind_source(source, &label, &lists, pass) {
-                    Some(w) => w,
-                    None => continue,
-                }
-            };
-            let readonly = opts.contains(&"ro") && !opts.contains(&"rw");
-            if !writable && !readonly {
-                opts.retain(|o| *o != "rw");
-                if !opts.contains(&"ro") {
-                    opts.push("ro");
-                }
-                why.push(if engine_file {
-                    "the engine's own file for this container, in its state directory: bound read-only"
-                } else {
-                    "binds are read-only unless the source is in mounts.writable_sources"
-                });
-            }
-            binds.push(protect::Bind {
-                dest: norm,
-                source: source.unwrap_or_default().to_string(),
-                writable: writable && !readonly,
-            });
-        }
-        // nosuid,nodev everywhere: gVisor ignores them today, but they cost nothing and keep a
-        // setuid binary or device node from meaning anything if that ever changes.
-        let had_suid = opts.iter().any(|o| *o == "suid" || *o == "dev");
-        opts.retain(|o| *o != "suid" && *o != "dev");
-        let mut added = had_suid;
-        for flag in ["nosuid", "nodev"] {
-            if !opts.contains(&flag) {
-                opts.push(flag);
-                added = true;
-            }
-        }
-        if added {
-            why.push("every mount gets nosuid,nodev");
-        }
-        if opts != before_opts {
-            let after = Value::Array(opts.iter().map(|o| Value::from(*o)).collect());
-            let before = obj.insert("options".into(), after.clone());
-            pass.record(
-                Rule::Mounts,
-                format!("{label}.options"),
-                Action::Set,
-                Some(before.unwrap_or(Value::Array(Vec::new()))),
-                Some(after),
-                why.join("; "),
-            );
-        }
+        keep[i] = harden_mount(i, m, &lists, &mut seen, &mut binds, pass)?;
     }
     let mut it = keep.into_iter();
     mounts.retain(|_| it.next().unwrap_or(true));
@@ -390,6 +235,211 @@ pub(crate) fn apply(spec: &mut Object, pass: &mut Pass<'_>) -> Result<(), Harden
     git::add(mounts, &binds, pass);
     protect::add(mounts, &binds, &seen, pass);
     Ok(())
+}
+
+/// Entry `i` of `mounts` through the rules: its destination, token volumes, type, a bind's
+/// source and writability, its options. `false`: the entry is removed from the spec.
+fn harden_mount(
+    i: usize,
+    m: &mut Value,
+    lists: &Lists,
+    seen: &mut Vec<String>,
+    binds: &mut Vec<protect::Bind>,
+    pass: &mut Pass<'_>,
+) -> Result<bool, HardenError> {
+    let policy = pass.policy;
+    let obj = m
+        .as_object_mut()
+        .ok_or_else(|| HardenError::malformed(format!("mounts[{i}]"), "expected an object"))?;
+    let Some(dest) = mount_str(obj, "destination", i)? else {
+        return Err(HardenError::malformed(
+            format!("mounts[{i}].destination"),
+            "missing",
+        ));
+    };
+    let norm = match check_destination(dest, seen, pass) {
+        Destination::Keep(norm) => norm,
+        Destination::Rejected => return Ok(true),
+        Destination::Remove => {
+            pass.record(
+                Rule::Mounts,
+                format!("mounts[{dest}]"),
+                Action::Removed,
+                Some(std::mem::take(m)),
+                None,
+                "credential mount: the service-account token would give the container the pod's API identity",
+            );
+            return Ok(false);
+        }
+    };
+    let label = format!("mounts[{norm}]");
+    // A token by another path: the pod's own projected serviceAccountToken volume or a
+    // token Secret, mounted anywhere, is the same API identity as the default mount above.
+    if let Some(source) = token_source(obj, pass).map(str::to_string) {
+        return Ok(token_mount(&source, label, m, pass));
+    }
+    if norm != dest {
+        let before = obj.insert("destination".into(), Value::String(norm.clone()));
+        pass.record(
+            Rule::Mounts,
+            format!(
+                "mounts[{}].destination",
+                before.as_ref().and_then(Value::as_str).unwrap_or_default()
+            ),
+            Action::Set,
+            before,
+            Some(Value::String(norm.clone())),
+            "destination in normal form",
+        );
+    }
+    seen.push(norm.clone());
+    let before_opts = match obj.get("options") {
+        None => Vec::new(),
+        Some(v) => json::str_list(v, &format!("mounts[{i}].options"))?,
+    };
+    let kind = mount_str(obj, "type", i)?.unwrap_or("");
+    let is_bind = crate::mount::is_bind_entry(obj);
+    let effective = if is_bind { "bind" } else { kind };
+    if !policy.mounts.allowed_types.iter().any(|t| t == effective) {
+        pass.reject(
+            Rule::Mounts,
+            label,
+            format!("mount type {effective:?} is not in mounts.allowed_types"),
+        );
+        return Ok(true);
+    }
+    let mut opts: Vec<&str> = before_opts.clone();
+    let mut why: Vec<&str> = Vec::new();
+    if kind == "tmpfs" && opts.contains(&"tmpcopyup") {
+        // runc copies the image's files into the new tmpfs; runsc ignores the option, so
+        // the tmpfs starts empty either way: the spec should say so.
+        opts.retain(|o| *o != "tmpcopyup");
+        why.push("runc's tmpcopyup is not supported by runsc: the tmpfs starts empty");
+    }
+    if is_bind {
+        let source = mount_str(obj, "source", i)?;
+        let bound = Bound {
+            label: &label,
+            dest: norm,
+            source,
+        };
+        if harden_bind(bound, &mut opts, &mut why, lists, binds, pass).is_none() {
+            return Ok(true);
+        }
+    }
+    add_nosuid_nodev(&mut opts, &mut why);
+    if opts != before_opts {
+        let after = Value::Array(opts.iter().map(|o| Value::from(*o)).collect());
+        let before = obj.insert("options".into(), after.clone());
+        pass.record(
+            Rule::Mounts,
+            format!("{label}.options"),
+            Action::Set,
+            Some(before.unwrap_or(Value::Array(Vec::new()))),
+            Some(after),
+            why.join("; "),
+        );
+    }
+    Ok(true)
+}
+
+/// A bind entry as `harden_mount` read it.
+struct Bound<'a> {
+    label: &'a str,
+    dest: String,
+    source: Option<&'a str>,
+}
+
+/// A bind's source through the deny lists and its writability: read-only unless the policy
+/// lets the source be written. `None` when the bind is refused (recorded in `pass`).
+fn harden_bind(
+    b: Bound<'_>,
+    opts: &mut Vec<&str>,
+    why: &mut Vec<&str>,
+    lists: &Lists,
+    binds: &mut Vec<protect::Bind>,
+    pass: &mut Pass<'_>,
+) -> Option<()> {
+    if credential_file_bound(b.source, b.label, pass) {
+        return None;
+    }
+    let engine_file = b.source.is_some_and(|s| {
+        pass.ctx
+            .engine
+            .as_ref()
+            .is_some_and(|e| e.files.contains(s))
+    });
+    let writable = if engine_file {
+        false
+    } else {
+        check_bind_source(b.source, b.label, lists, pass)?
+    };
+    let readonly = opts.contains(&"ro") && !opts.contains(&"rw");
+    if !writable && !readonly {
+        opts.retain(|o| *o != "rw");
+        if !opts.contains(&"ro") {
+            opts.push("ro");
+        }
+        why.push(if engine_file {
+            "the engine's own file for this container, in its state directory: bound read-only"
+        } else {
+            "binds are read-only unless the source is in mounts.writable_sources"
+        });
+    }
+    binds.push(protect::Bind {
+        dest: b.dest,
+        source: b.source.unwrap_or_default().to_string(),
+        writable: writable && !readonly,
+    });
+    Some(())
+}
+
+/// A bind of a service-account token by another path, removed or refused as the policy says;
+/// `false` when it is removed.
+fn token_mount(source: &str, label: String, m: &mut Value, pass: &mut Pass<'_>) -> bool {
+    let why = format!(
+        "bind source {source} holds a Kubernetes service-account token (a projected \
+         serviceAccountToken or token Secret volume): it would give the container the \
+         pod's API identity"
+    );
+    match pass.policy.mounts.token_volumes {
+        TokenVolumeAction::Remove => {
+            pass.record(
+                Rule::Mounts,
+                label,
+                Action::Removed,
+                Some(std::mem::take(m)),
+                None,
+                why,
+            );
+            false
+        }
+        TokenVolumeAction::Reject => {
+            pass.reject(
+                Rule::Mounts,
+                label,
+                format!("{why} (mounts.token_volumes = \"reject\")"),
+            );
+            true
+        }
+    }
+}
+
+/// nosuid,nodev everywhere: gVisor ignores them today, but they cost nothing and keep a
+/// setuid binary or device node from meaning anything if that ever changes.
+fn add_nosuid_nodev(opts: &mut Vec<&str>, why: &mut Vec<&str>) {
+    let had_suid = opts.iter().any(|o| *o == "suid" || *o == "dev");
+    opts.retain(|o| *o != "suid" && *o != "dev");
+    let mut added = had_suid;
+    for flag in ["nosuid", "nodev"] {
+        if !opts.contains(&flag) {
+            opts.push(flag);
+            added = true;
+        }
+    }
+    if added {
+        why.push("every mount gets nosuid,nodev");
+    }
 }
 
 mod git;
