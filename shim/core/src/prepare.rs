@@ -317,10 +317,50 @@ impl Inputs {
         &self.spec
     }
 
+    /// The hardened spec in place of config.json (the original beside it), the runtime
+    /// configured, the `create` record, and the bundle state a cleanup after a crash needs.
+    async fn write_bundle(
+        &self,
+        hardened: &policy_injector::Hardened,
+        cgroups_path: &str,
+        runtimes: &dyn RuntimeFactory,
+    ) -> Result<Arc<dyn SandboxRuntime>> {
+        // The hardened spec replaces config.json; the original stays beside it.
+        let final_bytes = serde_json::to_vec_pretty(&hardened.spec)
+            .map_err(|e| PrepareError::Serialise(e.to_string()))?;
+        bundle::write(&self.bundle, ORIGINAL_CONFIG, &self.original)?;
+        bundle::write(&self.bundle, CONFIG, &final_bytes)?;
+        let runtime = runtimes
+            .runtime(
+                &self.policy.policy,
+                &hardened.runsc,
+                &self.namespace,
+                &self.bundle,
+            )
+            .await?;
+        let global_args = runtime.global_args();
+        let config_sha256 = sha256_hex(&final_bytes);
+        let mut rec = AuditRecord::new(AuditEvent::Create, &self.subject);
+        rec.decisions = Some(&hardened.decisions);
+        rec.config_sha256 = Some(&config_sha256);
+        rec.runsc_args = Some(&global_args);
+        self.audit.append_queued(&rec).await?;
+        let state = BundleState {
+            runsc_binary: self.policy.policy.runsc.path.clone(),
+            runsc_root: crate::runtime::runsc::root_for(&self.policy.policy, &self.namespace),
+            audit_path: self.audit.log().path().to_path_buf(),
+            cgroups_path: cgroups_path.to_string(),
+            subject: self.subject.clone(),
+        };
+        let state = serde_json::to_vec(&state).expect("bundle state serialises");
+        bundle::write(&self.bundle, BUNDLE_STATE, &state)?;
+        Ok(runtime)
+    }
+
     /// Hardens the spec (the pod's namespace paths given, if it joins one), writes it, configures
     /// the runtime, audits the decision and writes the bundle state a cleanup after a crash needs.
     pub async fn harden(
-        self,
+        mut self,
         pod_namespace_paths: Vec<String>,
         runtimes: &dyn RuntimeFactory,
     ) -> Result<Prepared> {
@@ -328,10 +368,7 @@ impl Inputs {
             Ok(tree) => tree,
             Err(e) => {
                 let e = PrepareError::HostTree(e.to_string());
-                let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
-                rec.error = Some(e.to_string());
-                self.audit.append_queued(&rec).await?;
-                return Err(e);
+                return Err(failed(&self.audit, &self.subject, e).await);
             }
         };
         let mut ctx = Context {
@@ -354,10 +391,7 @@ impl Inputs {
             Ok(p) => ctx.runsc_platform = p,
             Err(e) => {
                 let e = PrepareError::from(e);
-                let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
-                rec.error = Some(e.to_string());
-                self.audit.append_queued(&rec).await?;
-                return Err(e);
+                return Err(failed(&self.audit, &self.subject, e).await);
             }
         }
         let git = match find_git(&self.spec, &self.policy.policy, &ctx) {
@@ -368,32 +402,27 @@ impl Inputs {
             }
             Err(e) => {
                 let e = PrepareError::from(e);
-                let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
-                rec.error = Some(e.to_string());
-                self.audit.append_queued(&rec).await?;
-                return Err(e);
+                return Err(failed(&self.audit, &self.subject, e).await);
             }
         };
         let platform = ctx.runsc_platform.clone();
-        let mut hardened = match harden_owned(self.spec, &self.policy.policy, &ctx) {
-            Ok(h) => h,
-            Err(e) => {
-                let mut rec = AuditRecord::new(AuditEvent::CreateRejected, &self.subject);
-                rec.error = Some(e.to_string());
-                // No sandbox: a record of its own, outside any trail.
-                self.audit.log().append_queued(&rec).await?;
-                log::warn!("container {}: {e}", self.id);
-                return Err(e.into());
-            }
-        };
+        let mut hardened =
+            match harden_owned(std::mem::take(&mut self.spec), &self.policy.policy, &ctx) {
+                Ok(h) => h,
+                Err(e) => {
+                    let mut rec = AuditRecord::new(AuditEvent::CreateRejected, &self.subject);
+                    rec.error = Some(e.to_string());
+                    // No sandbox: a record of its own, outside any trail.
+                    self.audit.log().append_queued(&rec).await?;
+                    log::warn!("container {}: {e}", self.id);
+                    return Err(e.into());
+                }
+            };
         if let Some(plan) = &hardened.egress {
             let path = Path::new(&plan.forwarder.host_path);
             if let Err(e) = crate::egress::install::prepare_forwarder(path) {
                 let e = PrepareError::from(e);
-                let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
-                rec.error = Some(e.to_string());
-                self.audit.append_queued(&rec).await?;
-                return Err(e);
+                return Err(failed(&self.audit, &self.subject, e).await);
             }
         }
         let cgroups_path = hardened
@@ -416,60 +445,10 @@ impl Inputs {
         });
         if let Err(e) = staged {
             let e = PrepareError::from(e);
-            let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
-            rec.error = Some(e.to_string());
-            self.audit.append_queued(&rec).await?;
-            return Err(e);
+            return Err(failed(&self.audit, &self.subject, e).await);
         }
-        // What the hardening changed, in one line where a user inspects the container: the
-        // hardened spec's annotations, and (the shim) containerd's record of it. Audit mode
-        // changed nothing.
-        let decisions_summary = (hardened.mode == policy_injector::Mode::Enforce)
-            .then(|| policy_injector::decision::summary(&hardened.decisions));
-        if let (Some(summary), Some(spec)) = (&decisions_summary, hardened.spec.as_object_mut()) {
-            let annotations = spec
-                .entry("annotations")
-                .or_insert_with(|| Value::Object(Default::default()));
-            if let Some(annotations) = annotations.as_object_mut() {
-                annotations.insert(
-                    policy_injector::annotations::DECISIONS.to_string(),
-                    Value::String(summary.clone()),
-                );
-            }
-        }
-        let written = async {
-            // The hardened spec replaces config.json; the original stays beside it.
-            let final_bytes = serde_json::to_vec_pretty(&hardened.spec)
-                .map_err(|e| PrepareError::Serialise(e.to_string()))?;
-            bundle::write(&self.bundle, ORIGINAL_CONFIG, &self.original)?;
-            bundle::write(&self.bundle, CONFIG, &final_bytes)?;
-            let runtime = runtimes
-                .runtime(
-                    &self.policy.policy,
-                    &hardened.runsc,
-                    &self.namespace,
-                    &self.bundle,
-                )
-                .await?;
-            let global_args = runtime.global_args();
-            let config_sha256 = sha256_hex(&final_bytes);
-            let mut rec = AuditRecord::new(AuditEvent::Create, &self.subject);
-            rec.decisions = Some(&hardened.decisions);
-            rec.config_sha256 = Some(&config_sha256);
-            rec.runsc_args = Some(&global_args);
-            self.audit.append_queued(&rec).await?;
-            let state = BundleState {
-                runsc_binary: self.policy.policy.runsc.path.clone(),
-                runsc_root: crate::runtime::runsc::root_for(&self.policy.policy, &self.namespace),
-                audit_path: self.audit.log().path().to_path_buf(),
-                cgroups_path: cgroups_path.clone(),
-                subject: self.subject.clone(),
-            };
-            let state = serde_json::to_vec(&state).expect("bundle state serialises");
-            bundle::write(&self.bundle, BUNDLE_STATE, &state)?;
-            Ok::<_, PrepareError>(runtime)
-        }
-        .await;
+        let decisions_summary = annotate_decisions(&mut hardened);
+        let written = self.write_bundle(&hardened, &cgroups_path, runtimes).await;
         let runtime = match written {
             Ok(runtime) => runtime,
             Err(e) => {
@@ -497,6 +476,36 @@ impl Inputs {
             decisions_summary,
         })
     }
+}
+
+/// Records a create that failed before anything was written (`create-failed`, in the
+/// sandbox's trail) and returns its error; the audit's own failure, if it fails, instead.
+async fn failed(audit: &Arc<Trail>, subject: &Subject, e: PrepareError) -> PrepareError {
+    let mut rec = AuditRecord::new(AuditEvent::CreateFailed, subject);
+    rec.error = Some(e.to_string());
+    match audit.append_queued(&rec).await {
+        Ok(_) => e,
+        Err(audit) => audit.into(),
+    }
+}
+
+/// What the hardening changed, in one line where a user inspects the container: the hardened
+/// spec's annotations, and (the shim) containerd's record of it. Audit mode changed nothing.
+fn annotate_decisions(hardened: &mut policy_injector::Hardened) -> Option<String> {
+    let summary = (hardened.mode == policy_injector::Mode::Enforce)
+        .then(|| policy_injector::decision::summary(&hardened.decisions))?;
+    if let Some(spec) = hardened.spec.as_object_mut() {
+        let annotations = spec
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(
+                policy_injector::annotations::DECISIONS.to_string(),
+                Value::String(summary.clone()),
+            );
+        }
+    }
+    Some(summary)
 }
 
 #[cfg(test)]
