@@ -25,11 +25,10 @@ use serde_json::Value;
 use super::Container;
 use crate::error::{Result, ShimError};
 use crate::process::Process;
-use gvisor_hardened_core::artifacts::{self, ExitRecord, StartRecord, WritableMount};
-use gvisor_hardened_core::audit::{ArtifactsAudit, AuditRecord};
+use gvisor_hardened_core::artifacts::{self, StartRecord, WritableMount};
 use gvisor_hardened_core::idle::IdleThreshold;
-use gvisor_hardened_core::output_limit::{self, OutputBudget, OutputReport};
-use gvisor_hardened_core::workspace::{self, WorkspaceReport};
+use gvisor_hardened_core::output_limit::{self, OutputBudget};
+use gvisor_hardened_core::sandbox::end::{self, ExitEvidence};
 
 /// A container's evidence settings and the start manifest, from Create to the init's exit.
 pub(super) struct Evidence {
@@ -63,29 +62,6 @@ impl Evidence {
             binds: artifacts::writable_binds(spec),
             start: Mutex::new(None),
         }
-    }
-}
-
-/// What the exit path found, for the exit record.
-#[derive(Default)]
-pub(super) struct ExitEvidence {
-    output: Option<OutputReport>,
-    artifacts: Option<std::result::Result<ExitRecord, String>>,
-    workspace: Option<WorkspaceReport>,
-}
-
-impl ExitEvidence {
-    /// The workspace's one line for the user, when the exit changed or found anything.
-    pub(super) fn workspace_summary(&self) -> Option<String> {
-        self.workspace.as_ref()?.summary()
-    }
-
-    pub(super) fn annotate<'a>(&'a self, rec: &mut AuditRecord<'a>) {
-        if let Some(report) = &self.output {
-            rec.set_output(report);
-        }
-        rec.artifacts = self.artifacts.as_ref().map(ArtifactsAudit::of_exit);
-        rec.workspace = self.workspace.as_ref();
     }
 }
 
@@ -146,12 +122,23 @@ impl Container {
         // The manifest records what the sandbox left; then the workspace is concluded (what
         // would run on the host is neutralised) before the exit is announced.
         let volumes = async {
-            if process.is_init() {
-                let artifacts = self.record_artifacts_exit().await;
-                (artifacts, self.conclude_workspace().await)
-            } else {
-                (None, None)
+            if !process.is_init() {
+                return (None, None);
             }
+            let start = self
+                .evidence
+                .start
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            end::volumes_at_exit(end::Volumes {
+                container_id: self.id.clone(),
+                start,
+                policy: self.policy.policy.audit.artifacts.clone(),
+                audit_log: self.audit.log().path().to_path_buf(),
+                bundle: self.bundle.clone(),
+            })
+            .await
         };
         let (output, (artifacts, workspace)) = tokio::join!(output, volumes);
         ExitEvidence {
@@ -159,44 +146,5 @@ impl Container {
             artifacts,
             workspace,
         }
-    }
-
-    /// `[mounts.workspace]` at the exit: see `gvisor_hardened_core::workspace`.
-    async fn conclude_workspace(&self) -> Option<WorkspaceReport> {
-        let bundle = self.bundle.clone();
-        let report =
-            tokio::task::spawn_blocking(move || workspace::finish(&bundle, workspace::Ending::Ran))
-                .await
-                .unwrap_or_else(|e| {
-                    log::error!("container {}: concluding the workspace: {e}", self.id);
-                    None
-                })?;
-        for e in &report.errors {
-            log::warn!("container {}: workspace: {e}", self.id);
-        }
-        if let Some(line) = report.summary() {
-            log::warn!("container {}: {line}", self.id);
-        }
-        Some(report)
-    }
-
-    async fn record_artifacts_exit(&self) -> Option<std::result::Result<ExitRecord, String>> {
-        let start = self
-            .evidence
-            .start
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()?;
-        let result = artifacts::record_exit_bounded(
-            start,
-            self.policy.policy.audit.artifacts.clone(),
-            self.audit.log().path().to_path_buf(),
-            self.id.clone(),
-        )
-        .await;
-        if let Err(e) = &result {
-            log::error!("container {}: {e}", self.id);
-        }
-        Some(result)
     }
 }

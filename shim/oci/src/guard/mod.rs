@@ -55,6 +55,7 @@ use gvisor_hardened_core::exit::ExitCause;
 use gvisor_hardened_core::host::SandboxCgroups;
 use gvisor_hardened_core::reaper::{ExitStatus, Reaper};
 use gvisor_hardened_core::runtime::{CreateCall, ExitWatch, KillTarget, SandboxRuntime};
+use gvisor_hardened_core::sandbox::end::{self, ExitEvidence};
 use gvisor_hardened_core::sandbox::lifetime::{self, Target};
 use hands::{Hands, HostHands};
 pub(crate) use signals::Forwarded;
@@ -398,28 +399,22 @@ impl Guard {
                 self.why_enforcement_ended_it(cause),
             )
             .await;
-        let artifacts = self.exit_manifest().await;
         // Before the engine sees the exit: the developer's next git command runs on what this
         // leaves (see gvisor_hardened_core::workspace).
-        let bundle = self.record.bundle.clone();
-        let workspace = tokio::task::spawn_blocking(move || {
-            gvisor_hardened_core::workspace::finish(
-                &bundle,
-                gvisor_hardened_core::workspace::Ending::Ran,
-            )
+        let (artifacts, workspace) = end::volumes_at_exit(end::Volumes {
+            container_id: self.record.id.clone(),
+            start: self.state.artifacts_start(&self.record.writable_binds),
+            policy: self.artifacts.clone(),
+            audit_log: self.record.audit_path.clone(),
+            bundle: self.record.bundle.clone(),
         })
-        .await
-        .unwrap_or_default();
-        if let Some(line) = workspace.as_ref().and_then(|w| w.summary()) {
-            log::warn!("container {}: {line}", self.record.id);
-        }
-        let code = self.conclude(
-            status,
-            cause,
-            output.as_ref(),
-            artifacts.as_ref(),
-            workspace.as_ref(),
-        );
+        .await;
+        let evidence = ExitEvidence {
+            output,
+            artifacts,
+            workspace,
+        };
+        let code = self.conclude(status, cause, &evidence);
         // Not after an OOM kill, nor when the cgroup could not tell: runsc's delete removes the
         // sandbox's cgroups, and the engines' OOM watchers drop an OOM event whose cgroup is
         // already gone (measured: Docker's OOMKilled false for a memory bomb). The engine's
