@@ -172,6 +172,22 @@ pub fn release_after_failed_create(bundle: &Path, files: Files) {
     restore_original_config(bundle);
 }
 
+/// A deleted sandbox's bundle, the same way in every delete path (the shim's Delete, its
+/// delete action after a shim that died, runsc-hardened's `delete`): the sandbox is gone, so
+/// nothing writes its binds any more and the workspace is concluded (a no-op when its exit
+/// did), then our files go. The workspace's report is the delete record's.
+pub fn release_after_delete(
+    bundle: &Path,
+    files: Files,
+) -> Option<crate::workspace::WorkspaceReport> {
+    let workspace = crate::workspace::finish(bundle, crate::workspace::Ending::Ran);
+    match files {
+        Files::Shim => remove_shim_files(bundle),
+        Files::Engine => remove_hardening_files(bundle),
+    }
+    workspace
+}
+
 /// Removes the files the shim added that containerd does not expect to find (everything but the
 /// configs, which stay for whoever inspects the bundle until containerd removes it).
 pub fn remove_shim_files(bundle: &Path) {

@@ -94,10 +94,7 @@ pub(super) async fn remove(
         problems.push(e.to_string());
     }
     // The guard concludes the workspace at the exit; a guard that was killed first did not.
-    let workspace = gvisor_hardened_core::workspace::finish(
-        &record.bundle,
-        gvisor_hardened_core::workspace::Ending::Ran,
-    );
+    let workspace = bundle::release_after_delete(&record.bundle, bundle::Files::Engine);
     let exit = state.exit();
     let mut rec = AuditRecord::new(AuditEvent::Delete, &record.subject);
     rec.workspace = workspace.as_ref();
@@ -122,7 +119,6 @@ pub(super) async fn remove(
     if let Err(e) = StateTrail::open(&record, &state).seal(&rec, signer.as_ref()) {
         record.log.warn(&format!("container {id}: {e}"));
     }
-    bundle::remove_hardening_files(&record.bundle);
     state.remove()
 }
 

@@ -131,11 +131,7 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
     }
     // The dead shim may have died before the exit concluded the workspace: the sandbox is gone
     // now (runsc delete above), so conclude it here.
-    let workspace = gvisor_hardened_core::workspace::finish(
-        &bundle,
-        gvisor_hardened_core::workspace::Ending::Ran,
-    );
-    bundle::remove_shim_files(&bundle);
+    let workspace = bundle::release_after_delete(&bundle, bundle::Files::Shim);
     if let Some(state) = &state {
         let mut rec = AuditRecord::new(AuditEvent::Delete, &state.subject);
         rec.workspace = workspace.as_ref();

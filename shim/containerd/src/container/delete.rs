@@ -15,7 +15,7 @@ use gvisor_hardened_core::bundle;
 use gvisor_hardened_core::exit::Exit;
 use gvisor_hardened_core::reaper::ExitStatus;
 use gvisor_hardened_core::runtime::KillTarget;
-use gvisor_hardened_core::workspace::{self, WorkspaceReport};
+use gvisor_hardened_core::workspace::WorkspaceReport;
 
 /// How long Delete waits for a created-but-never-started sandbox to die after a forced delete.
 const REAP_AFTER_DELETE: Duration = Duration::from_secs(10);
@@ -116,13 +116,12 @@ impl Container {
         if let Err(e) = self.env.host.remove_cgroups(&self.cgroups_path, &self.id) {
             first.get_or_insert(e.into());
         }
-        // The sandbox is gone: nothing writes the binds any more.
         let bundle = self.bundle.clone();
-        let workspace =
-            tokio::task::spawn_blocking(move || workspace::finish(&bundle, workspace::Ending::Ran))
-                .await
-                .unwrap_or_default();
-        bundle::remove_shim_files(&self.bundle);
+        let workspace = tokio::task::spawn_blocking(move || {
+            bundle::release_after_delete(&bundle, bundle::Files::Shim)
+        })
+        .await
+        .unwrap_or_default();
         let result = match first {
             Some(e) => Err(e),
             None => Ok(()),
