@@ -316,3 +316,34 @@ async fn an_update_that_is_not_json_is_refused_and_changes_nothing() {
     assert!(e.to_string().contains("not valid JSON"), "{e}");
     assert_eq!(fake.updates(), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn an_exec_the_policy_refuses_is_recorded_with_the_rule_and_never_reaches_runsc() {
+    let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+    let c = created(&fake, dir.path()).await;
+    let process = dir.path().join("process.json");
+    std::fs::write(
+        &process,
+        json!({"args": ["sh"], "cwd": "/", "env": ["PATH=/bin"],
+               "user": {"uid": 0, "gid": 0},
+               "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 10, "soft": 10},
+                           {"type": "RLIMIT_NOFILE", "hard": 99, "soft": 99}]})
+        .to_string(),
+    )
+    .unwrap();
+    let args = super::exec::ExecArgs {
+        process: &process,
+        detach: true,
+        pid_file: None,
+        console_socket: None,
+        preserve_fds: 0,
+    };
+    let e = super::exec::run(c, args, None).await.unwrap_err();
+    assert!(matches!(e, OciError::Rejected(_)), "{e:?}");
+    assert!(e.to_string().contains("RLIMIT_NOFILE is set twice"), "{e}");
+    assert!(fake.calls_of("exec").is_empty());
+    let records = audit_records(&dir.path().join("audit.jsonl"));
+    let last = records.last().unwrap();
+    assert_eq!(last["event"], "exec-rejected");
+    assert_eq!(last["error"], e.to_string());
+}

@@ -580,6 +580,28 @@ async fn egress_runs_its_forwarder_from_start_and_stops_it_before_the_exit_recor
     );
 }
 
+#[tokio::test]
+async fn egress_that_cannot_be_confined_stays_closed_and_the_log_says_why_before_the_exit() {
+    let (fake, hands) = (Fake::default(), Recorder::default());
+    fake.fail_next(Step::Confine);
+    let c = egress_container();
+    let (code, ()) = guarded(&c, &fake, &hands, no_signals(), async {
+        c.start(&fake).await;
+        while !c.audited().iter().any(|e| e == "egress-forwarder-died") {
+            tokio::task::yield_now().await;
+        }
+        fake.exit("c1", ExitStatus::Exited(0));
+    })
+    .await;
+    assert_eq!(code, 0);
+    // No proxy outside its confinement: no forwarder, nothing listens inside.
+    assert!(fake.calls_of("forwarder").is_empty());
+    let events = c.audited();
+    let died = events.iter().position(|e| e == "egress-forwarder-died");
+    let exit = events.iter().position(|e| e == "exit");
+    assert!(died.is_some() && died < exit, "{events:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn without_an_allowlist_the_guard_starts_no_forwarder() {
     let (fake, hands) = (Fake::default(), Recorder::default());
