@@ -41,21 +41,71 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
     let runsc_id = claim
         .as_ref()
         .map_or_else(|| flags.id.clone(), |c| c.runsc_id.clone());
+    delete_in_runsc(
+        state.as_ref(),
+        &runsc_id,
+        &grouping,
+        claim.as_ref(),
+        &mut problems,
+    );
+    if let Some(claim) = &claim {
+        claim.forget();
+    }
+    if let Some(state) = &state {
+        // runsc delete removes the sandbox's cgroups; after a crash mid-create it may not
+        // have known them. What is left and empty goes now.
+        if let Err(e) = LinuxHost.remove_cgroups(&state.cgroups_path, &flags.id) {
+            problems.push(e.to_string());
+        }
+    }
+    remove_dead_socket(flags, &grouping, &mut problems);
+    if let Err(e) = LinuxHost.unmount_rootfs(&bundle.join("rootfs")) {
+        problems.push(e.to_string());
+    }
+    // The dead shim may have died before the exit concluded the workspace: the sandbox is gone
+    // now (runsc delete above), so conclude it here.
+    let workspace = bundle::release_after_delete(&bundle, bundle::Files::Shim);
+    if let Some(state) = &state {
+        record_delete(state, workspace.as_ref(), &mut problems);
+    }
+    anyhow::ensure!(
+        problems.is_empty(),
+        "cleanup of {}: {}",
+        flags.id,
+        problems.join("; ")
+    );
+    let mut resp = DeleteResponse::new();
+    resp.pid = init_pid.unwrap_or_default();
+    resp.exit_status = ExitStatus::killed().containerd_code();
+    resp.exited_at = Some(crate::events::timestamp(SystemTime::now())).into();
+    Ok(resp)
+}
+
+/// runsc's side: `runsc delete --force` of the dead shim's sandbox (again once no other
+/// delete runs, if the first lost a race), then the lock files runsc left of a sandbox whose
+/// last container is gone, all under the runsc root's cleanup lock.
+fn delete_in_runsc(
+    state: Option<&BundleState>,
+    runsc_id: &str,
+    grouping: &str,
+    claim: Option<&gvisor_hardened_core::pool::claim::ClaimRecord>,
+    problems: &mut Vec<String>,
+) {
     // containerd runs this action for every task of a dead shim at once: their runsc deletes
     // run together, and the lock sweep below waits for all of them (state_dir::CleanupLock).
-    let runsc_root = state.as_ref().map(|s| PathBuf::from(&s.runsc_root));
+    let runsc_root = state.map(|s| PathBuf::from(&s.runsc_root));
     let cleanup_lock = runsc_root
         .as_deref()
         .and_then(|root| state_dir::CleanupLock::shared(root).ok());
     let runsc_sandbox = runsc_root
         .as_deref()
-        .and_then(|root| state_dir::sandbox_of(root, &runsc_id));
+        .and_then(|root| state_dir::sandbox_of(root, runsc_id));
     // --force kills a sandbox that still runs; a missing container is already clean.
     let runsc_delete = |state: &BundleState| -> Result<(), String> {
         let args = gvisor_hardened_core::runsc::command::argv(
             &gvisor_hardened_core::runsc::flags::GlobalFlags::for_cleanup(&state.runsc_root),
             &gvisor_hardened_core::runsc::command::Subcommand::Delete {
-                id: runsc_id.clone(),
+                id: runsc_id.to_string(),
                 force: true,
             },
         );
@@ -72,12 +122,14 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
             Err(e) => Err(format!("running {}: {e}", state.runsc_binary)),
         }
     };
-    let first = state.as_ref().map(runsc_delete);
-    let swept_under = cleanup_lock.and_then(|l| l.exclusive().ok());
+    let first = state.map(runsc_delete);
+    // Held to the end of this function: the rest of the action touches nothing another
+    // delete's runsc could race with.
+    let _swept_under = cleanup_lock.and_then(|l| l.exclusive().ok());
     // A pod container's delete can lose a race with its sandbox's: runsc 20221219 then fails
     // to reach the sandbox's control server that the other delete just killed. Once no other
     // delete runs (the exclusive lock), runsc sees the sandbox stopped and deletes the rest.
-    let outcome = match (first, &state) {
+    let outcome = match (first, state) {
         (Some(Err(_)), Some(state)) => Some(runsc_delete(state)),
         (first, _) => first,
     };
@@ -87,9 +139,9 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
     if let Some(root) = &runsc_root {
         // Lock files runsc left of a sandbox whose last container is now gone (see state_dir).
         let sandboxes = [
-            Some(grouping.clone()),
+            Some(grouping.to_string()),
             runsc_sandbox,
-            claim.as_ref().map(|c| c.runsc_id.clone()),
+            claim.as_ref().map(|c| c.runsc_id.to_string()),
         ];
         for sandbox in sandboxes.into_iter().flatten().collect::<BTreeSet<_>>() {
             if let Err(e) = state_dir::sweep_gone_sandbox_locks(root, &sandbox) {
@@ -100,21 +152,12 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
             }
         }
     }
-    // The rest touches nothing another delete's runsc could race with.
-    drop(swept_under);
-    if let Some(claim) = &claim {
-        claim.forget();
-    }
-    if let Some(state) = &state {
-        // runsc delete removes the sandbox's cgroups; after a crash mid-create it may not
-        // have known them. What is left and empty goes now.
-        if let Err(e) = LinuxHost.remove_cgroups(&state.cgroups_path, &flags.id) {
-            problems.push(e.to_string());
-        }
-    }
-    // The dead shim's socket: containerd does not remove it, and nothing else will. A pod's
-    // socket stays while another container's shim still answers on it.
-    let address = socket_address(SOCKET_ROOT, &flags.address, &flags.namespace, &grouping);
+}
+
+/// The dead shim's socket: containerd does not remove it, and nothing else will. A pod's
+/// socket stays while another container's shim still answers on it.
+fn remove_dead_socket(flags: &Flags, grouping: &str, problems: &mut Vec<String>) {
+    let address = socket_address(SOCKET_ROOT, &flags.address, &flags.namespace, grouping);
     let socket = Path::new(address.trim_start_matches("unix://"));
     if socket.exists() && std::os::unix::net::UnixStream::connect(socket).is_err() {
         match std::fs::remove_file(socket) {
@@ -126,40 +169,29 @@ pub fn run(flags: &Flags) -> anyhow::Result<DeleteResponse> {
             _ => {}
         }
     }
-    if let Err(e) = LinuxHost.unmount_rootfs(&bundle.join("rootfs")) {
+}
+
+/// The delete record in the sandbox's audit log, with what the cleanup could not do.
+fn record_delete(
+    state: &BundleState,
+    workspace: Option<&gvisor_hardened_core::workspace::WorkspaceReport>,
+    problems: &mut Vec<String>,
+) {
+    let mut rec = AuditRecord::new(AuditEvent::Delete, &state.subject);
+    rec.workspace = workspace;
+    rec.exit_status = Some(ExitStatus::killed().containerd_code());
+    rec.error = Some(if problems.is_empty() {
+        "shim exited unexpectedly; cleaned up by containerd's delete action".to_string()
+    } else {
+        format!(
+            "cleanup after shim exit incomplete: {}",
+            problems.join("; ")
+        )
+    });
+    // The dead shim's trail (its records' hashes) died with it: this record is unsigned,
+    // and `audit verify --public-key` reports the sandbox as having no signed final record.
+    let log = AuditLog::new(&state.audit_path).with_policy_sha256(&state.subject.policy.sha256);
+    if let Err(e) = log.append(&rec) {
         problems.push(e.to_string());
     }
-    // The dead shim may have died before the exit concluded the workspace: the sandbox is gone
-    // now (runsc delete above), so conclude it here.
-    let workspace = bundle::release_after_delete(&bundle, bundle::Files::Shim);
-    if let Some(state) = &state {
-        let mut rec = AuditRecord::new(AuditEvent::Delete, &state.subject);
-        rec.workspace = workspace.as_ref();
-        rec.exit_status = Some(ExitStatus::killed().containerd_code());
-        rec.error = Some(if problems.is_empty() {
-            "shim exited unexpectedly; cleaned up by containerd's delete action".to_string()
-        } else {
-            format!(
-                "cleanup after shim exit incomplete: {}",
-                problems.join("; ")
-            )
-        });
-        // The dead shim's trail (its records' hashes) died with it: this record is unsigned,
-        // and `audit verify --public-key` reports the sandbox as having no signed final record.
-        let log = AuditLog::new(&state.audit_path).with_policy_sha256(&state.subject.policy.sha256);
-        if let Err(e) = log.append(&rec) {
-            problems.push(e.to_string());
-        }
-    }
-    anyhow::ensure!(
-        problems.is_empty(),
-        "cleanup of {}: {}",
-        flags.id,
-        problems.join("; ")
-    );
-    let mut resp = DeleteResponse::new();
-    resp.pid = init_pid.unwrap_or_default();
-    resp.exit_status = ExitStatus::killed().containerd_code();
-    resp.exited_at = Some(crate::events::timestamp(SystemTime::now())).into();
-    Ok(resp)
 }
