@@ -19,16 +19,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 use super::evidence::Evidence;
+use super::warm;
 use super::{Container, CreateParams, PodRole, PoolClaim};
 use crate::env::ShimEnv;
 use crate::error::{Result, ShimError};
 use crate::process::state::Op;
 use crate::process::Process;
 use crate::stdio;
-use gvisor_hardened_core::audit::{AuditEvent, PoolAudit};
+use gvisor_hardened_core::audit::AuditEvent;
 use gvisor_hardened_core::bundle;
 use gvisor_hardened_core::cgroup::CgroupError;
-use gvisor_hardened_core::pool;
 use gvisor_hardened_core::prepare::{Inputs, Request, CRI_SANDBOX_ID};
 use gvisor_hardened_core::runtime::{CreateCall, ExitWatch};
 
@@ -45,6 +45,23 @@ fn pod_sandbox_id(ann: &BTreeMap<String, String>, id: &str) -> Option<String> {
     }
 }
 
+/// The pod sandbox container this one joins, when CRI says it is an app container: it must
+/// be one this shim serves.
+fn pod_sandbox(
+    ann: &BTreeMap<String, String>,
+    id: &str,
+    pod: &HashMap<String, Arc<Container>>,
+) -> Result<Option<Arc<Container>>> {
+    let Some(sb) = pod_sandbox_id(ann, id) else {
+        return Ok(None);
+    };
+    pod.get(&sb).cloned().map(Some).ok_or_else(|| {
+        ShimError::InvalidArgument(format!(
+            "container {id} belongs to pod sandbox {sb}, which this shim does not serve"
+        ))
+    })
+}
+
 impl Container {
     pub async fn create(
         env: Arc<ShimEnv>,
@@ -59,15 +76,7 @@ impl Container {
             config_path: p.options.config_path.as_deref(),
             node_policy: &env.node_policy,
         })?;
-        let sandbox = match pod_sandbox_id(&inputs.annotations, &p.id) {
-            Some(sb) => Some(pod.get(&sb).cloned().ok_or_else(|| {
-                ShimError::InvalidArgument(format!(
-                    "container {} belongs to pod sandbox {sb}, which this shim does not serve",
-                    p.id
-                ))
-            })?),
-            None => None,
-        };
+        let sandbox = pod_sandbox(&inputs.annotations, &p.id, pod)?;
         let cri_sandbox = sandbox.is_none()
             && inputs
                 .annotations
@@ -100,24 +109,11 @@ impl Container {
             )
             .map_err(|e| ShimError::Internal(format!("container {}: {e}", p.id)))?;
         }
-        // A pod sandbox under a pooled policy takes a warm sandbox when one is ready; a pool
-        // that cannot be used is a cold start, never a failed one (the spec is hardened either
-        // way).
-        let pool = if cri_sandbox && prepared.policy.policy.pool.enabled() {
-            pool_of(&env, &p, &prepared)
+        let (pool, claimed) = if cri_sandbox {
+            warm::choose(&env, &p, &prepared)
         } else {
-            if cri_sandbox {
-                drain_pools_turned_off(&env, &p, &prepared);
-            }
-            None
+            (None, None)
         };
-        let claimed = pool.as_ref().and_then(|kd| match pool::claim(kd) {
-            Ok(c) => c,
-            Err(e) => {
-                log::warn!("container {}: {e}; booting a sandbox instead", p.id);
-                None
-            }
-        });
         let resources = prepared
             .spec
             .pointer("/linux/resources")
@@ -129,21 +125,56 @@ impl Container {
             .and_then(serde_json::Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let memory_at_create = prepared.memory_limit();
         let decisions_summary = prepared.decisions_summary.clone();
+        let pool_claim = claimed.as_ref().map(|c| PoolClaim {
+            key: c.key.clone(),
+            entry: c.entry.clone(),
+        });
+        let container = Arc::new(Container::of_prepared(
+            env, p, prepared, sandbox, pool_claim,
+        ));
+
+        // 6-7. Side effects on the host, undone on failure.
+        let launched = match claimed {
+            Some(c) => container.launch_claimed(c, &resources, &hostname).await,
+            None => container.launch().await,
+        };
+        if let Some(kd) = &pool {
+            warm::refill(kd);
+        }
+        match launched {
+            Ok(()) => {
+                if let Some(summary) = decisions_summary {
+                    container.note_decisions_in_containerds_record(summary);
+                }
+                Ok(container)
+            }
+            Err(e) => {
+                container.undo_create(&e).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The container a Create makes of its hardened inputs, before anything runs on the host.
+    fn of_prepared(
+        env: Arc<ShimEnv>,
+        p: CreateParams,
+        prepared: gvisor_hardened_core::prepare::Prepared,
+        sandbox: Option<Arc<Container>>,
+        pool_claim: Option<PoolClaim>,
+    ) -> Container {
+        let memory_at_create = prepared.memory_limit();
         let evidence = Evidence::new(
             &prepared.policy.policy,
             &prepared.lifetime,
             &prepared.spec,
             sandbox.as_ref(),
         );
-        let container = Arc::new(Container {
-            env: env.clone(),
+        Container {
+            env,
             id: p.id.clone(),
-            pool_claim: claimed.as_ref().map(|c| PoolClaim {
-                key: c.key.clone(),
-                entry: c.entry.clone(),
-            }),
+            pool_claim,
             bundle: p.bundle.clone(),
             runtime: prepared.runtime,
             cgroups_path: prepared.cgroups_path,
@@ -182,36 +213,6 @@ impl Container {
                 gvisor_hardened_core::sandbox::termination_message::kubelet_message_file(
                     &prepared.spec,
                 ),
-        });
-
-        // 6-7. Side effects on the host, undone on failure.
-        let launched = match claimed {
-            Some(c) => container.launch_claimed(c, &resources, &hostname).await,
-            None => container.launch().await,
-        };
-        // Whether claimed from or not: the pool is refilled (or filled the first time) behind
-        // this pod, by a filler of its own.
-        if let Some(kd) = &pool {
-            match std::env::current_exe() {
-                Ok(exe) => {
-                    if let Err(e) = pool::start_filler(&exe, kd) {
-                        log::warn!("pool {}: cannot start its filler: {e}", kd.key);
-                    }
-                }
-                Err(e) => log::warn!("pool {}: cannot find the shim binary: {e}", kd.key),
-            }
-        }
-        match launched {
-            Ok(()) => {
-                if let Some(summary) = decisions_summary {
-                    container.note_decisions_in_containerds_record(summary);
-                }
-                Ok(container)
-            }
-            Err(e) => {
-                container.undo_create(&e).await;
-                Err(e)
-            }
         }
     }
 
@@ -239,128 +240,6 @@ impl Container {
                 );
             }
         });
-    }
-
-    /// A pod sandbox that claimed a warm sandbox: nothing is booted or mounted (the pause
-    /// image's rootfs is not used; the warm sandbox's root process holds the sandbox open as the
-    /// pause process would). The sandbox moves into the pod's cgroups, with the pod's limits,
-    /// before the pod's first container can be created in it.
-    async fn launch_claimed(
-        self: &Arc<Self>,
-        claimed: pool::Claimed,
-        resources: &serde_json::Value,
-        hostname: &str,
-    ) -> Result<()> {
-        self.env
-            .host
-            .ensure_no_cgroups(&self.cgroups_path, &self.id)?;
-        let pid = claimed.entry.pid as u32;
-        let _ = self.sandbox_process.set(Arc::new(claimed.process));
-        // First: from here on a shim that dies leaves a sandbox only this record names.
-        pool::claim::ClaimRecord {
-            runsc_id: claimed.entry.id.clone(),
-            key_dir: claimed.key.dir.clone(),
-        }
-        .write(&self.bundle)
-        .map_err(|e| ShimError::Internal(format!("container {}: {e}", self.id)))?;
-        self.env
-            .host
-            .adopt_cgroups(pid, &self.cgroups_path, &self.id, resources)?;
-        pool::adopt::retarget_runsc_cgroup(
-            &claimed.key.runsc_root(),
-            &claimed.entry.id,
-            &pool::spec::pool_cgroups_path(&claimed.entry.id),
-            &self.cgroups_path,
-        )
-        .map_err(|e| ShimError::Internal(format!("container {}: {e}", self.id)))?;
-        self.name_claimed_sandbox(hostname).await?;
-        let mut rec = self.record(AuditEvent::PoolSandboxClaimed);
-        rec.pid = Some(pid);
-        rec.pool = Some(PoolAudit {
-            key: &claimed.key.key,
-            sandbox: &claimed.entry.id,
-            boot_record: Some(&claimed.entry.boot_record),
-        });
-        self.audit.append_queued(&rec).await?;
-        self.init.set_pid(pid);
-        self.finish_launch(pid).await
-    }
-
-    /// Gives the claimed sandbox its pod's hostname. gVisor has one hostname per sandbox, set
-    /// from the spec that booted it, and the pool's template has none: the holder sets it,
-    /// exec'd in the sandbox's root container with CAP_SYS_ADMIN and nothing else, before any
-    /// of the pod's code runs in it.
-    async fn name_claimed_sandbox(&self, hostname: &str) -> Result<()> {
-        let process = serde_json::json!({
-            "args": [pool::spec::HOLD_PATH, "--hostname", hostname],
-            "env": ["PATH=/"],
-            "cwd": "/",
-            "user": {"uid": 0, "gid": 0},
-            "capabilities": {
-                "bounding": ["CAP_SYS_ADMIN"],
-                "effective": ["CAP_SYS_ADMIN"],
-                "permitted": ["CAP_SYS_ADMIN"],
-            },
-            "noNewPrivileges": true,
-        });
-        // What the holder or runsc says on failure ends up in the error: a file in the bundle,
-        // not a pipe, so nothing waits on a writer the sandbox might keep open.
-        let said_path = self.bundle.join("pool-hostname.out");
-        let said_err = |e: std::io::Error| {
-            ShimError::Internal(format!(
-                "container {}: {}: {e}",
-                self.id,
-                said_path.display()
-            ))
-        };
-        let said = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&said_path)
-            .map_err(said_err)?;
-        let said_too = said.try_clone().map_err(said_err)?;
-        let started = self
-            .runtime
-            .exec(gvisor_hardened_core::runtime::ExecCall {
-                id: self.runsc_id(),
-                exec_id: "gvh-pool-hostname",
-                bundle: &self.bundle,
-                process: &process,
-                console_socket: None,
-                stdio: gvisor_hardened_core::runtime::RunscStdio {
-                    stdin: None,
-                    stdout: Some(said.into()),
-                    stderr: Some(said_too.into()),
-                },
-            })
-            .await;
-        let started = match started {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = std::fs::remove_file(&said_path);
-                return Err(e.into());
-            }
-        };
-        let exit = self
-            .runtime
-            .watch(started.pid)
-            .map_err(|source| ShimError::Reaper {
-                what: format!("setting the hostname of {} (pid {})", self.id, started.pid),
-                source,
-            })?
-            .await;
-        let output = std::fs::read(&said_path).unwrap_or_default();
-        let _ = std::fs::remove_file(&said_path);
-        if exit.containerd_code() != 0 {
-            let output = String::from_utf8_lossy(&output[..output.len().min(2048)]);
-            return Err(ShimError::Internal(format!(
-                "container {}: setting the claimed sandbox's hostname to {hostname:?} failed ({exit:?}): {}",
-                self.id,
-                output.trim()
-            )));
-        }
-        Ok(())
     }
 
     async fn launch(self: &Arc<Self>) -> Result<()> {
@@ -404,7 +283,7 @@ impl Container {
 
     /// What every created container goes through once runsc has its sandbox: the exit watch,
     /// the state change, TaskCreate.
-    async fn finish_launch(self: &Arc<Self>, pid: u32) -> Result<()> {
+    pub(super) async fn finish_launch(self: &Arc<Self>, pid: u32) -> Result<()> {
         let exit = match &self.pod {
             PodRole::Member(sandbox) => {
                 // The pod's sandbox process and cgroups are the first container's; this one's
@@ -543,88 +422,6 @@ impl Container {
         rec.error = Some(err.to_string());
         self.seal_best_effort(&rec).await;
         log::error!("container {}: create failed: {err}", self.id);
-    }
-}
-
-/// The pool of this pod sandbox's key, its template written for the filler; `None` (a cold
-/// start) when it cannot be set up.
-/// A pod sandbox under a policy with its pool off: warm sandboxes booted for this policy
-/// source while its pool was on are handed to a filler each, which drains them (their policy
-/// changed), so turning a pool off gives its memory back with the next pod. Nothing is read
-/// but a missing directory when there never was a pool.
-fn drain_pools_turned_off(
-    env: &ShimEnv,
-    p: &CreateParams,
-    prepared: &gvisor_hardened_core::prepare::Prepared,
-) {
-    let namespace_dir =
-        pool::store::namespace_dir(&prepared.policy.policy.runsc.root, &env.namespace);
-    let stale = pool::drain::warm_keys_of_source(
-        &namespace_dir,
-        &env.namespace,
-        p.options.config_path.as_deref(),
-        &env.node_policy,
-    );
-    if stale.is_empty() {
-        return;
-    }
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(e) => {
-            log::warn!("pool: cannot find the shim binary to drain a pool turned off: {e}");
-            return;
-        }
-    };
-    for kd in stale {
-        log::info!(
-            "container {}: the pool of key {} is off under this policy; draining it",
-            p.id,
-            kd.key
-        );
-        if let Err(e) = pool::start_filler(&exe, &kd) {
-            log::warn!("pool {}: cannot start its drain: {e}", kd.key);
-        }
-    }
-}
-
-fn pool_of(
-    env: &ShimEnv,
-    p: &CreateParams,
-    prepared: &gvisor_hardened_core::prepare::Prepared,
-) -> Option<pool::KeyDir> {
-    let hold = std::path::Path::new(policy_injector::egress::DEFAULT_FORWARDER);
-    let ready = gvisor_hardened_core::egress::install::ensure_embedded_at(hold)
-        .map_err(|e| e.to_string())
-        .and_then(|()| {
-            let runsc = &prepared.policy.policy.runsc.path;
-            let runsc_binary = pool::fill::resolve_binary(runsc)
-                .ok_or_else(|| format!("runsc {runsc:?} is not in PATH"))?;
-            let global_args = prepared.runtime.global_args();
-            let inputs = pool::fill::TemplateInputs {
-                namespace: &env.namespace,
-                config_path: p.options.config_path.as_deref(),
-                node_policy: &env.node_policy,
-                policy: &prepared.policy,
-                runsc_binary: &runsc_binary,
-                runsc: &prepared.runsc,
-                global_args: &global_args,
-                hold_binary: hold,
-                hardened_spec: &prepared.spec,
-            };
-            let (kd, template) = inputs.template()?;
-            kd.create().map_err(|e| e.to_string())?;
-            kd.write_template(&template).map_err(|e| e.to_string())?;
-            Ok(kd)
-        });
-    match ready {
-        Ok(kd) => Some(kd),
-        Err(e) => {
-            log::warn!(
-                "container {}: warm pool unusable: {e}; booting a sandbox",
-                p.id
-            );
-            None
-        }
     }
 }
 

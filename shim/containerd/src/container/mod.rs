@@ -19,6 +19,7 @@ mod resources;
 mod start;
 #[cfg(test)]
 mod tests;
+mod warm;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
