@@ -94,6 +94,114 @@ async fn read_more<S: tokio::io::AsyncRead + Unpin>(
 }
 
 /// Headers the proxy writes itself.
+/// The upstream side of a terminated connection.
+type Upstream = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+/// A request the checks and the credential's rules admitted.
+struct Admitted {
+    req: http::OriginRequest,
+    /// The credential rule that allowed it, when the credential has rules.
+    rule: Option<String>,
+    head_end: usize,
+    /// Body bytes read with the head (they go up first).
+    body_now: usize,
+    /// Bytes read after the body's end: never forwarded.
+    held_back: u64,
+    frame: http::BodyFrame,
+}
+
+/// What goes up first: the head with the credential, whether it replaced a workload header,
+/// and the body bytes read with the head.
+struct Sent {
+    head: UpstreamHead,
+    replaced: bool,
+    first_body: Vec<u8>,
+}
+
+/// Why the exchange ends before the upstream: an answer to the workload, or a stop.
+enum Halt {
+    Answer(Refusal),
+    Stop(Stop),
+}
+
+/// A refusal said inside the terminated connection.
+struct Refusal {
+    status: u16,
+    rule: &'static str,
+    verdict: Verdict,
+    reason: String,
+}
+
+impl Halt {
+    fn answer(status: u16, rule: &'static str, verdict: Verdict, reason: String) -> Halt {
+        Halt::Answer(Refusal {
+            status,
+            rule,
+            verdict,
+            reason,
+        })
+    }
+
+    /// A request refused by `credential_checks`: 403.
+    fn refused(r: credential_checks::Refused) -> Halt {
+        Halt::answer(403, r.rule, Verdict::Denied, r.reason)
+    }
+}
+
+/// The upstream head, overwritten when dropped (it holds the credential), and the header
+/// name it carries the credential in.
+struct UpstreamHead {
+    text: zeroize::Zeroizing<String>,
+    header: String,
+}
+
+/// The upstream head: the workload's, its header of the credential's name dropped (`X_Api_Key`
+/// too: a server that reads `_` as `-` could take the workload's value) and the headers the
+/// proxy frames itself, the credential added, one request per connection. Whether a workload
+/// header was replaced.
+fn upstream_head(
+    req: &http::OriginRequest,
+    host: &str,
+    port: u16,
+    cred: &CredentialPlan,
+    value: crate::credentials::Secret,
+) -> (UpstreamHead, bool) {
+    // Overwritten when dropped, on every path: it holds the credential.
+    let mut head = zeroize::Zeroizing::new(format!("{} {} HTTP/1.1\r\n", req.method, req.target));
+    if !req
+        .headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("host"))
+    {
+        if port == 443 {
+            head.push_str(&format!("Host: {host}\r\n"));
+        } else {
+            head.push_str(&format!("Host: {host}:{port}\r\n"));
+        }
+    }
+    let mut replaced = false;
+    for (n, v) in &req.headers {
+        if credential_checks::same_header(n, &cred.header) {
+            replaced = true;
+            continue;
+        }
+        if framed_by_proxy(n) {
+            continue;
+        }
+        head.push_str(&format!("{n}: {v}\r\n"));
+    }
+    head.push_str(&cred.header);
+    head.push_str(": ");
+    head.push_str(value.expose());
+    head.push_str("\r\nConnection: close\r\n\r\n");
+    drop(value);
+    let head = UpstreamHead {
+        text: head,
+        header: cred.header.clone(),
+    };
+    (head, replaced)
+}
+
 fn framed_by_proxy(name: &str) -> bool {
     name.eq_ignore_ascii_case("connection")
 }
@@ -192,7 +300,8 @@ impl Proxy {
         result
     }
 
-    /// The TLS server side: handshake, one request, the credential, the upstream.
+    /// The TLS server side: handshake, one request admitted by the credential's rules, the
+    /// credential, the upstream, then the request's body and the answer relayed.
     #[allow(clippy::too_many_arguments)]
     async fn inside(
         &self,
@@ -204,6 +313,54 @@ impl Proxy {
         server: Arc<rustls::ServerConfig>,
         r: &mut Record,
     ) -> Result<(), Stop> {
+        let mut tls = self.handshake(io, host, server, r).await?;
+        let mut buf: Vec<u8> = Vec::new();
+        let admitted = match self
+            .read_request(&mut tls, &mut buf, host, port, cred)
+            .await
+        {
+            Ok(a) => a,
+            Err(halt) => return self.halt(&mut tls, halt).await,
+        };
+        r.held_back += admitted.held_back;
+        let (value, up) = match self.upstream(host, port, addr, cred).await {
+            Ok(u) => u,
+            Err(halt) => return self.halt(&mut tls, halt).await,
+        };
+        let (head, replaced) = upstream_head(&admitted.req, host, port, cred, value);
+        let first_body = buf[admitted.head_end..admitted.head_end + admitted.body_now].to_vec();
+        let sent = Sent {
+            head,
+            replaced,
+            first_body,
+        };
+        self.relay(tls, up, sent, admitted, host, port, r).await
+    }
+
+    /// A refusal answered inside the terminated connection, or a stop without one.
+    async fn halt<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        tls: &mut S,
+        halt: Halt,
+    ) -> Result<(), Stop> {
+        match halt {
+            Halt::Answer(x) => {
+                self.answer(tls, x.status, x.rule, x.verdict, x.reason)
+                    .await
+            }
+            Halt::Stop(stop) => Err(stop),
+        }
+    }
+
+    /// The workload's TLS handshake with the proxy as `host`: in time, and naming `host`
+    /// (or, where the policy allows it, no name at all).
+    async fn handshake(
+        &self,
+        io: DuplexStream,
+        host: &str,
+        server: Arc<rustls::ServerConfig>,
+        r: &mut Record,
+    ) -> Result<tokio_rustls::server::TlsStream<DuplexStream>, Stop> {
         let cut = |rule: &str, reason: String| Stop {
             status: 0,
             verdict: Verdict::Denied,
@@ -215,7 +372,7 @@ impl Proxy {
             TlsAcceptor::from(server).accept(io),
         )
         .await;
-        let mut tls = match accepted {
+        let tls = match accepted {
             Err(_) => {
                 return Err(cut(
                     "tls-handshake",
@@ -248,102 +405,63 @@ impl Proxy {
             None => {}
         }
         r.rec.sni = sni;
+        Ok(tls)
+    }
 
-        // One request head, bounded in size and time.
-        let mut buf: Vec<u8> = Vec::new();
+    /// One request head, bounded in size and time, through the checks and the credential's
+    /// rules; a form body read whole and checked; the part of the body already read.
+    async fn read_request<S: AsyncRead + Unpin>(
+        &self,
+        tls: &mut S,
+        buf: &mut Vec<u8>,
+        host: &str,
+        port: u16,
+        cred: &CredentialPlan,
+    ) -> Result<Admitted, Halt> {
         let deadline = tokio::time::Instant::now() + self.timeouts.head;
         let head_end = loop {
-            if let Some(n) = http::head_len(&buf) {
+            if let Some(n) = http::head_len(buf) {
                 break n;
             }
             if buf.len() > MAX_HEAD {
-                return self
-                    .answer(
-                        &mut tls,
-                        431,
-                        "bad-request",
-                        Verdict::Denied,
-                        format!("egress proxy: request head longer than {MAX_HEAD} bytes"),
-                    )
-                    .await;
+                return Err(Halt::answer(
+                    431,
+                    "bad-request",
+                    Verdict::Denied,
+                    format!("egress proxy: request head longer than {MAX_HEAD} bytes"),
+                ));
             }
-            match read_more(&mut tls, &mut buf, deadline).await {
+            match read_more(tls, buf, deadline).await {
                 More::Late => {
-                    return self
-                        .answer(
-                            &mut tls,
-                            408,
-                            "timeout",
-                            Verdict::Denied,
-                            "egress proxy: no complete request head in time".into(),
-                        )
-                        .await
+                    return Err(Halt::answer(
+                        408,
+                        "timeout",
+                        Verdict::Denied,
+                        "egress proxy: no complete request head in time".into(),
+                    ))
                 }
                 More::Closed if buf.is_empty() => {
-                    return Err(gone("the workload closed before sending a request"))
+                    return Err(Halt::Stop(gone(
+                        "the workload closed before sending a request",
+                    )))
                 }
-                More::Closed => return Err(gone("the workload closed within its request head")),
+                More::Closed => {
+                    return Err(Halt::Stop(gone(
+                        "the workload closed within its request head",
+                    )))
+                }
                 More::Read => {}
             }
         };
-        let req = match http::parse_origin_head(&buf[..head_end], host, port) {
-            Ok(q) => q,
-            Err(e) => {
-                return self
-                    .answer(
-                        &mut tls,
-                        e.status,
-                        "bad-request",
-                        Verdict::Denied,
-                        format!("egress proxy: bad request: {}", e.reason),
-                    )
-                    .await
-            }
-        };
-        let path = req
-            .target
-            .split_once('?')
-            .map_or(req.target.as_str(), |(p, _)| p);
-        // Before the rules: what a server could read as another method, path or host.
-        if let Err(refused) = credential_checks::check_request(
-            &req.method,
-            &req.target,
-            &req.headers,
-            host,
-            self.policy_name(),
-        ) {
-            return self
-                .answer(&mut tls, 403, refused.rule, Verdict::Denied, refused.reason)
-                .await;
-        }
-        let rule = if cred.rules.is_empty() {
-            None
-        } else {
-            match cred
-                .rules
-                .iter()
-                .find(|x| x.allows(&req.method, &req.target))
-            {
-                Some(x) => Some(x.to_string()),
-                None => {
-                    let rules: Vec<String> = cred.rules.iter().map(ToString::to_string).collect();
-                    return self
-                        .answer(
-                            &mut tls,
-                            403,
-                            "credential-rule",
-                            Verdict::Denied,
-                            format!(
-                                "egress denied: {} {path} is not allowed with the credential for {host} by policy {} (allowed: {})",
-                                req.method,
-                                self.policy_name(),
-                                rules.join(", ")
-                            ),
-                        )
-                        .await;
-                }
-            }
-        };
+        let req = http::parse_origin_head(&buf[..head_end], host, port).map_err(|e| {
+            Halt::answer(
+                e.status,
+                "bad-request",
+                Verdict::Denied,
+                format!("egress proxy: bad request: {}", e.reason),
+            )
+        })?;
+        let rule = self.request_allowed(&req, host, cred)?;
         // A form body is read whole first (bounded) and checked for a method field.
         if let Some(form) = credential_checks::form_of(&req.headers) {
             if let Some(refused) = credential_checks::uncheckable_form(
@@ -352,174 +470,188 @@ impl Proxy {
                 host,
                 self.policy_name(),
             ) {
-                return self
-                    .answer(&mut tls, 403, refused.rule, Verdict::Denied, refused.reason)
-                    .await;
+                return Err(Halt::refused(refused));
             }
             let whole = head_end + req.body_len as usize;
             while buf.len() < whole {
-                match read_more(&mut tls, &mut buf, deadline).await {
+                match read_more(tls, buf, deadline).await {
                     More::Late => {
-                        return self
-                            .answer(
-                                &mut tls,
-                                408,
-                                "timeout",
-                                Verdict::Denied,
-                                "egress proxy: no complete form body in time".into(),
-                            )
-                            .await
+                        return Err(Halt::answer(
+                            408,
+                            "timeout",
+                            Verdict::Denied,
+                            "egress proxy: no complete form body in time".into(),
+                        ))
                     }
-                    More::Closed => return Err(gone("the workload closed within its form body")),
+                    More::Closed => {
+                        return Err(Halt::Stop(gone("the workload closed within its form body")))
+                    }
                     More::Read => {}
                 }
             }
-            if let Err(refused) =
-                credential_checks::check_form(form, &buf[head_end..whole], host, self.policy_name())
-            {
-                return self
-                    .answer(&mut tls, 403, refused.rule, Verdict::Denied, refused.reason)
-                    .await;
-            }
+            credential_checks::check_form(form, &buf[head_end..whole], host, self.policy_name())
+                .map_err(Halt::refused)?;
         }
         // The request's body (to its Content-Length or its last chunk), then nothing more
         // from the workload.
         let mut frame = http::BodyFrame::of(&req);
         let after = &buf[head_end..];
-        let body_now = match frame.take(after) {
-            Ok(n) => n,
-            Err(e) => {
-                return self
-                    .answer(
-                        &mut tls,
-                        e.status,
-                        "bad-request",
-                        Verdict::Denied,
-                        format!("egress proxy: bad request body: {}", e.reason),
-                    )
-                    .await
-            }
-        };
-        r.held_back += (after.len() - body_now) as u64;
-        let upstream_config = match self.credentials.as_ref().map(|c| &c.upstream) {
-            Some(Ok(c)) => c.clone(),
-            Some(Err(why)) => {
-                return self
-                    .answer(
-                        &mut tls,
-                        502,
-                        "upstream-ca",
-                        Verdict::Failed,
-                        format!("egress proxy: cannot verify {host}: {why}"),
-                    )
-                    .await
-            }
-            None => unreachable!("terminate runs only with credentials"),
-        };
-        let values = self
+        let body_now = frame.take(after).map_err(|e| {
+            Halt::answer(
+                e.status,
+                "bad-request",
+                Verdict::Denied,
+                format!("egress proxy: bad request body: {}", e.reason),
+            )
+        })?;
+        Ok(Admitted {
+            held_back: (after.len() - body_now) as u64,
+            req,
+            rule,
+            head_end,
+            body_now,
+            frame,
+        })
+    }
+
+    /// Before the rules, what a server could read as another method, path or host; then the
+    /// credential's `METHOD /path` rules. The rule that allowed it, if the credential has any.
+    fn request_allowed(
+        &self,
+        req: &http::OriginRequest,
+        host: &str,
+        cred: &CredentialPlan,
+    ) -> Result<Option<String>, Halt> {
+        credential_checks::check_request(
+            &req.method,
+            &req.target,
+            &req.headers,
+            host,
+            self.policy_name(),
+        )
+        .map_err(Halt::refused)?;
+        if cred.rules.is_empty() {
+            return Ok(None);
+        }
+        if let Some(x) = cred
+            .rules
+            .iter()
+            .find(|x| x.allows(&req.method, &req.target))
+        {
+            return Ok(Some(x.to_string()));
+        }
+        let path = req
+            .target
+            .split_once('?')
+            .map_or(req.target.as_str(), |(p, _)| p);
+        let rules: Vec<String> = cred.rules.iter().map(ToString::to_string).collect();
+        Err(Halt::answer(
+            403,
+            "credential-rule",
+            Verdict::Denied,
+            format!(
+                "egress denied: {} {path} is not allowed with the credential for {host} by policy {} (allowed: {})",
+                req.method,
+                self.policy_name(),
+                rules.join(", ")
+            ),
+        ))
+    }
+
+    /// The credential's value and a verified TLS connection to the checked address.
+    async fn upstream(
+        &self,
+        host: &str,
+        port: u16,
+        addr: SocketAddr,
+        cred: &CredentialPlan,
+    ) -> Result<(crate::credentials::Secret, Upstream), Halt> {
+        let credentials = self
             .credentials
             .as_ref()
-            .map(|c| c.values.clone())
             .expect("terminate runs only with credentials");
-        let value = match values.value(host, port, cred).await {
-            Ok(v) => v,
-            Err(e) => {
-                return self
-                    .answer(
-                        &mut tls,
-                        502,
-                        "credential-unavailable",
-                        Verdict::Failed,
-                        format!("egress proxy: {e}"),
-                    )
-                    .await
-            }
-        };
-        let tcp = match self.dialer.dial(addr).await {
-            Ok(t) => t,
-            Err(e) => {
-                return self
-                    .answer(
-                        &mut tls,
-                        502,
-                        "dial",
-                        Verdict::Failed,
-                        format!("egress proxy: {host} ({addr}) is unreachable: {e}"),
-                    )
-                    .await
-            }
-        };
-        let name = ServerName::try_from(host.to_string()).map_err(|e| Stop {
-            status: 0,
-            verdict: Verdict::Failed,
-            rule: "upstream-tls".into(),
-            reason: format!("egress proxy: {host} is no TLS server name: {e}"),
+        let upstream_config = credentials.upstream.clone().map_err(|why| {
+            Halt::answer(
+                502,
+                "upstream-ca",
+                Verdict::Failed,
+                format!("egress proxy: cannot verify {host}: {why}"),
+            )
+        })?;
+        let value = credentials
+            .values
+            .value(host, port, cred)
+            .await
+            .map_err(|e| {
+                Halt::answer(
+                    502,
+                    "credential-unavailable",
+                    Verdict::Failed,
+                    format!("egress proxy: {e}"),
+                )
+            })?;
+        let tcp = self.dialer.dial(addr).await.map_err(|e| {
+            Halt::answer(
+                502,
+                "dial",
+                Verdict::Failed,
+                format!("egress proxy: {host} ({addr}) is unreachable: {e}"),
+            )
+        })?;
+        let name = ServerName::try_from(host.to_string()).map_err(|e| {
+            Halt::Stop(Stop {
+                status: 0,
+                verdict: Verdict::Failed,
+                rule: "upstream-tls".into(),
+                reason: format!("egress proxy: {host} is no TLS server name: {e}"),
+            })
         })?;
         let connected = tokio::time::timeout(
             self.timeouts.client_hello,
             TlsConnector::from(upstream_config).connect(name, tcp),
         )
         .await;
-        let up = match connected {
-            Ok(Ok(u)) => u,
-            Ok(Err(e)) => {
-                return self
-                    .answer(
-                        &mut tls,
-                        502,
-                        "upstream-tls",
-                        Verdict::Failed,
-                        format!("egress proxy: TLS to {host} ({addr}) failed: {e}"),
-                    )
-                    .await
-            }
-            Err(_) => {
-                return self
-                    .answer(
-                        &mut tls,
-                        504,
-                        "upstream-tls",
-                        Verdict::Failed,
-                        format!("egress proxy: no TLS handshake from {host} ({addr}) in time"),
-                    )
-                    .await
-            }
-        };
-
-        // The upstream head: the workload's, its header of the credential's name dropped, the
-        // credential added, one request per connection.
-        // Overwritten when dropped, on every path: it holds the credential.
-        let mut head =
-            zeroize::Zeroizing::new(format!("{} {} HTTP/1.1\r\n", req.method, req.target));
-        if !req
-            .headers
-            .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case("host"))
-        {
-            if port == 443 {
-                head.push_str(&format!("Host: {host}\r\n"));
-            } else {
-                head.push_str(&format!("Host: {host}:{port}\r\n"));
-            }
+        match connected {
+            Ok(Ok(up)) => Ok((value, up)),
+            Ok(Err(e)) => Err(Halt::answer(
+                502,
+                "upstream-tls",
+                Verdict::Failed,
+                format!("egress proxy: TLS to {host} ({addr}) failed: {e}"),
+            )),
+            Err(_) => Err(Halt::answer(
+                504,
+                "upstream-tls",
+                Verdict::Failed,
+                format!("egress proxy: no TLS handshake from {host} ({addr}) in time"),
+            )),
         }
-        let mut replaced = false;
-        for (n, v) in &req.headers {
-            // `X_Api_Key` too: a server that reads `_` as `-` could take the workload's value.
-            if credential_checks::same_header(n, &cred.header) {
-                replaced = true;
-                continue;
-            }
-            if framed_by_proxy(n) {
-                continue;
-            }
-            head.push_str(&format!("{n}: {v}\r\n"));
-        }
-        head.push_str(&cred.header);
-        head.push_str(": ");
-        head.push_str(value.expose());
-        head.push_str("\r\nConnection: close\r\n\r\n");
-        drop(value);
+    }
 
+    /// The upstream head, the request's body and the answer, under the caps and deadlines.
+    #[allow(clippy::too_many_arguments)]
+    async fn relay(
+        &self,
+        tls: tokio_rustls::server::TlsStream<DuplexStream>,
+        up: Upstream,
+        sent: Sent,
+        admitted: Admitted,
+        host: &str,
+        port: u16,
+        r: &mut Record,
+    ) -> Result<(), Stop> {
+        let Sent {
+            head,
+            replaced,
+            first_body,
+        } = sent;
+        let header = head.header.clone();
+        let Admitted {
+            req,
+            rule,
+            mut frame,
+            ..
+        } = admitted;
         let rule_name = r.rec.rule.clone();
         let cap_stop = || Stop {
             status: 0,
@@ -532,28 +664,27 @@ impl Proxy {
         };
         let (mut ur, mut uw) = tokio::io::split(up);
         let (mut cr, mut cw) = tokio::io::split(tls);
-        if !self.charge(head.len()) {
+        if !self.charge(head.text.len()) {
             return Err(cap_stop());
         }
-        self.pace(head.len()).await;
-        match tokio::time::timeout(self.timeouts.write, uw.write_all(head.as_bytes())).await {
+        self.pace(head.text.len()).await;
+        match tokio::time::timeout(self.timeouts.write, uw.write_all(head.text.as_bytes())).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(super::upstream_gone(e, &rule_name)),
             Err(_) => return Err(stalled(&rule_name, "the upstream", self.timeouts.write)),
         }
-        r.rec.bytes_up += head.len() as u64;
+        r.rec.bytes_up += head.text.len() as u64;
         drop(head);
         self.emit(EgressEvent::CredentialInjected {
             host: host.to_string(),
             port,
-            header: cred.header.clone(),
+            header,
             rule,
             method: req.method.clone(),
             replaced_workload_header: replaced,
         });
         r.rec.verdict = Verdict::Allowed;
 
-        let first_body = after[..body_now].to_vec();
         let mut up_bytes = 0u64;
         let mut down_bytes = 0u64;
         let mut held_back = 0u64;
@@ -673,5 +804,81 @@ impl Proxy {
             rule: rule.into(),
             reason,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credentials::Secret;
+
+    fn request(headers: &[(&str, &str)]) -> http::OriginRequest {
+        http::OriginRequest {
+            method: "POST".into(),
+            target: "/v1/messages?x=1".into(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            body_len: 0,
+            chunked: false,
+        }
+    }
+
+    fn plan() -> CredentialPlan {
+        CredentialPlan {
+            header: "x-api-key".into(),
+            file: "/etc/keys/api".into(),
+            rules: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_upstream_head_carries_the_credential_in_place_of_any_the_workload_sent() {
+        let req = request(&[
+            ("Accept", "*/*"),
+            ("X-Api-Key", "workload's"),
+            ("X_Api_Key", "workload's too"),
+            ("Connection", "keep-alive"),
+        ]);
+        let (head, replaced) = upstream_head(
+            &req,
+            "api.example.test",
+            443,
+            &plan(),
+            Secret::received("k".into()),
+        );
+        assert!(replaced);
+        assert_eq!(head.header, "x-api-key");
+        assert_eq!(
+            head.text.as_str(),
+            "POST /v1/messages?x=1 HTTP/1.1\r\nHost: api.example.test\r\nAccept: */*\r\n\
+             x-api-key: k\r\nConnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn the_upstream_head_keeps_the_workloads_host_and_names_a_port_other_than_443() {
+        let (head, replaced) = upstream_head(
+            &request(&[]),
+            "api.example.test",
+            8443,
+            &plan(),
+            Secret::received("k".into()),
+        );
+        assert!(!replaced);
+        assert!(
+            head.text.contains("\r\nHost: api.example.test:8443\r\n"),
+            "{}",
+            *head.text
+        );
+        let (head, _) = upstream_head(
+            &request(&[("host", "api.example.test")]),
+            "api.example.test",
+            8443,
+            &plan(),
+            Secret::received("k".into()),
+        );
+        assert_eq!(head.text.matches("ost:").count(), 1, "{}", *head.text);
     }
 }
