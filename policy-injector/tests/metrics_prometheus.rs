@@ -7,8 +7,8 @@
 //! A missing `prometheus` or `promtool` fails the test; it is never skipped.
 
 use std::fs::OpenOptions;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,6 +18,9 @@ use serde_json::Value;
 
 mod exporter;
 use exporter::Killed;
+// The tests crate's GET and query encoding (that crate depends on this one).
+#[path = "../../tests/src/http_get.rs"]
+mod http_get;
 
 const POLICY: &str = "/etc/gvisor-hardened/policy.toml";
 const AGENT: &str = "gvisor-hardened-agent";
@@ -122,31 +125,10 @@ fn connection(verdict: &str, host: &str, rule: &str, up: u64, down: u64) -> Stri
 
 /// GET over loopback, HTTP/1.0 (the whole body until close); the status and the body.
 fn get(addr: SocketAddr, target: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    Ok((status, body.to_string()))
+    http_get::get(addr, target, None)
 }
 
-fn encode(q: &str) -> String {
-    q.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+use http_get::encode;
 
 /// The value of an instant query with one result, or None while Prometheus has none.
 fn query(prom: SocketAddr, q: &str) -> Option<f64> {

@@ -1,5 +1,6 @@
 //! One HTTP/1.0 GET from a server the harness started or reaches on its own networks (an
-//! exporter, a Prometheus): the whole body until the server closes.
+//! exporter, a Prometheus): the whole body until the server closes. Also compiled into
+//! policy-injector's own Prometheus test (`#[path]`), which cannot depend on this crate.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -24,4 +25,16 @@ pub fn get(addr: SocketAddr, target: &str, bearer: Option<&str>) -> std::io::Res
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     Ok((status, body.to_string()))
+}
+
+/// `q` percent-encoded for a query string (a PromQL expression in `?query=`).
+pub fn encode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

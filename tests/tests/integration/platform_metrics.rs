@@ -51,16 +51,7 @@ fn get(addr: SocketAddr, target: &str) -> std::io::Result<(u16, String)> {
     gvisor_hardened_tests::http_get::get(addr, target, None)
 }
 
-fn encode(q: &str) -> String {
-    q.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+use gvisor_hardened_tests::http_get::encode;
 
 /// An instant query's result vector: each series' value of `label` ("" when absent) and its
 /// value, sorted by label; `None` while Prometheus cannot answer.
