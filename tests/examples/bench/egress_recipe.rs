@@ -254,7 +254,9 @@ impl Recipe {
     pub fn exec_held(&self, script: &str) -> BenchResult<(Held, String)> {
         let path = self.dir.join(format!("{}.json", unique_id("hold")));
         fs::write(&path, serde_json::to_vec(&Self::process(script, LISTEN))?)?;
-        let child = Command::new("runsc")
+        // The stack's runsc, the one that made the sandbox (on the current stack, `runsc` in
+        // PATH is Debian's 20221219, which cannot read its state).
+        let child = Command::new(gvisor_hardened_tests::stack::bin("runsc")?)
             .args(&self.sandbox.global)
             .arg("exec")
             .arg("--process")
