@@ -228,17 +228,39 @@ struct SpecArgs {
     config: PathBuf,
 }
 
+/// [`SpecArgs`] read: the policy, the spec (as text and parsed) and the pod's context.
+struct Loaded {
+    policy: Policy,
+    raw_spec: String,
+    spec: Value,
+    ctx: Context,
+    config: PathBuf,
+}
+
+impl SpecArgs {
+    fn load(self) -> anyhow::Result<Loaded> {
+        let policy = load_policy(self.policy.as_deref())?;
+        let (raw_spec, spec) = read_spec(&self.config)?;
+        let ctx = context_for(&spec, self.pod_namespaces, self.token_sources);
+        Ok(Loaded {
+            policy,
+            raw_spec,
+            spec,
+            ctx,
+            config: self.config,
+        })
+    }
+}
+
 /// `harden`: the spec through the policy, to stdout or in place.
 fn run_harden(args: SpecArgs, in_place: bool) -> Result<(), Failure> {
-    let SpecArgs {
+    let Loaded {
         policy,
-        pod_namespaces,
-        token_sources,
+        raw_spec,
+        spec,
+        ctx,
         config,
-    } = args;
-    let policy = load_policy(policy.as_deref())?;
-    let (raw_spec, spec) = read_spec(&config)?;
-    let ctx = context_for(&spec, pod_namespaces, token_sources);
+    } = args.load()?;
     let hardened = harden(&spec, &policy, &ctx).map_err(|e| match e {
         HardenError::Rejected(_) => Failure::Rejected(e),
         HardenError::Malformed { .. } => Failure::Error(anyhow!("{}: {e}", config.display())),
@@ -273,15 +295,13 @@ fn run_harden(args: SpecArgs, in_place: bool) -> Result<(), Failure> {
 
 /// `explain`: what the policy would do to the spec, and why.
 fn run_explain(args: SpecArgs, json: bool) -> Result<(), Failure> {
-    let SpecArgs {
+    let Loaded {
         policy,
-        pod_namespaces,
-        token_sources,
+        spec,
+        ctx,
         config,
-    } = args;
-    let policy = load_policy(policy.as_deref())?;
-    let (_, spec) = read_spec(&config)?;
-    let ctx = context_for(&spec, pod_namespaces, token_sources);
+        ..
+    } = args.load()?;
     let report =
         explain::explain(&spec, &policy, &ctx).map_err(|e| anyhow!("{}: {e}", config.display()))?;
     let out = if json {
