@@ -82,7 +82,9 @@ impl RunscError {
     ///
     /// runsc exits 128 for every failure, so only the text tells them apart. Messages seen from
     /// 20221219 (see the client tests) and in the project notes:
-    /// - `loading container: file does not exist`: no state under `--root` (any subcommand).
+    /// - `loading container: file does not exist`: no state under `--root` (any subcommand);
+    ///   `FetchSpec failed: loading container: open ROOT/ID_sandbox:SB.state: no such file or
+    ///   directory` when the state went while runsc loaded it.
     /// - kill of an exited sandbox: `connecting to control server at PID N: connection refused`.
     /// - kill of a subcontainer: `sandbox is not running`, `cannot signal container ... in state
     ///   created|stopped`.
@@ -131,6 +133,10 @@ impl RunscError {
 fn is_not_found(stderr: &str) -> bool {
     stderr.contains("loading container: file does not exist")
         || stderr.contains("container does not exist")
+        // The container's state file went between runsc listing it and opening it (a delete of
+        // it or of its sandbox finished meanwhile; seen from a CRI StopContainer's kill).
+        || (stderr.contains("loading container: open ")
+            && stderr.contains(".state: no such file or directory"))
 }
 
 /// `runsc delete` of a pod's container after the pod's sandbox died (an OOM kill, say): runsc
@@ -211,6 +217,17 @@ mod tests {
             );
             assert!(matches!(e, RunscError::NotFound { .. }), "{sub}");
         }
+    }
+
+    #[test]
+    fn a_state_file_gone_while_runsc_loads_it_is_not_found() {
+        let msg = "FetchSpec failed: loading container: open /run/runsc/k8s.io/c2_sandbox:sb.state: no such file or directory";
+        let e = RunscError::from_failure("kill", Some("c2"), FAILED, msg);
+        assert!(e.is_gone(), "{e:?}");
+        // Another file than the container's state is no such thing.
+        let other = "reading spec: open /b/config.json: no such file or directory";
+        let e = RunscError::from_failure("kill", Some("c2"), FAILED, other);
+        assert!(!e.is_gone(), "{e:?}");
     }
 
     #[test]
