@@ -102,20 +102,11 @@ struct Admitted {
     req: http::OriginRequest,
     /// The credential rule that allowed it, when the credential has rules.
     rule: Option<String>,
-    head_end: usize,
     /// Body bytes read with the head (they go up first).
-    body_now: usize,
+    first_body: Vec<u8>,
     /// Bytes read after the body's end: never forwarded.
     held_back: u64,
     frame: http::BodyFrame,
-}
-
-/// What goes up first: the head with the credential, whether it replaced a workload header,
-/// and the body bytes read with the head.
-struct Sent {
-    head: UpstreamHead,
-    replaced: bool,
-    first_body: Vec<u8>,
 }
 
 /// Why the exchange ends before the upstream: an answer to the workload, or a stop.
@@ -148,24 +139,24 @@ impl Halt {
     }
 }
 
-/// The upstream head, overwritten when dropped (it holds the credential), and the header
-/// name it carries the credential in.
+/// The upstream head, overwritten when dropped (it holds the credential), the header name it
+/// carries the credential in, and whether that replaced a header the workload sent.
 struct UpstreamHead {
     text: zeroize::Zeroizing<String>,
     header: String,
+    replaced: bool,
 }
 
 /// The upstream head: the workload's, its header of the credential's name dropped (`X_Api_Key`
 /// too: a server that reads `_` as `-` could take the workload's value) and the headers the
-/// proxy frames itself, the credential added, one request per connection. Whether a workload
-/// header was replaced.
+/// proxy frames itself, the credential added, one request per connection.
 fn upstream_head(
     req: &http::OriginRequest,
     host: &str,
     port: u16,
     cred: &CredentialPlan,
     value: crate::credentials::Secret,
-) -> (UpstreamHead, bool) {
+) -> UpstreamHead {
     // Overwritten when dropped, on every path: it holds the credential.
     let mut head = zeroize::Zeroizing::new(format!("{} {} HTTP/1.1\r\n", req.method, req.target));
     if !req
@@ -195,11 +186,11 @@ fn upstream_head(
     head.push_str(value.expose());
     head.push_str("\r\nConnection: close\r\n\r\n");
     drop(value);
-    let head = UpstreamHead {
+    UpstreamHead {
         text: head,
         header: cred.header.clone(),
-    };
-    (head, replaced)
+        replaced,
+    }
 }
 
 fn framed_by_proxy(name: &str) -> bool {
@@ -314,11 +305,7 @@ impl Proxy {
         r: &mut Record,
     ) -> Result<(), Stop> {
         let mut tls = self.handshake(io, host, server, r).await?;
-        let mut buf: Vec<u8> = Vec::new();
-        let admitted = match self
-            .read_request(&mut tls, &mut buf, host, port, cred)
-            .await
-        {
+        let admitted = match self.read_request(&mut tls, host, port, cred).await {
             Ok(a) => a,
             Err(halt) => return self.halt(&mut tls, halt).await,
         };
@@ -327,14 +314,8 @@ impl Proxy {
             Ok(u) => u,
             Err(halt) => return self.halt(&mut tls, halt).await,
         };
-        let (head, replaced) = upstream_head(&admitted.req, host, port, cred, value);
-        let first_body = buf[admitted.head_end..admitted.head_end + admitted.body_now].to_vec();
-        let sent = Sent {
-            head,
-            replaced,
-            first_body,
-        };
-        self.relay(tls, up, sent, admitted, host, port, r).await
+        let head = upstream_head(&admitted.req, host, port, cred, value);
+        self.relay(tls, up, head, admitted, host, port, r).await
     }
 
     /// A refusal answered inside the terminated connection, or a stop without one.
@@ -413,14 +394,14 @@ impl Proxy {
     async fn read_request<S: AsyncRead + Unpin>(
         &self,
         tls: &mut S,
-        buf: &mut Vec<u8>,
         host: &str,
         port: u16,
         cred: &CredentialPlan,
     ) -> Result<Admitted, Halt> {
+        let mut buf: Vec<u8> = Vec::new();
         let deadline = tokio::time::Instant::now() + self.timeouts.head;
         let head_end = loop {
-            if let Some(n) = http::head_len(buf) {
+            if let Some(n) = http::head_len(&buf) {
                 break n;
             }
             if buf.len() > MAX_HEAD {
@@ -431,7 +412,7 @@ impl Proxy {
                     format!("egress proxy: request head longer than {MAX_HEAD} bytes"),
                 ));
             }
-            match read_more(tls, buf, deadline).await {
+            match read_more(tls, &mut buf, deadline).await {
                 More::Late => {
                     return Err(Halt::answer(
                         408,
@@ -474,7 +455,7 @@ impl Proxy {
             }
             let whole = head_end + req.body_len as usize;
             while buf.len() < whole {
-                match read_more(tls, buf, deadline).await {
+                match read_more(tls, &mut buf, deadline).await {
                     More::Late => {
                         return Err(Halt::answer(
                             408,
@@ -506,10 +487,9 @@ impl Proxy {
         })?;
         Ok(Admitted {
             held_back: (after.len() - body_now) as u64,
+            first_body: after[..body_now].to_vec(),
             req,
             rule,
-            head_end,
-            body_now,
             frame,
         })
     }
@@ -634,22 +614,19 @@ impl Proxy {
         &self,
         tls: tokio_rustls::server::TlsStream<DuplexStream>,
         up: Upstream,
-        sent: Sent,
+        head: UpstreamHead,
         admitted: Admitted,
         host: &str,
         port: u16,
         r: &mut Record,
     ) -> Result<(), Stop> {
-        let Sent {
-            head,
-            replaced,
-            first_body,
-        } = sent;
         let header = head.header.clone();
+        let replaced = head.replaced;
         let Admitted {
             req,
             rule,
             mut frame,
+            first_body,
             ..
         } = admitted;
         let rule_name = r.rec.rule.clone();
@@ -841,14 +818,14 @@ mod tests {
             ("X_Api_Key", "workload's too"),
             ("Connection", "keep-alive"),
         ]);
-        let (head, replaced) = upstream_head(
+        let head = upstream_head(
             &req,
             "api.example.test",
             443,
             &plan(),
             Secret::received("k".into()),
         );
-        assert!(replaced);
+        assert!(head.replaced);
         assert_eq!(head.header, "x-api-key");
         assert_eq!(
             head.text.as_str(),
@@ -859,20 +836,20 @@ mod tests {
 
     #[test]
     fn the_upstream_head_keeps_the_workloads_host_and_names_a_port_other_than_443() {
-        let (head, replaced) = upstream_head(
+        let head = upstream_head(
             &request(&[]),
             "api.example.test",
             8443,
             &plan(),
             Secret::received("k".into()),
         );
-        assert!(!replaced);
+        assert!(!head.replaced);
         assert!(
             head.text.contains("\r\nHost: api.example.test:8443\r\n"),
             "{}",
             *head.text
         );
-        let (head, _) = upstream_head(
+        let head = upstream_head(
             &request(&[("host", "api.example.test")]),
             "api.example.test",
             8443,
