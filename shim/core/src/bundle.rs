@@ -160,15 +160,21 @@ pub enum Files {
     Engine,
 }
 
+impl Files {
+    fn remove(self, bundle: &Path) {
+        match self {
+            Files::Shim => remove_shim_files(bundle),
+            Files::Engine => remove_hardening_files(bundle),
+        }
+    }
+}
+
 /// What a failed create leaves in its bundle, undone the same way by both front ends after
 /// runsc, cgroups and mounts: the workspace's conclusion (`Failed`), our files, and the
 /// engine's own `config.json` put back, so the bundle is as the engine made it.
 pub fn release_after_failed_create(bundle: &Path, files: Files) {
     crate::workspace::finish(bundle, crate::workspace::Ending::Failed);
-    match files {
-        Files::Shim => remove_shim_files(bundle),
-        Files::Engine => remove_hardening_files(bundle),
-    }
+    files.remove(bundle);
     restore_original_config(bundle);
 }
 
@@ -181,10 +187,7 @@ pub fn release_after_delete(
     files: Files,
 ) -> Option<crate::workspace::WorkspaceReport> {
     let workspace = crate::workspace::finish(bundle, crate::workspace::Ending::Ran);
-    match files {
-        Files::Shim => remove_shim_files(bundle),
-        Files::Engine => remove_hardening_files(bundle),
-    }
+    files.remove(bundle);
     workspace
 }
 

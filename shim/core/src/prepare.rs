@@ -317,6 +317,18 @@ impl Inputs {
         &self.spec
     }
 
+    /// Records a create that failed before anything was written (`create-failed`, in the
+    /// sandbox's trail) and returns its error; the audit's own failure, if it fails, instead.
+    async fn failed(&self, e: impl Into<PrepareError>) -> PrepareError {
+        let e = e.into();
+        let mut rec = AuditRecord::new(AuditEvent::CreateFailed, &self.subject);
+        rec.error = Some(e.to_string());
+        match self.audit.append_queued(&rec).await {
+            Ok(_) => e,
+            Err(audit) => audit.into(),
+        }
+    }
+
     /// The hardened spec in place of config.json (the original beside it), the runtime
     /// configured, the `create` record, and the bundle state a cleanup after a crash needs.
     async fn write_bundle(
@@ -366,10 +378,7 @@ impl Inputs {
     ) -> Result<Prepared> {
         let host_tree = match host_tree::scan(&self.spec, &self.policy.policy, &self.bundle) {
             Ok(tree) => tree,
-            Err(e) => {
-                let e = PrepareError::HostTree(e.to_string());
-                return Err(failed(&self.audit, &self.subject, e).await);
-            }
+            Err(e) => return Err(self.failed(PrepareError::HostTree(e.to_string())).await),
         };
         let mut ctx = Context {
             container_id: self.id.clone(),
@@ -389,10 +398,7 @@ impl Inputs {
         // guest process, ptrace ~9): asked of the runtime before the spec is hardened.
         match runtimes.platform(&self.policy.policy).await {
             Ok(p) => ctx.runsc_platform = p,
-            Err(e) => {
-                let e = PrepareError::from(e);
-                return Err(failed(&self.audit, &self.subject, e).await);
-            }
+            Err(e) => return Err(self.failed(e).await),
         }
         let git = match find_git(&self.spec, &self.policy.policy, &ctx) {
             Ok(mut found) => {
@@ -400,10 +406,7 @@ impl Inputs {
                 protect_references(&mut ctx.host_tree, &found.references);
                 found
             }
-            Err(e) => {
-                let e = PrepareError::from(e);
-                return Err(failed(&self.audit, &self.subject, e).await);
-            }
+            Err(e) => return Err(self.failed(e).await),
         };
         let platform = ctx.runsc_platform.clone();
         let mut hardened =
@@ -421,8 +424,7 @@ impl Inputs {
         if let Some(plan) = &hardened.egress {
             let path = Path::new(&plan.forwarder.host_path);
             if let Err(e) = crate::egress::install::prepare_forwarder(path) {
-                let e = PrepareError::from(e);
-                return Err(failed(&self.audit, &self.subject, e).await);
+                return Err(self.failed(e).await);
             }
         }
         let cgroups_path = hardened
@@ -444,8 +446,7 @@ impl Inputs {
             git: &git,
         });
         if let Err(e) = staged {
-            let e = PrepareError::from(e);
-            return Err(failed(&self.audit, &self.subject, e).await);
+            return Err(self.failed(e).await);
         }
         let decisions_summary = annotate_decisions(&mut hardened);
         let written = self.write_bundle(&hardened, &cgroups_path, runtimes).await;
@@ -475,17 +476,6 @@ impl Inputs {
             platform,
             decisions_summary,
         })
-    }
-}
-
-/// Records a create that failed before anything was written (`create-failed`, in the
-/// sandbox's trail) and returns its error; the audit's own failure, if it fails, instead.
-async fn failed(audit: &Arc<Trail>, subject: &Subject, e: PrepareError) -> PrepareError {
-    let mut rec = AuditRecord::new(AuditEvent::CreateFailed, subject);
-    rec.error = Some(e.to_string());
-    match audit.append_queued(&rec).await {
-        Ok(_) => e,
-        Err(audit) => audit.into(),
     }
 }
 

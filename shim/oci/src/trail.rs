@@ -148,9 +148,6 @@ fn read_hashes(f: &mut File) -> std::io::Result<Vec<Digest>> {
         .collect()
 }
 
-#[cfg(test)]
-mod tests;
-
 /// The lifecycle's records through the core's operations (the exec gate): written at once,
 /// under the trail file's lock, like every other record of this front end.
 #[async_trait::async_trait]
@@ -159,3 +156,6 @@ impl gvisor_hardened_core::sandbox::exec_gate::SandboxRecords for StateTrail {
         StateTrail::append(self, record)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -141,7 +141,7 @@ fn delete_in_runsc(
         let sandboxes = [
             Some(grouping.to_string()),
             runsc_sandbox,
-            claim.as_ref().map(|c| c.runsc_id.to_string()),
+            claim.map(|c| c.runsc_id.clone()),
         ];
         for sandbox in sandboxes.into_iter().flatten().collect::<BTreeSet<_>>() {
             if let Err(e) = state_dir::sweep_gone_sandbox_locks(root, &sandbox) {
