@@ -9,8 +9,9 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
-use std::time::SystemTime;
 
+use async_trait::async_trait;
+use policy_injector::Lifetime;
 use serde_json::Value;
 
 use super::cli::{Command, Invocation};
@@ -18,11 +19,14 @@ use super::error::{OciError, Result};
 use super::fork::{report, FAILED, READY};
 use super::guard::{show_as, stdio, EngineStdio, Forwarded, HostStdio, Signals};
 use crate::opened::{not_running, Opened};
-use gvisor_hardened_core::audit::{AuditEvent, AuditRecord};
+use gvisor_hardened_core::audit::{AuditEvent, AuditRecord, Subject};
 use gvisor_hardened_core::bundle::MAX_PROCESS_BYTES;
 use gvisor_hardened_core::exit::{Exit, ExitCause};
-use gvisor_hardened_core::reaper::{ExitStatus, Reaper};
+use gvisor_hardened_core::host::SandboxCgroups;
+use gvisor_hardened_core::reaper::Reaper;
 use gvisor_hardened_core::runtime::{ExecCall, ExecStarted, ExitWatch, KillTarget};
+use gvisor_hardened_core::sandbox::end::ExitEvidence;
+use gvisor_hardened_core::sandbox::ending::{self, Ended, ExitSteps};
 
 /// The guard's side of a detached exec's fork, once told to go with the hardened process
 /// file. Returns the exit code the engine sees.
@@ -109,23 +113,54 @@ pub(super) fn exec_id_of(pid_file: Option<&Path>) -> String {
         .unwrap_or_else(|| "exec".to_string())
 }
 
-/// The exec's `exec-exit` record: its status, its cause and what its output copy counted.
-fn audit_exit(
-    c: &Opened,
-    exec_id: &str,
-    pid: Option<i32>,
-    status: ExitStatus,
-    output: Option<&gvisor_hardened_core::output_limit::OutputReport>,
-) {
-    let exit = Exit::new(status, ExitCause::of_status(status), SystemTime::now());
-    let mut rec = AuditRecord::new(AuditEvent::ExecExit, &c.record.subject);
-    rec.exec_id = Some(exec_id);
-    rec.pid = pid.map(|p| p as u32);
-    rec.set_exit(&exit);
-    if let Some(report) = output {
-        rec.set_output(report);
+/// An exec at its end, for the one exit sequence (`gvisor_hardened_core::sandbox::ending`):
+/// its output copy's report goes in its `exec-exit` record; the engine reads the exit code.
+struct ExecEnd<'a> {
+    c: &'a Opened,
+    exec_id: &'a str,
+    streams: tokio::sync::Mutex<&'a mut stdio::Guarded>,
+}
+
+#[async_trait]
+impl ExitSteps for ExecEnd<'_> {
+    fn who(&self) -> String {
+        format!("container {}, exec {}", self.c.record.id, self.exec_id)
     }
-    c.audit_best_effort(&rec);
+
+    fn subject(&self) -> &Subject {
+        &self.c.record.subject
+    }
+
+    fn lifetime(&self) -> Lifetime {
+        self.c.record.lifetime
+    }
+
+    fn stopped_for(&self) -> Option<ExitCause> {
+        None
+    }
+
+    fn cgroups(&self) -> Option<&dyn SandboxCgroups> {
+        None
+    }
+
+    /// Never asked: an exec's end is not its sandbox's.
+    async fn sandbox_ended(&self) {}
+
+    async fn evidence(&self, _note: Option<String>) -> ExitEvidence {
+        let output = self.streams.lock().await.report(&self.who(), None).await;
+        ExitEvidence {
+            output,
+            ..Default::default()
+        }
+    }
+
+    async fn keep(&self, _exit: &Exit) -> bool {
+        true
+    }
+
+    async fn append(&self, record: &AuditRecord<'_>) {
+        self.c.audit_best_effort(record);
+    }
 }
 
 pub(super) struct ExecGuard {
@@ -217,17 +252,17 @@ impl ExecGuard {
                 }
             }
         };
-        let output = self
-            .streams
-            .report(&format!("container {id}, exec {}", self.exec_id), None)
-            .await;
-        audit_exit(
-            &self.c,
-            &self.exec_id,
-            Some(self.started.pid as i32),
+        let steps = ExecEnd {
+            c: &self.c,
+            exec_id: &self.exec_id,
+            streams: tokio::sync::Mutex::new(&mut self.streams),
+        };
+        let ended = Ended {
+            exec_id: Some(&self.exec_id),
+            pid: Some(self.started.pid),
             status,
-            output.as_ref(),
-        );
+        };
+        ending::conclude(&steps, ended).await;
         status.containerd_code().min(255) as u8
     }
 }

@@ -1,122 +1,36 @@
-//! The one path every process exit takes: a sandbox's init, a pod's later container, an exec.
-//!
-//! In order: classify (OOM, process limit, wall-clock limit, idle timeout, or what the status
-//! says), let an init's Start finish announcing it, wait for output in flight to drain and (an
-//! init) take the exit manifest of its volumes, both bounded (`evidence.rs`), record the exit,
-//! publish it (TaskOOM first when the memory limit killed it), write the audit line, and only
-//! then wake every Wait: a client that saw Wait return finds the event sent and the record on
-//! disk, and a Delete (which waits too) can never publish TaskDelete ahead of TaskExit.
+//! The shim's part of the one exit sequence every process takes (a sandbox's init, a pod's
+//! later container, an exec): `gvisor_hardened_core::sandbox::ending` owns the order; here are
+//! the steps that are containerd's. The sandbox's end stops its egress and lets Start finish
+//! announcing it; the evidence waits for the output copy and, for an init, the volumes
+//! (`evidence.rs`); the exit is kept on the process, TaskOOM goes first when the memory limit
+//! killed it, the kubelet's termination message says why, TaskExit is published, the record
+//! written, and only then is every Wait woken: a client that saw Wait return finds the event
+//! sent and the record on disk, and a Delete (which waits too) can never publish TaskDelete
+//! ahead of TaskExit.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::SystemTime;
+
+use async_trait::async_trait;
 
 use super::Container;
 use crate::process::Process;
-use gvisor_hardened_core::audit::AuditEvent;
+use gvisor_hardened_core::audit::{AuditEvent, AuditRecord, Subject};
 use gvisor_hardened_core::exit::{Exit, ExitCause};
+use gvisor_hardened_core::host::SandboxCgroups;
 use gvisor_hardened_core::reaper::ExitStatus;
+use gvisor_hardened_core::sandbox::end::ExitEvidence;
+use gvisor_hardened_core::sandbox::ending::{self, Ended, ExitSteps};
+use policy_injector::Lifetime;
 
 impl Container {
     pub(super) async fn on_exit(self: &Arc<Self>, process: &Arc<Process>, status: ExitStatus) {
-        let cause = self.classify(process, status);
-        if process.is_init() {
-            self.init_ended.cancel();
-            // The sandbox is gone with its first container: so is its forwarder. Stopped (and
-            // its end audited) before the exit record.
-            if !self.is_member() {
-                self.stop_egress().await;
-            }
-            // An exit during Start waits until Start has recorded the start and sent TaskStart.
-            drop(self.start_lock.lock().await);
-        }
-        // Output still in flight must reach the client before the exit does, and after it the
-        // line that says why the runtime ended the container, where its user reads its log.
-        let note = process
-            .is_init()
-            .then(|| self.why_enforcement_ended_it(cause))
-            .flatten();
-        let evidence = self.collect_exit_evidence(process, note).await;
-        let exit = Exit::new(status, cause, SystemTime::now());
-        if !process.record_exit(exit) {
-            return;
-        }
-        if cause == ExitCause::Oom {
-            self.report_oom().await;
-        }
-        if process.is_init() {
-            self.tell_the_kubelet_why(cause, evidence.workspace_summary());
-        }
-        let pid = process.pid();
-        self.events()
-            .exit(&self.id, &process.exec_id, pid, exit.status, exit.at)
-            .await;
-        let mut rec = self.record(if process.is_init() {
-            AuditEvent::Exit
-        } else {
-            AuditEvent::ExecExit
-        });
-        rec.exec_id = (!process.is_init()).then_some(process.exec_id.as_str());
-        rec.pid = Some(pid);
-        rec.set_exit(&exit);
-        evidence.annotate(&mut rec);
-        self.audit_best_effort(&rec).await;
-        gvisor_hardened_core::sandbox::exit::log_exit(&self.name_of(process), cause, status);
-        if process.is_init() {
-            self.stop_lifetime();
-        }
-        process.announce_exit(exit);
-    }
-
-    /// Why the process ended. An exec's exit is its own; an init's is the sandbox's, which the
-    /// runtime's enforcement may have caused (`gvisor_hardened_core::sandbox::exit`).
-    fn classify(&self, process: &Process, status: ExitStatus) -> ExitCause {
-        if !process.is_init() {
-            return ExitCause::of_status(status);
-        }
-        // A pod's container ends with its sandbox: when the sandbox's own limit stopped the
-        // pod (its timer started first), that is why this container ended too.
-        let stopped_for = self
-            .stopped_for
-            .get()
-            .or_else(|| self.pod_sandbox().and_then(|sb| sb.stopped_for.get()))
-            .copied();
-        gvisor_hardened_core::sandbox::exit::classify(
-            &self.id,
+        let ended = Ended {
+            exec_id: (!process.is_init()).then_some(process.exec_id.as_str()),
+            pid: Some(process.pid()),
             status,
-            stopped_for,
-            self.cgroups.get().map(|cg| cg.as_ref()),
-        )
-    }
-
-    /// The line for the container's log and termination message when enforcement ended it.
-    fn why_enforcement_ended_it(&self, cause: ExitCause) -> Option<String> {
-        gvisor_hardened_core::sandbox::termination_message::message(
-            cause,
-            self.lifetime.max_runtime,
-            self.lifetime.idle_timeout,
-        )
-    }
-
-    /// Enforcement ended a pod's container, or the workspace's exit changed or found something
-    /// in the pod's volumes: a line each in its termination-message file, before the exit is
-    /// published, so the kubelet's status shows them beside the exit code. Best effort: the exit
-    /// record in the audit log says the same and is what counts.
-    fn tell_the_kubelet_why(&self, cause: ExitCause, workspace: Option<String>) {
-        use gvisor_hardened_core::sandbox::termination_message::append;
-        let Some(path) = &self.termination_message else {
-            return;
         };
-        let enforcement = self.why_enforcement_ended_it(cause);
-        for line in enforcement.iter().chain(workspace.iter()) {
-            if let Err(e) = append(path, line) {
-                log::warn!(
-                    "container {}: writing the termination message {}: {e}",
-                    self.id,
-                    path.display()
-                );
-            }
-        }
+        ending::conclude(&ProcessEnd { c: self, process }, ended).await;
     }
 
     /// The memory cgroup killed the sandbox: TaskOOM (what CRI turns into `OOMKilled`) and an
@@ -131,5 +45,100 @@ impl Container {
         );
         self.events().oom(&self.id).await;
         self.audit_best_effort(&self.record(AuditEvent::Oom)).await;
+    }
+}
+
+/// One process of a container, at its end.
+struct ProcessEnd<'a> {
+    c: &'a Arc<Container>,
+    process: &'a Arc<Process>,
+}
+
+#[async_trait]
+impl ExitSteps for ProcessEnd<'_> {
+    fn who(&self) -> String {
+        self.c.name_of(self.process)
+    }
+
+    fn subject(&self) -> &Subject {
+        &self.c.subject
+    }
+
+    fn lifetime(&self) -> Lifetime {
+        self.c.lifetime
+    }
+
+    /// A pod's container ends with its sandbox: when the sandbox's own limit stopped the pod
+    /// (its timer started first), that is why this container ended too.
+    fn stopped_for(&self) -> Option<ExitCause> {
+        self.c
+            .stopped_for
+            .get()
+            .or_else(|| self.c.pod_sandbox().and_then(|sb| sb.stopped_for.get()))
+            .copied()
+    }
+
+    fn cgroups(&self) -> Option<&dyn SandboxCgroups> {
+        self.c.cgroups.get().map(|cg| cg.as_ref())
+    }
+
+    /// The sandbox is gone with its first container: so is its forwarder.
+    async fn sandbox_ended(&self) {
+        self.c.init_ended.cancel();
+        if !self.c.is_member() {
+            self.c.stop_egress().await;
+        }
+    }
+
+    async fn after_start(&self) {
+        drop(self.c.start_lock.lock().await);
+    }
+
+    async fn evidence(&self, note: Option<String>) -> ExitEvidence {
+        self.c.collect_exit_evidence(self.process, note).await
+    }
+
+    async fn keep(&self, exit: &Exit) -> bool {
+        self.process.record_exit(*exit)
+    }
+
+    async fn out_of_memory(&self) {
+        self.c.report_oom().await;
+    }
+
+    /// Best effort: the exit record in the audit log says the same and is what counts.
+    fn termination_message(&self, lines: &[String]) {
+        use gvisor_hardened_core::sandbox::termination_message::append;
+        let Some(path) = &self.c.termination_message else {
+            return;
+        };
+        for line in lines {
+            if let Err(e) = append(path, line) {
+                log::warn!(
+                    "container {}: writing the termination message {}: {e}",
+                    self.c.id,
+                    path.display()
+                );
+            }
+        }
+    }
+
+    async fn publish(&self, exit: &Exit) {
+        let pid = self.process.pid();
+        self.c
+            .events()
+            .exit(&self.c.id, &self.process.exec_id, pid, exit.status, exit.at)
+            .await;
+    }
+
+    async fn append(&self, record: &AuditRecord<'_>) {
+        self.c.audit_best_effort(record).await;
+    }
+
+    async fn done(&self, exit: Exit) {
+        if self.process.is_init() {
+            self.c.stop_lifetime();
+        }
+        self.process.announce_exit(exit);
     }
 }

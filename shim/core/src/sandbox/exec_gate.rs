@@ -85,7 +85,7 @@ impl SandboxRecords for std::sync::Arc<crate::audit::Trail> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::PolicyRef;
+    use crate::audit::test_support::subject;
     use serde_json::json;
     use std::sync::Mutex;
 
@@ -114,20 +114,6 @@ mod tests {
         }
     }
 
-    fn subject() -> Subject {
-        Subject {
-            namespace: "default".into(),
-            container_id: "c1".into(),
-            image: None,
-            pod: None,
-            policy: PolicyRef {
-                path: "/etc/gvisor-hardened/policy.toml".into(),
-                sha256: "ab".repeat(32),
-                mode: "enforce".into(),
-            },
-        }
-    }
-
     fn root_with_caps() -> Value {
         json!({
             "args": ["sh"], "cwd": "/", "env": ["PATH=/bin"],
@@ -146,7 +132,7 @@ mod tests {
     }
 
     async fn gate(records: &Kept, process: &Value) -> Result<HardenedProcess, ExecGateError> {
-        let subject = subject();
+        let subject = subject("c1");
         let req = ExecRequest {
             exec_id: "e1",
             process,

@@ -5,6 +5,8 @@
 //! - `crate::prepare`: load the policy, read and harden the spec, configure runsc, audit.
 //! - [`egress_start`]: a started sandbox's egress (proxy, forwarder, supervisor), fail closed.
 //! - [`end`]: what a sandbox's end leaves for its exit record (output, manifest, workspace).
+//! - [`ending`]: the one exit sequence every process takes, the front ends' part behind
+//!   `ExitSteps`.
 //! - [`exec_gate`]: a process added to a running sandbox, through the policy and recorded.
 //! - [`exit`]: why a sandbox ended (enforcement, the cgroup's counters, or its status), and
 //!   how that is said in the log.
@@ -22,6 +24,7 @@
 
 pub mod egress_start;
 pub mod end;
+pub mod ending;
 pub mod exec_gate;
 pub mod exit;
 pub use gvisor_hardened_proc::host_process;

@@ -55,7 +55,7 @@ use gvisor_hardened_core::exit::ExitCause;
 use gvisor_hardened_core::host::SandboxCgroups;
 use gvisor_hardened_core::reaper::{ExitStatus, Reaper};
 use gvisor_hardened_core::runtime::{CreateCall, ExitWatch, KillTarget, SandboxRuntime};
-use gvisor_hardened_core::sandbox::end::{self, ExitEvidence};
+use gvisor_hardened_core::sandbox::ending::{self, Ended};
 use gvisor_hardened_core::sandbox::lifetime::{self, Target};
 use hands::{Hands, HostHands};
 pub(crate) use signals::Forwarded;
@@ -378,43 +378,25 @@ impl Guard {
                 Event::LimitsDone => limits = None,
             }
         };
-        // Its records belong before the exit record.
-        if let Some(egress) = self.egress.take() {
-            egress.stop().await;
-        }
-        gvisor_hardened_core::egress::credentials::forget_sandbox(
-            &self.record.namespace,
-            &self.record.id,
-        );
-        // Still in the sandbox's cgroups under Podman: no need to move out now, the exit that
-        // follows takes the guard out of them, and moving between v1 hierarchies costs ~7 ms
-        // on the path from the sandbox's exit to the engine seeing it.
-        let cause = self.classify(status);
-        // Every byte the workload wrote reaches the engine before the exit does (bounded), and
-        // after it the line that says why the runtime ended the container, in its log.
-        let output = self
-            .streams
-            .report(
-                &format!("container {}", self.record.id),
-                self.why_enforcement_ended_it(cause),
-            )
-            .await;
-        // Before the engine sees the exit: the developer's next git command runs on what this
-        // leaves (see gvisor_hardened_core::workspace).
-        let (artifacts, workspace) = end::volumes_at_exit(end::Volumes {
-            container_id: self.record.id.clone(),
-            start: self.state.artifacts_start(&self.record.writable_binds),
-            policy: self.artifacts.clone(),
-            audit_log: self.record.audit_path.clone(),
-            bundle: self.record.bundle.clone(),
-        })
-        .await;
-        let evidence = ExitEvidence {
-            output,
-            artifacts,
-            workspace,
+        // The one exit sequence, the sandbox core's; the guard's steps in `exit.rs`.
+        let steps = exit::SandboxEnd {
+            state: &self.state,
+            record: &self.record,
+            audit: &self.audit,
+            probe: self.probe.as_deref(),
+            stopped_for: self.stopped_for.get().copied(),
+            artifacts: &self.artifacts,
+            egress: std::sync::Mutex::new(self.egress.take()),
+            streams: tokio::sync::Mutex::new(&mut self.streams),
         };
-        let code = self.conclude(status, cause, &evidence);
+        let ended = Ended {
+            exec_id: None,
+            pid: Some(self.sandbox_pid as u32),
+            status,
+        };
+        let exit = ending::conclude(&steps, ended).await;
+        let cause = exit.map_or(ExitCause::of_status(status), |e| e.cause);
+        let code = exit.map_or(status.containerd_code(), |e| e.status).min(255) as u8;
         // Not after an OOM kill, nor when the cgroup could not tell: runsc's delete removes the
         // sandbox's cgroups, and the engines' OOM watchers drop an OOM event whose cgroup is
         // already gone (measured: Docker's OOMKilled false for a memory bomb). The engine's
