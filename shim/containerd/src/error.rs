@@ -96,6 +96,18 @@ impl From<gvisor_hardened_core::sandbox::update::UpdateError> for ShimError {
     }
 }
 
+/// The launch's refusals keep the codes and messages they had as the shim's own.
+impl From<gvisor_hardened_core::sandbox::launch::LaunchError> for ShimError {
+    fn from(e: gvisor_hardened_core::sandbox::launch::LaunchError) -> ShimError {
+        use gvisor_hardened_core::sandbox::launch::LaunchError as L;
+        match e {
+            L::Cgroup(e) => ShimError::Cgroup(e),
+            L::Credentials(e) => ShimError::Internal(format!("egress credentials: {e}")),
+            L::IdleSampling(why) => ShimError::Internal(why),
+        }
+    }
+}
+
 /// The hardening's errors keep the codes and messages they had as the shim's own.
 impl From<gvisor_hardened_core::prepare::PrepareError> for ShimError {
     fn from(e: gvisor_hardened_core::prepare::PrepareError) -> ShimError {

@@ -13,13 +13,10 @@ use gvisor_hardened_core::runsc::client::Runsc;
 use gvisor_hardened_core::runtime::runsc::client_with;
 use gvisor_hardened_core::runtime::SandboxRuntime;
 
-/// `delete`'s waits and [`remove_cgroups`]' retries usually end within a few milliseconds
+/// `delete`'s waits usually end within a few milliseconds
 /// (the engine calls `delete` once the guard's pid has exited): a coarse poll would add most
 /// of its period to every `run --rm`.
 pub(super) const POLL: Duration = Duration::from_millis(2);
-
-/// After a SIGKILL the kernel refuses rmdir of a cgroup for a moment (threads still exiting).
-const CGROUP_RMDIR_WAIT: Duration = Duration::from_secs(5);
 
 /// The runsc client of a container, as its policy configured it at create.
 pub fn runsc_for(record: &Record, policy: &Policy, reaper: &Reaper) -> Result<Runsc> {
@@ -49,17 +46,12 @@ pub(super) async fn undo(runtime: &dyn SandboxRuntime, host: &dyn Host, record: 
     let _ = remove_cgroups(host, record).await;
 }
 
-/// Removes the sandbox's cgroups runsc left, retrying while the kernel still refuses (threads
-/// of a killed sandbox exiting), at most [`CGROUP_RMDIR_WAIT`].
+/// Removes the sandbox's cgroups runsc left, retrying while the kernel still refuses (the
+/// core's, as after a failed launch).
 pub(super) async fn remove_cgroups(
     host: &dyn Host,
     record: &Record,
 ) -> Result<(), gvisor_hardened_core::cgroup::CgroupError> {
-    let deadline = tokio::time::Instant::now() + CGROUP_RMDIR_WAIT;
-    loop {
-        match host.remove_cgroups(&record.cgroups_path, &record.id) {
-            Err(_) if tokio::time::Instant::now() < deadline => tokio::time::sleep(POLL).await,
-            done => return done,
-        }
-    }
+    gvisor_hardened_core::sandbox::launch::remove_cgroups(host, &record.cgroups_path, &record.id)
+        .await
 }

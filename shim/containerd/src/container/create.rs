@@ -16,7 +16,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
+
+use async_trait::async_trait;
 
 use super::evidence::Evidence;
 use super::warm;
@@ -28,9 +30,11 @@ use crate::process::Process;
 use crate::stdio;
 use gvisor_hardened_core::audit::AuditEvent;
 use gvisor_hardened_core::bundle;
-use gvisor_hardened_core::cgroup::CgroupError;
+use gvisor_hardened_core::host::{Host, SandboxCgroups};
+use gvisor_hardened_core::pool;
 use gvisor_hardened_core::prepare::{Inputs, Request, CRI_SANDBOX_ID};
-use gvisor_hardened_core::runtime::{CreateCall, ExitWatch};
+use gvisor_hardened_core::runtime::{CreateCall, ExitWatch, SandboxRuntime};
+use gvisor_hardened_core::sandbox::launch::{self, LaunchPlan, LaunchSteps};
 
 const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
 
@@ -99,16 +103,6 @@ impl Container {
         let prepared = inputs
             .harden(pod_namespace_paths, env.runtimes.as_ref())
             .await?;
-        // A sandbox whose policy adds egress credentials: its CA (kept in this process for its
-        // proxy) and the CA bundle its hardened spec binds, before runsc needs the file.
-        if sandbox.is_none() {
-            gvisor_hardened_core::egress::credentials::prepare_sandbox(
-                prepared.egress.as_ref(),
-                &env.namespace,
-                &p.id,
-            )
-            .map_err(|e| ShimError::Internal(format!("container {}: {e}", p.id)))?;
-        }
         let (pool, claimed) = if cri_sandbox {
             warm::choose(&env, &p, &prepared)
         } else {
@@ -135,25 +129,15 @@ impl Container {
         ));
 
         // 6-7. Side effects on the host, undone on failure.
-        let launched = match claimed {
-            Some(c) => container.launch_claimed(c, &resources, &hostname).await,
-            None => container.launch().await,
-        };
+        let launched = container.launch(claimed, &resources, &hostname).await;
         if let Some(kd) = &pool {
             warm::refill(kd);
         }
-        match launched {
-            Ok(()) => {
-                if let Some(summary) = decisions_summary {
-                    container.note_decisions_in_containerds_record(summary);
-                }
-                Ok(container)
-            }
-            Err(e) => {
-                container.undo_create(&e).await;
-                Err(e)
-            }
+        launched?;
+        if let Some(summary) = decisions_summary {
+            container.note_decisions_in_containerds_record(summary);
         }
+        Ok(container)
     }
 
     /// The container a Create makes of its hardened inputs, before anything runs on the host.
@@ -242,12 +226,53 @@ impl Container {
         });
     }
 
-    async fn launch(self: &Arc<Self>) -> Result<()> {
-        if !self.is_member() {
-            self.env
-                .host
-                .ensure_no_cgroups(&self.cgroups_path, &self.id)?;
+    /// The core's launch sequence (`gvisor_hardened_core::sandbox::launch`) with the shim's
+    /// steps (`Launch` below), then the container exists for containerd: its exit is watched
+    /// and TaskCreate is published.
+    async fn launch(
+        self: &Arc<Self>,
+        claimed: Option<pool::Claimed>,
+        resources: &serde_json::Value,
+        hostname: &str,
+    ) -> Result<()> {
+        let steps = Launch {
+            c: self,
+            claimed: Mutex::new(claimed),
+            resources,
+            hostname,
+            exit: Mutex::new(None),
+        };
+        let plan = LaunchPlan {
+            id: &self.id,
+            runsc_id: self.runsc_id(),
+            namespace: &self.env.namespace,
+            cgroups_path: &self.cgroups_path,
+            makes_sandbox: !self.is_member(),
+            egress: self.egress_plan.as_ref(),
+            idle_timeout: self.lifetime.idle_timeout,
+        };
+        let pid = launch::launch(&steps, &plan).await?;
+        if let Some(exit) = steps.exit.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let status = exit.await;
+                me.on_exit(&me.init, status).await;
+            });
         }
+        self.events()
+            .create(
+                &self.id,
+                &self.bundle.display().to_string(),
+                task_io(&self.init.stdio),
+                pid,
+            )
+            .await;
+        log::info!("container {} created, sandbox pid {pid}", self.id);
+        Ok(())
+    }
+
+    /// A booted sandbox: its rootfs mounted, its streams open, `runsc create`.
+    async fn boot(self: &Arc<Self>) -> Result<u32> {
         if !self.rootfs.is_empty() {
             self.env
                 .host
@@ -277,21 +302,18 @@ impl Container {
             })
             .await?;
         stdio::take_console(console, &self.init.io, &self.init.stdio).await?;
-        self.init.set_pid(pid);
-        self.finish_launch(pid).await
+        Ok(pid)
     }
 
-    /// What every created container goes through once runsc has its sandbox: the exit watch,
-    /// the state change, TaskCreate.
-    pub(super) async fn finish_launch(self: &Arc<Self>, pid: u32) -> Result<()> {
-        let exit = match &self.pod {
+    /// The sandbox's exit watch (the first container's) or the pod's cgroups (a later one's,
+    /// whose exit comes from `runsc wait` once it has started).
+    fn watch(self: &Arc<Self>, pid: u32) -> Result<Option<ExitWatch>> {
+        match &self.pod {
             PodRole::Member(sandbox) => {
-                // The pod's sandbox process and cgroups are the first container's; this one's
-                // exit comes from `runsc wait` once it has started.
                 if let Some(cg) = sandbox.cgroups.get() {
                     let _ = self.cgroups.set(cg.clone());
                 }
-                None
+                Ok(None)
             }
             PodRole::Sandbox { namespace_paths } => {
                 let exit = self.watch_sandbox(pid)?;
@@ -300,30 +322,9 @@ impl Container {
                     .map(|ns| format!("/proc/{pid}/ns/{ns}"))
                     .collect();
                 let _ = namespace_paths.set(paths);
-                Some(exit)
+                Ok(Some(exit))
             }
-        };
-        self.check_idle_sampling()?;
-        self.init
-            .apply(Op::Create)
-            .map_err(|e| self.state_error(&self.init, e))?;
-        if let Some(exit) = exit {
-            let me = self.clone();
-            tokio::spawn(async move {
-                let status = exit.await;
-                me.on_exit(&me.init, status).await;
-            });
         }
-        self.events()
-            .create(
-                &self.id,
-                &self.bundle.display().to_string(),
-                task_io(&self.init.stdio),
-                pid,
-            )
-            .await;
-        log::info!("container {} created, sandbox pid {pid}", self.id);
-        Ok(())
     }
 
     /// The first container of a sandbox: its exit is the sandbox process's exit, its cgroups are
@@ -383,34 +384,9 @@ impl Container {
         });
     }
 
-    /// Leaves nothing behind after a failed Create: runsc state and sandbox, cgroups, mounts,
-    /// our files.
+    /// The shim's part of a failed Create's undo, after the core's (runsc, the cgroups, the
+    /// credentials): the streams, the rootfs, our files, and the sealed `create-failed` record.
     async fn undo_create(&self, err: &ShimError) {
-        if !self.is_member() {
-            gvisor_hardened_core::egress::credentials::forget_sandbox(
-                &self.env.namespace,
-                &self.id,
-            );
-        }
-        if let Err(e) = self.runtime.delete(self.runsc_id()).await {
-            if !e.is_gone() {
-                log::warn!("container {}: cleanup delete: {e}", self.id);
-            }
-        }
-        if let Some(claim) = &self.pool_claim {
-            // A claimed warm sandbox is not our child: make sure it is gone even if runsc
-            // could not delete it, and that it is never offered again.
-            if let Some(p) = self.sandbox_process.get() {
-                let _ = p.signal(libc::SIGKILL);
-            }
-            claim.key.forget(&claim.entry.id);
-        }
-        // A refused pre-existing cgroup is not ours to remove.
-        if !matches!(err, ShimError::Cgroup(CgroupError::Exists { .. })) {
-            if let Err(e) = self.env.host.remove_cgroups(&self.cgroups_path, &self.id) {
-                log::error!("container {}: {e}", self.id);
-            }
-        }
         self.init.io.close();
         if self.rootfs_mounted.swap(false, Ordering::SeqCst) {
             if let Err(e) = self.env.host.unmount_rootfs(&self.bundle.join("rootfs")) {
@@ -422,6 +398,80 @@ impl Container {
         rec.error = Some(err.to_string());
         self.seal_best_effort(&rec).await;
         log::error!("container {}: create failed: {err}", self.id);
+    }
+}
+
+/// The shim's steps of the core's launch sequence, for one Create.
+struct Launch<'a> {
+    c: &'a Arc<Container>,
+    /// A warm sandbox claimed for this pod, until it is booted as the pod's.
+    claimed: Mutex<Option<pool::Claimed>>,
+    resources: &'a serde_json::Value,
+    hostname: &'a str,
+    /// The sandbox's exit, watched from the launch, handed to the exit path once it is done.
+    exit: Mutex<Option<ExitWatch>>,
+}
+
+#[async_trait]
+impl LaunchSteps for Launch<'_> {
+    type Error = ShimError;
+
+    fn runtime(&self) -> &dyn SandboxRuntime {
+        self.c.runtime.as_ref()
+    }
+
+    fn host(&self) -> &dyn Host {
+        self.c.env.host.as_ref()
+    }
+
+    /// A claimed warm sandbox is adopted and named (nothing booted or mounted); any other is
+    /// booted. Either way the init is created.
+    async fn boot(&self) -> Result<u32> {
+        let claimed = self
+            .claimed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let pid = match claimed {
+            Some(c) => {
+                self.c
+                    .boot_claimed(c, self.resources, self.hostname)
+                    .await?
+            }
+            None => self.c.boot().await?,
+        };
+        self.c.init.set_pid(pid);
+        self.c
+            .init
+            .apply(Op::Create)
+            .map_err(|e| self.c.state_error(&self.c.init, e))?;
+        Ok(pid)
+    }
+
+    fn watch(&self, pid: u32) -> Result<Option<Arc<dyn SandboxCgroups>>> {
+        let exit = self.c.watch(pid)?;
+        *self.exit.lock().unwrap_or_else(|e| e.into_inner()) = exit;
+        Ok(self.c.cgroups.get().cloned())
+    }
+
+    async fn kill_leftovers(&self) {
+        self.c.release_claim(
+            self.claimed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+    }
+
+    async fn undo(&self, error: &ShimError) {
+        // A launch refused before anything booted still holds its claim.
+        self.c.release_claim(
+            self.claimed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+        self.c.undo_create(error).await;
     }
 }
 

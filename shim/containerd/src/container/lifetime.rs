@@ -13,7 +13,6 @@
 use std::sync::Arc;
 
 use super::Container;
-use crate::error::{Result, ShimError};
 use gvisor_hardened_core::audit::AuditEvent;
 use gvisor_hardened_core::exit::ExitCause;
 use gvisor_hardened_core::sandbox::lifetime::{self, Target};
@@ -69,16 +68,6 @@ impl Container {
             }
         });
         *self.lifetime_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
-    }
-
-    /// With an idle timeout, the sandbox's CPU time must be readable from the start: Create
-    /// fails otherwise.
-    pub(super) fn check_idle_sampling(&self) -> Result<()> {
-        lifetime::check_idle_sampling(
-            self.lifetime.idle_timeout,
-            self.cgroups.get().map(|c| c.as_ref()),
-        )
-        .map_err(ShimError::Internal)
     }
 
     pub(super) fn stop_lifetime(&self) {

@@ -53,15 +53,12 @@ impl Container {
     /// image's rootfs is not used; the warm sandbox's root process holds the sandbox open as the
     /// pause process would). The sandbox moves into the pod's cgroups, with the pod's limits,
     /// before the pod's first container can be created in it.
-    pub(super) async fn launch_claimed(
+    pub(super) async fn boot_claimed(
         self: &Arc<Self>,
         claimed: pool::Claimed,
         resources: &serde_json::Value,
         hostname: &str,
-    ) -> Result<()> {
-        self.env
-            .host
-            .ensure_no_cgroups(&self.cgroups_path, &self.id)?;
+    ) -> Result<u32> {
         let pid = claimed.entry.pid as u32;
         let _ = self.sandbox_process.set(Arc::new(claimed.process));
         // First: from here on a shim that dies leaves a sandbox only this record names.
@@ -90,8 +87,23 @@ impl Container {
             boot_record: Some(&claimed.entry.boot_record),
         });
         self.audit.append_queued(&rec).await?;
-        self.init.set_pid(pid);
-        self.finish_launch(pid).await
+        Ok(pid)
+    }
+
+    /// A claimed warm sandbox is not our child: after a failed Create it is killed even if
+    /// runsc could not delete it (before its cgroups are removed), and never offered again.
+    /// `unadopted`: the claim when the launch failed before the sandbox was adopted.
+    pub(super) fn release_claim(&self, unadopted: Option<pool::Claimed>) {
+        let Some(claim) = &self.pool_claim else {
+            return;
+        };
+        if let Some(c) = unadopted {
+            let _ = c.process.signal(libc::SIGKILL);
+        }
+        if let Some(p) = self.sandbox_process.get() {
+            let _ = p.signal(libc::SIGKILL);
+        }
+        claim.key.forget(&claim.entry.id);
     }
 
     /// Gives the claimed sandbox its pod's hostname. gVisor has one hostname per sandbox, set

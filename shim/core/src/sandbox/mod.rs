@@ -7,6 +7,9 @@
 //! - [`end`]: what a sandbox's end leaves for its exit record (output, manifest, workspace).
 //! - [`ending`]: the one exit sequence every process takes, the front ends' part behind
 //!   `ExitSteps`.
+//! - [`launch`]: the one launch sequence after the spec is prepared (cgroups refused, egress
+//!   credentials, boot, watch, idle sampling, the undo), the front ends' part behind
+//!   `LaunchSteps`.
 //! - [`exec_gate`]: a process added to a running sandbox, through the policy and recorded.
 //! - [`exit`]: why a sandbox ended (enforcement, the cgroup's counters, or its status), and
 //!   how that is said in the log.
@@ -27,6 +30,7 @@ pub mod end;
 pub mod ending;
 pub mod exec_gate;
 pub mod exit;
+pub mod launch;
 pub use gvisor_hardened_proc::host_process;
 pub mod lifetime;
 pub mod termination_message;

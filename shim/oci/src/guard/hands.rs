@@ -13,7 +13,7 @@ use crate::state::StateDir;
 use gvisor_hardened_core::host::SandboxCgroups;
 use gvisor_hardened_core::runsc::client::{ProcessIo, Runsc};
 
-pub(crate) trait Hands: EngineStdio {
+pub(crate) trait Hands: EngineStdio + Send + Sync {
     /// Moves the guard into the sandbox's cgroups; the directories it came from.
     fn join(&self, cgroups: &dyn SandboxCgroups) -> Vec<PathBuf>;
     fn leave(&self, home: &[PathBuf]);

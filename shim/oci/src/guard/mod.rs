@@ -44,18 +44,18 @@ use policy_injector::policy::ArtifactsPolicy;
 use policy_injector::Engine;
 use tokio::io::AsyncBufReadExt;
 
-use super::error::{OciError, Result};
+use super::error::Result;
 use super::fork::{report, FAILED, READY};
-use super::runtime::undo;
-use super::state::{proc_start_time, Record, StateDir};
+use super::state::{Record, StateDir};
 use super::trail::StateTrail;
 use crate::opened::Opened;
 use gvisor_hardened_core::audit::{AuditEvent, AuditRecord};
 use gvisor_hardened_core::exit::ExitCause;
 use gvisor_hardened_core::host::SandboxCgroups;
 use gvisor_hardened_core::reaper::{ExitStatus, Reaper};
-use gvisor_hardened_core::runtime::{CreateCall, ExitWatch, KillTarget, SandboxRuntime};
+use gvisor_hardened_core::runtime::{ExitWatch, KillTarget, SandboxRuntime};
 use gvisor_hardened_core::sandbox::ending::{self, Ended};
+use gvisor_hardened_core::sandbox::launch::LaunchPlan;
 use gvisor_hardened_core::sandbox::lifetime::{self, Target};
 use hands::{Hands, HostHands};
 pub(crate) use signals::Forwarded;
@@ -67,6 +67,7 @@ use title::show_as_guard;
 mod cgroups;
 mod exit;
 mod hands;
+mod launch;
 mod runsc_delete;
 mod signals;
 pub(crate) mod stdio;
@@ -206,85 +207,32 @@ impl Guard {
                 },
             hands,
         } = world;
-        // runsc joins a cgroup that exists as it is, without the policy's limits.
-        host.ensure_no_cgroups(&record.cgroups_path, &record.id)?;
-        // Bounded or watched for idleness, the init's output goes through the sandbox core's
-        // copy, as under the shim: runsc writes to our pipes, we to the engine's streams.
-        let budget = stdio::budget(
+        // The core's launch sequence with the guard's steps (`launch.rs`).
+        let steps = launch::GuardLaunch::new(
             &state,
-            policy.output.max_bytes.map(|b| b.0),
-            record.lifetime.idle_timeout.is_some(),
-            true,
-        )?;
-        // A terminal goes to runsc's console socket, not through the streams: under a budget
-        // the guard relays it (`terminal.rs`).
-        let (mut streams, stdio, console_socket) =
-            stdio::Guarded::open(hands.as_ref(), budget, record.console_socket.as_deref())?;
-        // Egress credentials: the sandbox's CA lives in this process, which runs its proxy from
-        // `start`; the bundle its spec binds is written before runsc needs it.
-        gvisor_hardened_core::egress::credentials::prepare_sandbox(
-            record.egress.as_ref(),
-            &record.namespace,
-            &record.id,
-        )?;
-        let created = runtime
-            .create(CreateCall {
-                id: &record.id,
-                bundle: &record.bundle,
-                console_socket: console_socket.as_deref(),
-                stdio,
-            })
-            .await;
-        // The container's streams belong to the sandbox now.
-        hands.let_go_of_stdio();
-        let started = async {
-            let pid = created?;
-            streams.attach(record.console_socket.as_deref())?;
-            // Before the watch: until the reaper has seen its exit, the pid is our child's.
-            let process = runtime.host_process(pid);
-            // With its start time, for `kill`'s last resort from another process.
-            if let Err(e) = state.set_sandbox_process(pid as i32, proc_start_time(pid as i32)) {
-                log::warn!("container {}: {e}", record.id);
-            }
-            let exit = runtime.watch(pid)?;
-            Ok::<_, OciError>((pid as i32, process, exit))
-        }
-        .await;
-        let (sandbox_pid, process, exit) = match started {
-            Ok(x) => x,
-            Err(e) => {
-                undo(runtime.as_ref(), host.as_ref(), &record).await;
-                gvisor_hardened_core::egress::credentials::forget_sandbox(
-                    &record.namespace,
-                    &record.id,
-                );
-                return Err(e);
-            }
+            &record,
+            &policy,
+            runtime.as_ref(),
+            host.as_ref(),
+            hands.as_ref(),
+        );
+        let plan = LaunchPlan {
+            id: &record.id,
+            runsc_id: &record.id,
+            namespace: &record.namespace,
+            cgroups_path: &record.cgroups_path,
+            makes_sandbox: true,
+            egress: record.egress.as_ref(),
+            idle_timeout: record.lifetime.idle_timeout,
         };
-        let probe = match host.sandbox_cgroups(sandbox_pid as u32) {
-            Ok(cg) => Some(cg),
-            Err(e) => {
-                log::warn!(
-                    "container {}: sandbox cgroups: {e}; OOM and process-limit exits will not be told apart",
-                    record.id
-                );
-                None
-            }
-        };
-        // The idle timeout reads the sandbox's CPU time: unreadable, the sandbox does not run.
-        if let Err(why) =
-            lifetime::check_idle_sampling(record.lifetime.idle_timeout, probe.as_deref())
-        {
-            undo(runtime.as_ref(), host.as_ref(), &record).await;
-            gvisor_hardened_core::egress::credentials::forget_sandbox(
-                &record.namespace,
-                &record.id,
-            );
-            return Err(OciError::Invalid {
-                what: "the idle timeout",
-                reason: why,
-            });
-        }
+        let sandbox_pid =
+            gvisor_hardened_core::sandbox::launch::launch(&steps, &plan).await? as i32;
+        let launch::Launched {
+            streams,
+            process,
+            exit,
+            probe,
+        } = steps.launched()?;
         let home = probe
             .as_ref()
             .map(|cg| hands.join(cg.as_ref()))
