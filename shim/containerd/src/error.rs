@@ -108,6 +108,16 @@ impl From<gvisor_hardened_core::sandbox::launch::LaunchError> for ShimError {
     }
 }
 
+impl From<gvisor_hardened_core::sandbox::start::StartError> for ShimError {
+    fn from(e: gvisor_hardened_core::sandbox::start::StartError) -> ShimError {
+        use gvisor_hardened_core::sandbox::start::StartError as S;
+        match e {
+            S::Artifacts(e) => ShimError::Artifacts(e),
+            S::Walk(_) => ShimError::Internal(e.to_string()),
+        }
+    }
+}
+
 /// The hardening's errors keep the codes and messages they had as the shim's own.
 impl From<gvisor_hardened_core::prepare::PrepareError> for ShimError {
     fn from(e: gvisor_hardened_core::prepare::PrepareError) -> ShimError {

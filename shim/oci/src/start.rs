@@ -1,53 +1,84 @@
-//! `start`: the writable volumes' start manifest (`[audit.artifacts]`), `runsc start`, then the
-//! guard is told, which arms the lifetime and leaves the sandbox's cgroups.
+//! `start`: the core's start sequence (`gvisor_hardened_core::sandbox::start`, the shim's
+//! too) under the start lock: the writable volumes' start manifest (`[audit.artifacts]`),
+//! `runsc start`, then the guard is told, which arms the lifetime, starts the egress and
+//! leaves the sandbox's cgroups; the `start` record last.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 
-use super::error::Result;
+use async_trait::async_trait;
+
+use super::error::{OciError, Result};
 use super::guard::STARTED;
 use crate::opened::{not_running, Opened};
-use gvisor_hardened_core::artifacts::{self, StartRecord};
-use gvisor_hardened_core::audit::{ArtifactsAudit, AuditEvent, AuditRecord};
+use gvisor_hardened_core::artifacts::StartRecord;
+use gvisor_hardened_core::audit::AuditRecord;
+use gvisor_hardened_core::sandbox::start::{self, StartError, StartPlan, StartSteps};
 
 pub async fn run(c: &Opened) -> Result<()> {
-    let id = &c.record.id;
     // Until our record is written: the guard writes the exit record after it.
     let _start = c.state.lock_start()?;
-    // The writable volumes' start manifest, before the workload runs: one that cannot be
-    // written fails the start, as in the shim.
-    let manifest = start_manifest(c)?;
-    c.runtime
-        .start(id, None)
-        .await
-        .map_err(|e| not_running(e, id))?;
-    // Non-blocking: a guard that is gone (killed) must not hang the start.
-    let told = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(c.state.notify_fifo())
-        .and_then(|mut f| f.write_all(format!("{STARTED}\n").as_bytes()));
-    if let Err(e) = told {
-        c.record.log.warn(&format!(
-            "container {id}: the guard did not take the start ({e}): no lifetime limit is enforced"
-        ));
-    }
-    let mut rec = AuditRecord::new(AuditEvent::Start, &c.record.subject);
-    rec.pid = c.state.sandbox_pid().map(|p| p as u32);
-    rec.artifacts = manifest.as_ref().map(ArtifactsAudit::Start);
-    c.audit_best_effort(&rec);
+    let plan = StartPlan {
+        id: &c.record.id,
+        subject: &c.record.subject,
+        mounts: c.record.writable_binds.clone(),
+        policy: c.policy.audit.artifacts.clone(),
+        audit_log: c.record.audit_path.clone(),
+    };
+    start::start(&Start(c), plan).await?;
     Ok(())
 }
 
-fn start_manifest(c: &Opened) -> Result<Option<StartRecord>> {
-    let start = artifacts::record_start_of(
-        c.record.writable_binds.clone(),
-        &c.policy.audit.artifacts,
-        &c.record.audit_path,
-        &c.record.id,
-    )?;
-    if let Some(start) = &start {
-        c.state.set_artifacts_start(start)?;
+/// runsc-hardened's steps of the core's start sequence.
+struct Start<'a>(&'a Opened);
+
+impl From<StartError> for OciError {
+    fn from(e: StartError) -> OciError {
+        match e {
+            StartError::Artifacts(e) => OciError::Artifacts(e),
+            StartError::Walk(reason) => OciError::Invalid {
+                what: "the start manifest",
+                reason,
+            },
+        }
     }
-    Ok(start)
+}
+
+#[async_trait]
+impl StartSteps for Start<'_> {
+    type Error = OciError;
+
+    /// In the state directory, where the guard's exit sequence reads it.
+    fn keep_manifest(&self, start: &StartRecord) -> Result<()> {
+        self.0.state.set_artifacts_start(start)
+    }
+
+    async fn run(&self) -> Result<Option<u32>> {
+        let id = &self.0.record.id;
+        self.0
+            .runtime
+            .start(id, None)
+            .await
+            .map_err(|e| not_running(e, id))?;
+        Ok(self.0.state.sandbox_pid().map(|p| p as u32))
+    }
+
+    /// The guard is told. Non-blocking: a guard that is gone (killed) must not hang the start.
+    async fn running(&self, _pid: Option<u32>) {
+        let told = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(self.0.state.notify_fifo())
+            .and_then(|mut f| f.write_all(format!("{STARTED}\n").as_bytes()));
+        if let Err(e) = told {
+            self.0.record.log.warn(&format!(
+                "container {}: the guard did not take the start ({e}): no lifetime limit is enforced",
+                self.0.record.id
+            ));
+        }
+    }
+
+    async fn append(&self, record: &AuditRecord<'_>) {
+        self.0.audit_best_effort(record);
+    }
 }

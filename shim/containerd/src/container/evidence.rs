@@ -16,14 +16,13 @@
 //! each have their own bound, but count their output into one activity counter, the pod
 //! sandbox container's: the CPU time the detector reads is the whole sandbox's too.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use policy_injector::{Lifetime, Policy};
 use serde_json::Value;
 
 use super::Container;
-use crate::error::{Result, ShimError};
+
 use crate::process::Process;
 use gvisor_hardened_core::artifacts::{self, StartRecord, WritableMount};
 use gvisor_hardened_core::idle::IdleThreshold;
@@ -38,8 +37,8 @@ pub(super) struct Evidence {
     /// The idle detector's CPU threshold for this container's CPU quota.
     pub(super) idle_threshold: IdleThreshold,
     /// The writable bind mounts of the container's own hardened spec.
-    binds: Vec<WritableMount>,
-    start: Mutex<Option<StartRecord>>,
+    pub(super) binds: Vec<WritableMount>,
+    pub(super) start: Mutex<Option<StartRecord>>,
 }
 
 impl Evidence {
@@ -66,31 +65,6 @@ impl Evidence {
 }
 
 impl Container {
-    /// The start manifest of the container's writable volumes, before `runsc start` runs the
-    /// workload. `Ok(None)`: manifests are off or there is no writable volume. An error fails
-    /// the Start: the policy asks for evidence the shim could not record.
-    pub(super) async fn record_artifacts_start(&self) -> Result<Option<StartRecord>> {
-        let policy = self.policy.policy.audit.artifacts.clone();
-        if !policy.enabled || self.evidence.binds.is_empty() {
-            return Ok(None);
-        }
-        let binds = self.evidence.binds.clone();
-        let log: PathBuf = self.audit.log().path().to_path_buf();
-        let id = self.id.clone();
-        let walked = tokio::task::spawn_blocking(move || {
-            artifacts::record_start_of(binds, &policy, &log, &id)
-        })
-        .await
-        .map_err(|e| ShimError::Internal(format!("the start manifest's walk failed: {e}")))?;
-        let start = walked?;
-        *self
-            .evidence
-            .start
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = start.clone();
-        Ok(start)
-    }
-
     /// Waits for what must be in `process`'s exit record before it is published: its output
     /// copy (bounded by [`output_limit::DRAIN_DEADLINE`]) and, for an init, the exit manifest of the
     /// container's volumes (bounded by `max_walk_time` + [`artifacts::WALK_GRACE`]), side by side.

@@ -6,9 +6,14 @@ use std::sync::Arc;
 use super::Container;
 use crate::error::Result;
 use crate::process::state::Op;
-use gvisor_hardened_core::audit::{ArtifactsAudit, AuditEvent};
+use async_trait::async_trait;
+
+use crate::error::ShimError;
+use gvisor_hardened_core::artifacts::StartRecord;
+use gvisor_hardened_core::audit::AuditRecord;
 use gvisor_hardened_core::reaper::ExitStatus;
 use gvisor_hardened_core::runtime::KillTarget;
+use gvisor_hardened_core::sandbox::start::{self, StartPlan, StartSteps};
 
 impl Container {
     pub async fn start(self: &Arc<Self>) -> Result<u32> {
@@ -20,42 +25,23 @@ impl Container {
         Ok(pid)
     }
 
+    /// The core's start sequence (`gvisor_hardened_core::sandbox::start`) with the shim's
+    /// steps, under the start lock.
     async fn start_init(self: &Arc<Self>) -> Result<u32> {
         let _starting = self.start_lock.lock().await;
         self.init
             .check(Op::Start)
             .map_err(|e| self.state_error(&self.init, e))?;
-        let manifest = self.record_artifacts_start().await?;
-        // runsc hands `runsc start`'s own stdio to a pod's later container (and create's to the
-        // sandbox's first one).
-        let stdio = if self.is_member() && !self.init.stdio.terminal {
-            Some(self.init.io.open_pipes(&self.init.stdio)?)
-        } else {
-            None
+        let plan = StartPlan {
+            id: &self.id,
+            subject: &self.subject,
+            mounts: self.evidence.binds.clone(),
+            policy: self.policy.policy.audit.artifacts.clone(),
+            audit_log: self.audit.log().path().to_path_buf(),
         };
-        // A claimed warm sandbox was started by the filler: its root process already runs.
-        if self.pool_claim.is_none() {
-            if let Err(e) = self.runtime.start(&self.id, stdio).await {
-                self.init.io.close();
-                return Err(e.into());
-            }
-        }
-        // The exit path waits for the start lock, so the init cannot have stopped meanwhile.
-        self.init
-            .apply(Op::Start)
-            .map_err(|e| self.state_error(&self.init, e))?;
-        let pid = self.init.pid();
-        if self.is_member() {
-            self.watch_member_exit();
-        }
-        self.arm_lifetime();
-        self.events().start(&self.id, pid).await;
-        let mut rec = self.record(AuditEvent::Start);
-        rec.pid = Some(pid);
-        rec.artifacts = manifest.as_ref().map(ArtifactsAudit::Start);
-        self.audit_best_effort(&rec).await;
+        start::start(&InitStart { c: self }, plan).await?;
         log::info!("container {} started", self.id);
-        Ok(pid)
+        Ok(self.init.pid())
     }
 
     /// A pod's later container: its exit comes from `runsc wait`, which the sandbox answers as
@@ -99,5 +85,61 @@ impl Container {
             Err(e) if e.is_gone() => {}
             Err(e) => log::warn!("container {}: killing what its init left: {e}", self.id),
         }
+    }
+}
+
+/// The shim's steps of the core's start sequence.
+struct InitStart<'a> {
+    c: &'a Arc<Container>,
+}
+
+#[async_trait]
+impl StartSteps for InitStart<'_> {
+    type Error = ShimError;
+
+    fn keep_manifest(&self, start: &StartRecord) -> Result<()> {
+        *self
+            .c
+            .evidence
+            .start
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(start.clone());
+        Ok(())
+    }
+
+    async fn run(&self) -> Result<Option<u32>> {
+        let c = self.c;
+        // runsc hands `runsc start`'s own stdio to a pod's later container (and create's to the
+        // sandbox's first one).
+        let stdio = if c.is_member() && !c.init.stdio.terminal {
+            Some(c.init.io.open_pipes(&c.init.stdio)?)
+        } else {
+            None
+        };
+        // A claimed warm sandbox was started by the filler: its root process already runs.
+        if c.pool_claim.is_none() {
+            if let Err(e) = c.runtime.start(&c.id, stdio).await {
+                c.init.io.close();
+                return Err(e.into());
+            }
+        }
+        // The exit path waits for the start lock, so the init cannot have stopped meanwhile.
+        c.init
+            .apply(Op::Start)
+            .map_err(|e| c.state_error(&c.init, e))?;
+        Ok(Some(c.init.pid()))
+    }
+
+    async fn running(&self, pid: Option<u32>) {
+        let c = self.c;
+        if c.is_member() {
+            c.watch_member_exit();
+        }
+        c.arm_lifetime();
+        c.events().start(&c.id, pid.unwrap_or_default()).await;
+    }
+
+    async fn append(&self, record: &AuditRecord<'_>) {
+        self.c.audit_best_effort(record).await;
     }
 }

@@ -3,6 +3,8 @@
 //! the kernel) and free of containerd's types.
 //!
 //! - `crate::prepare`: load the policy, read and harden the spec, configure runsc, audit.
+//! - [`start`]: the one start sequence (the start manifest, the workload, the front end's
+//!   "it runs", the record), the front ends' part behind `StartSteps`.
 //! - [`egress_start`]: a started sandbox's egress (proxy, forwarder, supervisor), fail closed.
 //! - [`end`]: what a sandbox's end leaves for its exit record (output, manifest, workspace).
 //! - [`ending`]: the one exit sequence every process takes, the front ends' part behind
@@ -33,5 +35,6 @@ pub mod exit;
 pub mod launch;
 pub use gvisor_hardened_proc::host_process;
 pub mod lifetime;
+pub mod start;
 pub mod termination_message;
 pub mod update;
