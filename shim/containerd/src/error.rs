@@ -118,6 +118,18 @@ impl From<gvisor_hardened_core::sandbox::start::StartError> for ShimError {
     }
 }
 
+/// A release's first problem keeps the code it had as the shim's own.
+impl From<gvisor_hardened_core::sandbox::release::ReleaseProblem> for ShimError {
+    fn from(e: gvisor_hardened_core::sandbox::release::ReleaseProblem) -> ShimError {
+        use gvisor_hardened_core::sandbox::release::ReleaseProblem as R;
+        match e {
+            R::Runsc(e) => ShimError::Runsc(e),
+            R::Cgroup(e) => ShimError::Cgroup(e),
+            R::NoRuntime(why) | R::FrontEnd(why) => ShimError::Internal(why),
+        }
+    }
+}
+
 /// The hardening's errors keep the codes and messages they had as the shim's own.
 impl From<gvisor_hardened_core::prepare::PrepareError> for ShimError {
     fn from(e: gvisor_hardened_core::prepare::PrepareError) -> ShimError {

@@ -7,9 +7,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
+
 use super::cli::Global;
 use super::error::{OciError, Result};
-use super::runtime::{remove_cgroups, runsc_for, POLL};
+use super::runtime::{runsc_for, POLL};
 use super::state::{Record, StateDir};
 use super::trail::StateTrail;
 use gvisor_hardened_core::audit::{AuditEvent, AuditRecord, Signer};
@@ -19,6 +21,7 @@ use gvisor_hardened_core::host::Host;
 use gvisor_hardened_core::reaper::Reaper;
 use gvisor_hardened_core::runtime::runsc::RunscRuntime;
 use gvisor_hardened_core::runtime::SandboxRuntime;
+use gvisor_hardened_core::sandbox::release::{self, ReleasePlan, ReleaseProblem, ReleaseSteps};
 
 /// The container's runtime as `create` configured it, or why it cannot be had (then runsc's
 /// part of the delete is reported, the rest still done).
@@ -87,14 +90,22 @@ pub(super) async fn remove(
             tokio::time::sleep(POLL).await;
         }
     }
-    if !runsc_done && !state.runsc_deleted() {
-        runsc_delete(&runtime, id, &mut problems).await;
-    }
-    if let Err(e) = remove_cgroups(host, &record).await {
-        problems.push(e.to_string());
-    }
+    let plan = ReleasePlan {
+        id,
+        runsc_id: id,
+        cgroups_path: &record.cgroups_path,
+        bundle: record.bundle.clone(),
+        files: bundle::Files::Engine,
+    };
+    let steps = EngineRelease {
+        runtime: &runtime,
+        host,
+        deleted: runsc_done || state.runsc_deleted(),
+    };
     // The guard concludes the workspace at the exit; a guard that was killed first did not.
-    let workspace = bundle::release_after_delete(&record.bundle, bundle::Files::Engine);
+    let released = release::release(&steps, plan).await;
+    problems.extend(released.problems.iter().map(ToString::to_string));
+    let workspace = released.workspace;
     let exit = state.exit();
     let mut rec = AuditRecord::new(AuditEvent::Delete, &record.subject);
     rec.workspace = workspace.as_ref();
@@ -138,4 +149,33 @@ async fn runsc_delete(runtime: &Runtime, id: &str, problems: &mut Vec<String>) -
             false
         }
     }
+}
+
+/// runsc-hardened's steps of the core's release sequence: the engine's runc shim holds the
+/// streams and the rootfs, so nothing of them is ours to let go.
+struct EngineRelease<'a> {
+    runtime: &'a Runtime,
+    host: &'a dyn Host,
+    /// runsc's container is gone already (the guard's delete at the exit, or the forced one).
+    deleted: bool,
+}
+
+#[async_trait]
+impl ReleaseSteps for EngineRelease<'_> {
+    fn runtime(&self) -> std::result::Result<&dyn SandboxRuntime, String> {
+        self.runtime
+            .as_ref()
+            .map(|r| r.as_ref())
+            .map_err(Clone::clone)
+    }
+
+    fn host(&self) -> &dyn Host {
+        self.host
+    }
+
+    async fn runsc_deleted(&self) -> bool {
+        self.deleted
+    }
+
+    async fn let_go(&self, _problems: &mut Vec<ReleaseProblem>) {}
 }

@@ -43,15 +43,10 @@ pub fn runsc_for(record: &Record, policy: &Policy, reaper: &Reaper) -> Result<Ru
 /// A create that failed after runsc started: remove what runsc made.
 pub(super) async fn undo(runtime: &dyn SandboxRuntime, host: &dyn Host, record: &Record) {
     let _ = runtime.delete(&record.id).await;
-    let _ = remove_cgroups(host, record).await;
-}
-
-/// Removes the sandbox's cgroups runsc left, retrying while the kernel still refuses (the
-/// core's, as after a failed launch).
-pub(super) async fn remove_cgroups(
-    host: &dyn Host,
-    record: &Record,
-) -> Result<(), gvisor_hardened_core::cgroup::CgroupError> {
-    gvisor_hardened_core::sandbox::launch::remove_cgroups(host, &record.cgroups_path, &record.id)
-        .await
+    let _ = gvisor_hardened_core::sandbox::launch::remove_cgroups(
+        host,
+        &record.cgroups_path,
+        &record.id,
+    )
+    .await;
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use async_trait::async_trait;
 use containerd_shim_protos::api::DeleteResponse;
 
 use super::Container;
@@ -13,9 +14,13 @@ use crate::process::state::Op;
 use gvisor_hardened_core::audit::AuditEvent;
 use gvisor_hardened_core::bundle;
 use gvisor_hardened_core::exit::Exit;
+use gvisor_hardened_core::host::Host;
 use gvisor_hardened_core::reaper::ExitStatus;
 use gvisor_hardened_core::runtime::KillTarget;
-use gvisor_hardened_core::workspace::WorkspaceReport;
+use gvisor_hardened_core::runtime::SandboxRuntime;
+use gvisor_hardened_core::sandbox::release::{
+    self, ReleasePlan, ReleaseProblem, ReleaseSteps, Released,
+};
 
 /// How long Delete waits for a created-but-never-started sandbox to die after a forced delete.
 const REAP_AFTER_DELETE: Duration = Duration::from_secs(10);
@@ -40,7 +45,7 @@ impl Container {
         let exit = state
             .exit()
             .unwrap_or_else(|| Exit::killed(SystemTime::now()));
-        let (cleanup, workspace) = self.release().await;
+        let released = self.release().await;
         let pid = self.init.pid();
         self.events()
             .delete(&self.id, pid, exit.status, exit.at)
@@ -48,12 +53,12 @@ impl Container {
         let mut rec = self.record(AuditEvent::Delete);
         rec.pid = Some(pid);
         rec.exit_status = Some(exit.status);
-        rec.workspace = workspace.as_ref();
-        if let Err(e) = &cleanup {
-            rec.error = Some(e.to_string());
-        }
+        rec.workspace = released.workspace.as_ref();
+        rec.error = released.summary();
         self.seal_best_effort(&rec).await;
-        cleanup?;
+        if let Some(first) = released.problems.into_iter().next() {
+            return Err(first.into());
+        }
         let mut resp = DeleteResponse::new();
         resp.pid = pid;
         resp.exit_status = exit.status;
@@ -84,49 +89,17 @@ impl Container {
         Ok(())
     }
 
-    /// Removes runsc state, the rootfs mount, leftover cgroups and our files, and concludes the
-    /// workspace if the exit did not (a container deleted before it ran, a shim torn down).
-    /// Every step runs even if an earlier one failed; the first error is returned, with the
-    /// workspace report when this concluded it.
-    pub(super) async fn release(&self) -> (Result<()>, Option<WorkspaceReport>) {
-        self.stop_lifetime();
-        // Before the sandbox goes and before its final audit record: its egress records stay
-        // inside its trail.
-        self.stop_egress().await;
-        let mut first: Option<ShimError> = None;
-        match self.runtime.delete(self.runsc_id()).await {
-            Err(e) if !e.is_gone() => {
-                first.get_or_insert(e.into());
-            }
-            _ => {}
-        }
-        // A claimed warm sandbox is gone with its pod: its entry and its bundle go too.
-        if let Some(claim) = &self.pool_claim {
-            claim.key.forget(&claim.entry.id);
-        }
-        self.init.io.close();
-        for p in self.execs.lock().await.values() {
-            p.io.close();
-        }
-        if self.rootfs_mounted.swap(false, Ordering::SeqCst) {
-            if let Err(e) = self.env.host.unmount_rootfs(&self.bundle.join("rootfs")) {
-                first.get_or_insert(e.into());
-            }
-        }
-        if let Err(e) = self.env.host.remove_cgroups(&self.cgroups_path, &self.id) {
-            first.get_or_insert(e.into());
-        }
-        let bundle = self.bundle.clone();
-        let workspace = tokio::task::spawn_blocking(move || {
-            bundle::release_after_delete(&bundle, bundle::Files::Shim)
-        })
-        .await
-        .unwrap_or_default();
-        let result = match first {
-            Some(e) => Err(e),
-            None => Ok(()),
+    /// The core's release sequence (`gvisor_hardened_core::sandbox::release`) with the
+    /// shim's steps: everything runs even if an earlier step failed.
+    pub(super) async fn release(&self) -> Released {
+        let plan = ReleasePlan {
+            id: &self.id,
+            runsc_id: self.runsc_id(),
+            cgroups_path: &self.cgroups_path,
+            bundle: self.bundle.clone(),
+            files: bundle::Files::Shim,
         };
-        (result, workspace)
+        release::release(&Release(self), plan).await
     }
 
     /// Shim shutdown on SIGTERM: kill and clean up whatever state the container is in.
@@ -142,13 +115,52 @@ impl Container {
             }
             let _ = tokio::time::timeout(REAP_AFTER_DELETE, self.init.wait()).await;
         }
-        let (cleanup, workspace) = self.release().await;
-        if let Err(e) = cleanup {
-            log::error!("container {}: teardown: {e}", self.id);
+        let released = self.release().await;
+        if let Some(problems) = released.summary() {
+            log::error!("container {}: teardown: {problems}", self.id);
         }
         let mut rec = self.record(AuditEvent::Delete);
-        rec.workspace = workspace.as_ref();
+        rec.workspace = released.workspace.as_ref();
         rec.error = Some("shim terminated".to_string());
         self.seal_best_effort(&rec).await;
+    }
+}
+
+/// The shim's steps of the core's release sequence.
+struct Release<'a>(&'a Container);
+
+#[async_trait]
+impl ReleaseSteps for Release<'_> {
+    fn runtime(&self) -> std::result::Result<&dyn SandboxRuntime, String> {
+        Ok(self.0.runtime.as_ref())
+    }
+
+    fn host(&self) -> &dyn Host {
+        self.0.env.host.as_ref()
+    }
+
+    /// Before the sandbox goes and before its final audit record: its egress records stay
+    /// inside its trail.
+    async fn before_runsc(&self) {
+        self.0.stop_lifetime();
+        self.0.stop_egress().await;
+    }
+
+    /// A claimed warm sandbox is gone with its pod: its entry goes too. Then the streams and
+    /// the rootfs.
+    async fn let_go(&self, problems: &mut Vec<ReleaseProblem>) {
+        let c = self.0;
+        if let Some(claim) = &c.pool_claim {
+            claim.key.forget(&claim.entry.id);
+        }
+        c.init.io.close();
+        for p in c.execs.lock().await.values() {
+            p.io.close();
+        }
+        if c.rootfs_mounted.swap(false, Ordering::SeqCst) {
+            if let Err(e) = c.env.host.unmount_rootfs(&c.bundle.join("rootfs")) {
+                problems.push(ReleaseProblem::FrontEnd(e.to_string()));
+            }
+        }
     }
 }

@@ -17,6 +17,8 @@
 //!   how that is said in the log.
 //! - [`lifetime`]: the policy's time limits (SIGTERM to every process, the grace period,
 //!   SIGKILL, the host's SIGKILL when runsc cannot deliver one).
+//! - [`release`]: the one release sequence of a deleted container (runsc, what the front end
+//!   holds, the cgroups, the bundle), every step run and every failure reported.
 //! - [`update`]: new resources through the policy, into the cgroups, then to runsc.
 //! - [`termination_message`]: why enforcement ended a Kubernetes container, in the file the
 //!   kubelet reads into the pod's status.
@@ -35,6 +37,7 @@ pub mod exit;
 pub mod launch;
 pub use gvisor_hardened_proc::host_process;
 pub mod lifetime;
+pub mod release;
 pub mod start;
 pub mod termination_message;
 pub mod update;
