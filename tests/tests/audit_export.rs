@@ -12,14 +12,13 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use gvisor_hardened_core::audit::{
-    AuditEvent, AuditLog, AuditRecord, PodRef, PolicyRef, Rotation, Subject,
-};
-use gvisor_hardened_core::egress::audit::{AuditLine, ConnectionRecord, LookupSource, Verdict};
-use gvisor_hardened_core::egress::{EgressAudit, EgressEvent, SandboxRef};
-use gvisor_hardened_core::exit::{Exit, ExitCause};
+use gvisor_hardened_core::audit::test_support::{egress_connection, exit, pod_subject as subject};
+use gvisor_hardened_core::audit::{AuditEvent, AuditLog, AuditRecord, Rotation};
+use gvisor_hardened_core::egress::audit::{AuditLine, LookupSource, Verdict};
+use gvisor_hardened_core::egress::{EgressAudit, EgressEvent};
+use gvisor_hardened_core::exit::ExitCause;
 use gvisor_hardened_tests::audit_tools::{
     outcome, policy_injector_binary, validate_against_schema, validate_ocsf, validate_otlp,
 };
@@ -29,60 +28,22 @@ use serde_json::json;
 const SECRET: &str = "planted-secret-4b1d9e";
 const OCSF_VERSION: &str = "1.8.0";
 
-fn subject(id: &str, sandbox: &str) -> Subject {
-    Subject {
-        namespace: "k8s.io".into(),
-        container_id: id.into(),
-        image: Some("docker.io/library/busybox:latest".into()),
-        pod: Some(PodRef {
-            name: Some("agent".into()),
-            namespace: Some("default".into()),
-            uid: Some("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".into()),
-            sandbox_id: Some(sandbox.into()),
-            container_name: Some(id.into()),
-        }),
-        policy: PolicyRef {
-            path: "/etc/gvisor-hardened/policy.toml".into(),
-            sha256: "3efb4f1727e9920fe46b05d10be3f62f93558b9eecefa4048b8762bfed437463".into(),
-            mode: "enforce".into(),
-        },
-    }
-}
-
-fn exit(cause: ExitCause, status: u32) -> Exit {
-    Exit {
-        status,
-        at: SystemTime::now(),
-        cause,
-    }
-}
-
+/// The proxy's record of a CONNECT to `host`, with what the exporter maps besides the core's
+/// fixture: the resolved address, the rule, the reason and the SNI.
 fn connection(verdict: Verdict, host: &str, reason: Option<&str>) -> EgressAudit {
-    EgressAudit {
-        sandbox: SandboxRef {
-            sandbox_id: "pause".into(),
-            container_id: "pause".into(),
-            policy: "gvisor-hardened-agent".into(),
-        },
-        event: EgressEvent::Connection(ConnectionRecord {
-            peer: "10.88.0.2:40000".into(), // net-scan: data
-            method: "CONNECT".into(),
-            host: host.into(),
-            port: 443,
-            resolved: (verdict != Verdict::Denied).then(|| "192.0.2.1:443".parse().unwrap()), // net-scan: data
-            verdict,
-            rule: if verdict == Verdict::Denied {
-                "not-allowlisted".into()
-            } else {
-                format!("{host}:443")
-            },
-            reason: reason.map(str::to_string),
-            sni: Some(host.into()),
-            bytes_up: 300,
-            bytes_down: 4000,
-            duration_ms: 20,
-        }),
+    let mut rec = egress_connection(host, verdict, 300, 4000);
+    if let EgressEvent::Connection(c) = &mut rec.event {
+        c.resolved = (verdict != Verdict::Denied).then(|| "192.0.2.1:443".parse().unwrap()); // net-scan: data
+        c.rule = if verdict == Verdict::Denied {
+            "not-allowlisted".into()
+        } else {
+            format!("{host}:443")
+        };
+        c.reason = reason.map(str::to_string);
+        c.sni = Some(host.into());
+        c.duration_ms = 20;
     }
+    rec
 }
 
 /// One sandbox's life and its neighbours', as the shim writes them.

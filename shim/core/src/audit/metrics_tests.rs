@@ -3,43 +3,13 @@
 //! [`AuditLog`], rotations included, folded line by line. An event or field renamed here without
 //! the exporter following breaks this test, not a dashboard.
 
-use std::time::SystemTime;
-
 use policy_injector::metrics::Metrics;
 use policy_injector::{HardenError, Rejection, Rule};
 
-use super::test_support::{egress_connection, files_of};
+use super::test_support::{egress_connection, exit, files_of, pod_subject as subject};
 use super::*;
 use crate::egress::audit::{AuditLine, Verdict};
 use crate::egress::{EgressAudit, EgressEvent};
-
-fn subject(id: &str, sandbox_id: &str) -> Subject {
-    Subject {
-        namespace: "k8s.io".into(),
-        container_id: id.into(),
-        image: Some("docker.io/library/busybox:latest".into()),
-        pod: Some(PodRef {
-            name: Some("agent".into()),
-            namespace: Some("default".into()),
-            uid: None,
-            sandbox_id: Some(sandbox_id.into()),
-            container_name: None,
-        }),
-        policy: PolicyRef {
-            path: "/etc/gvisor-hardened/policy.toml".into(),
-            sha256: String::new(),
-            mode: "enforce".into(),
-        },
-    }
-}
-
-fn exit(cause: ExitCause, status: u32) -> Exit {
-    Exit {
-        status,
-        at: SystemTime::now(),
-        cause,
-    }
-}
 
 fn fold(log: &AuditLog) -> Metrics {
     let mut m = Metrics::new();

@@ -1,5 +1,6 @@
-//! What the writer's tests share: a subject, an egress connection record, and verification of
-//! the files on disk.
+//! What the audit tests share (the writer's here, the exporter's over its files in the tests
+//! crate): subjects, an exit, an egress connection record, and verification of the files on
+//! disk.
 
 use std::path::{Path, PathBuf};
 
@@ -8,9 +9,10 @@ use policy_injector::audit_chain::verify::verify_all;
 use policy_injector::audit_chain::{Break, Summary};
 
 use super::file::numbered;
-use super::{PolicyRef, Subject};
+use super::{PodRef, PolicyRef, Subject};
 use crate::egress::audit::{ConnectionRecord, Verdict};
 use crate::egress::{EgressAudit, EgressEvent, SandboxRef};
+use crate::exit::{Exit, ExitCause};
 
 pub fn subject(id: &str) -> Subject {
     Subject {
@@ -23,6 +25,37 @@ pub fn subject(id: &str) -> Subject {
             sha256: "ab".into(),
             mode: "enforce".into(),
         },
+    }
+}
+
+/// Container `id` of pod `agent` (namespace `default`) whose sandbox is `sandbox`, as CRI
+/// names it, under the node's policy in enforce mode.
+pub fn pod_subject(id: &str, sandbox: &str) -> Subject {
+    Subject {
+        namespace: "k8s.io".into(),
+        container_id: id.into(),
+        image: Some("docker.io/library/busybox:latest".into()),
+        pod: Some(PodRef {
+            name: Some("agent".into()),
+            namespace: Some("default".into()),
+            uid: Some("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".into()),
+            sandbox_id: Some(sandbox.into()),
+            container_name: Some(id.into()),
+        }),
+        policy: PolicyRef {
+            path: "/etc/gvisor-hardened/policy.toml".into(),
+            sha256: "3efb4f1727e9920fe46b05d10be3f62f93558b9eecefa4048b8762bfed437463".into(),
+            mode: "enforce".into(),
+        },
+    }
+}
+
+/// An exit now.
+pub fn exit(cause: ExitCause, status: u32) -> Exit {
+    Exit {
+        status,
+        at: std::time::SystemTime::now(),
+        cause,
     }
 }
 

@@ -19,17 +19,18 @@ use gvisor_hardened_core::sandbox::host_process::HostProcess;
 use gvisor_hardened_core::sandbox::launch::{LaunchError, LaunchSteps};
 
 pub(super) struct GuardLaunch<'a> {
-    state: &'a StateDir,
-    record: &'a Record,
-    policy: &'a Policy,
-    runtime: &'a dyn SandboxRuntime,
-    host: &'a dyn Host,
-    hands: &'a dyn Hands,
-    streams: Mutex<Option<stdio::Guarded>>,
-    watched: Mutex<Option<Watched>>,
+    pub state: &'a StateDir,
+    pub record: &'a Record,
+    pub policy: &'a Policy,
+    pub runtime: &'a dyn SandboxRuntime,
+    pub host: &'a dyn Host,
+    pub hands: &'a dyn Hands,
+    /// Filled by the launch, taken by [`GuardLaunch::launched`].
+    pub streams: Mutex<Option<stdio::Guarded>>,
+    pub watched: Mutex<Option<Watched>>,
 }
 
-struct Watched {
+pub(super) struct Watched {
     process: Option<Arc<HostProcess>>,
     exit: ExitWatch,
     probe: Option<Arc<dyn SandboxCgroups>>,
@@ -44,26 +45,6 @@ pub(super) struct Launched {
 }
 
 impl<'a> GuardLaunch<'a> {
-    pub(super) fn new(
-        state: &'a StateDir,
-        record: &'a Record,
-        policy: &'a Policy,
-        runtime: &'a dyn SandboxRuntime,
-        host: &'a dyn Host,
-        hands: &'a dyn Hands,
-    ) -> GuardLaunch<'a> {
-        GuardLaunch {
-            state,
-            record,
-            policy,
-            runtime,
-            host,
-            hands,
-            streams: Mutex::new(None),
-            watched: Mutex::new(None),
-        }
-    }
-
     /// After a launch that succeeded: its streams, process, exit watch and cgroups.
     pub(super) fn launched(self) -> Result<Launched> {
         let streams = self.streams.into_inner().unwrap_or_else(|e| e.into_inner());

@@ -208,14 +208,16 @@ impl Guard {
             hands,
         } = world;
         // The core's launch sequence with the guard's steps (`launch.rs`).
-        let steps = launch::GuardLaunch::new(
-            &state,
-            &record,
-            &policy,
-            runtime.as_ref(),
-            host.as_ref(),
-            hands.as_ref(),
-        );
+        let steps = launch::GuardLaunch {
+            state: &state,
+            record: &record,
+            policy: &policy,
+            runtime: runtime.as_ref(),
+            host: host.as_ref(),
+            hands: hands.as_ref(),
+            streams: Default::default(),
+            watched: Default::default(),
+        };
         let plan = LaunchPlan {
             id: &record.id,
             runsc_id: &record.id,
