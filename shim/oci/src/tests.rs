@@ -347,3 +347,96 @@ async fn an_exec_the_policy_refuses_is_recorded_with_the_rule_and_never_reaches_
     assert_eq!(last["event"], "exec-rejected");
     assert_eq!(last["error"], e.to_string());
 }
+
+/// The guard's end of the notify fifo, open before `start` writes to it.
+fn guards_end_of_the_notify_fifo(state: &StateDir) -> std::fs::File {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(state.notify_fifo())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn start_runs_the_workload_tells_the_guard_and_records_the_start_with_its_pid() {
+    use std::io::Read;
+    let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+    let c = created(&fake, dir.path()).await;
+    let mut guard = guards_end_of_the_notify_fifo(&c.state);
+    super::start::run(&c).await.unwrap();
+    assert_eq!(fake.calls_of("start"), ["start c1"]);
+    let mut told = String::new();
+    guard.read_to_string(&mut told).unwrap();
+    assert_eq!(told, format!("{}\n", super::guard::STARTED));
+    let records = audit_records(&dir.path().join("audit.jsonl"));
+    let start = records.last().unwrap();
+    assert_eq!(start["event"], "start");
+    assert_eq!(start["pid"], c.state.sandbox_pid().unwrap());
+    assert!(start.get("artifacts").is_none(), "{start}");
+}
+
+#[tokio::test]
+async fn a_start_runsc_refuses_is_the_error_and_neither_tells_the_guard_nor_records_a_start() {
+    use std::io::Read;
+    let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+    let c = created(&fake, dir.path()).await;
+    let mut guard = guards_end_of_the_notify_fifo(&c.state);
+    fake.fail_next(Step::Start);
+    super::start::run(&c).await.unwrap_err();
+    let mut told = String::new();
+    // Nothing written: a non-blocking read of an empty fifo with a writer gone is empty or
+    // would block, never a line.
+    let _ = guard.read_to_string(&mut told);
+    assert_eq!(told, "");
+    let records = audit_records(&dir.path().join("audit.jsonl"));
+    assert!(
+        !records.iter().any(|r| r["event"] == "start"),
+        "{records:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_start_manifest_that_cannot_be_written_fails_the_start_before_the_workload_runs() {
+    let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+    let mut c = created(&fake, dir.path()).await;
+    let volume = dir.path().join("volume");
+    std::fs::create_dir_all(&volume).unwrap();
+    c.record.writable_binds = vec![gvisor_hardened_core::artifacts::WritableMount {
+        source: volume,
+        destination: "/work".into(),
+    }];
+    c.policy.audit.artifacts.enabled = true;
+    // The manifests go beside the audit log: a log under a file cannot have them.
+    std::fs::write(dir.path().join("not-a-dir"), b"").unwrap();
+    c.record.audit_path = dir.path().join("not-a-dir/audit.jsonl");
+    let err = super::start::run(&c).await.unwrap_err();
+    assert!(err.to_string().contains("not-a-dir"), "{err}");
+    assert!(fake.calls_of("start").is_empty(), "{:?}", fake.calls());
+}
+
+#[tokio::test]
+async fn a_start_manifest_is_kept_in_the_state_for_the_guards_exit_manifest() {
+    let (fake, dir) = (Fake::default(), tempfile::tempdir().unwrap());
+    let mut c = created(&fake, dir.path()).await;
+    let _guard = guards_end_of_the_notify_fifo(&c.state);
+    let volume = dir.path().join("volume");
+    std::fs::create_dir_all(&volume).unwrap();
+    std::fs::write(volume.join("a.txt"), b"hello").unwrap();
+    let binds = vec![gvisor_hardened_core::artifacts::WritableMount {
+        source: volume,
+        destination: "/work".into(),
+    }];
+    c.record.writable_binds = binds.clone();
+    c.policy.audit.artifacts.enabled = true;
+    super::start::run(&c).await.unwrap();
+    assert!(c.state.artifacts_start(&binds).is_some());
+    let records = audit_records(&dir.path().join("audit.jsonl"));
+    let start = records.last().unwrap();
+    assert_eq!(start["event"], "start");
+    assert_eq!(start["artifacts"]["complete"], true, "{start}");
+    assert!(
+        start["artifacts"]["manifest"]["sha256"].is_string(),
+        "{start}"
+    );
+}
