@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use gvisor_hardened_forwarder::{
-    frame_from_parts, parse_header, Frame, HEADER_LEN, INITIAL_WINDOW, MAX_PAYLOAD, VERSION,
+    frame_from_parts, parse_header, Frame, HEADER_LEN, HOST_STREAM, INITIAL_WINDOW, MAX_PAYLOAD,
+    VERSION,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
@@ -257,12 +258,64 @@ impl Drop for MuxStream {
     }
 }
 
+/// CONNECTs sent and not yet answered, by stream id: ACCEPTED fires the sender, CLOSE drops it.
+type Pending = Arc<Mutex<HashMap<u32, tokio::sync::oneshot::Sender<()>>>>;
+
 /// The demultiplexer of one forwarder's stdio.
 pub struct Session<R> {
     reader: R,
     out: mpsc::UnboundedSender<Vec<u8>>,
     table: Table,
+    pending: Pending,
+    next_connect: Arc<AtomicU32>,
     writer: tokio::task::JoinHandle<Result<(), String>>,
+}
+
+/// Opens streams to the sandbox's published ports over a running [`Session`] (CONNECT).
+#[derive(Clone)]
+pub struct Connector {
+    out: mpsc::UnboundedSender<Vec<u8>>,
+    table: Table,
+    pending: Pending,
+    next: Arc<AtomicU32>,
+}
+
+/// The forwarder would not carry the connection: the port is not one it serves, it holds as
+/// many connections as it may, nothing listens on the port inside, or the session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the sandbox refused the connection to port {port}")]
+pub struct ConnectRefused {
+    pub port: u16,
+}
+
+impl Connector {
+    /// A stream to `port` on the sandbox's loopback, once the forwarder's dial succeeded.
+    /// `peer` names the client for the records.
+    pub async fn connect(&self, port: u16, peer: String) -> Result<MuxStream, ConnectRefused> {
+        let stream = loop {
+            let n = self.next.fetch_add(1, Ordering::Relaxed) & !HOST_STREAM;
+            let id = HOST_STREAM | n;
+            if n != 0 && !lock(&self.table).contains_key(&id) {
+                break id;
+            }
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (entry, opened) = new_stream(stream, peer, &self.out, &self.table);
+        lock(&self.table).insert(stream, entry);
+        lock(&self.pending).insert(stream, tx);
+        send_frame(&self.out, &Frame::Connect { stream, port });
+        match rx.await {
+            Ok(()) => Ok(opened),
+            Err(_) => {
+                // Refused: the stream never existed on the other side; nothing to reset.
+                let mut opened = opened;
+                opened.writer.sent_eof = true;
+                opened.reader.got_end = true;
+                lock(&self.pending).remove(&stream);
+                Err(ConnectRefused { port })
+            }
+        }
+    }
 }
 
 impl<R: AsyncRead + Unpin> Session<R> {
@@ -282,7 +335,19 @@ impl<R: AsyncRead + Unpin> Session<R> {
             reader: stdout,
             out,
             table: Arc::new(Mutex::new(HashMap::new())),
+            pending: Default::default(),
+            next_connect: Arc::new(AtomicU32::new(1)),
             writer,
+        }
+    }
+
+    /// Opens streams to the sandbox's published ports while [`Session::run`] carries frames.
+    pub fn connector(&self) -> Connector {
+        Connector {
+            out: self.out.clone(),
+            table: self.table.clone(),
+            pending: self.pending.clone(),
+            next: self.next_connect.clone(),
         }
     }
 
@@ -345,45 +410,27 @@ impl<R: AsyncRead + Unpin> Session<R> {
         };
         match frame {
             Frame::Open { stream, peer } => {
-                let shared = Arc::new(Shared {
-                    credit: Mutex::new(Credit {
-                        bytes: INITIAL_WINDOW as u64,
-                        closed: false,
-                    }),
-                    notify: Notify::new(),
-                    outstanding: AtomicU32::new(0),
-                });
-                let (tx, rx) = mpsc::unbounded_channel();
-                let previous = lock(&self.table).insert(
-                    stream,
-                    Entry {
-                        tx,
-                        shared: shared.clone(),
-                    },
-                );
+                let (entry, opened) = new_stream(stream, peer, &self.out, &self.table);
+                let previous = lock(&self.table).insert(stream, entry);
                 if previous.is_some() {
                     return Err(SessionEnd::Protocol(format!(
                         "stream {stream} opened twice"
                     )));
                 }
-                on_open(Opened::Stream(MuxStream {
-                    peer,
-                    reader: MuxReader {
-                        id: stream,
-                        rx,
-                        out: self.out.clone(),
-                        shared: shared.clone(),
-                        consumed: 0,
-                        got_end: false,
-                    },
-                    writer: MuxWriter {
-                        id: stream,
-                        out: self.out.clone(),
-                        shared,
-                        sent_eof: false,
-                    },
-                    table: self.table.clone(),
-                }));
+                on_open(Opened::Stream(opened));
+            }
+            Frame::Accepted { stream } => {
+                // Nobody waits any more (the caller gave up, its stream was dropped): the
+                // forwarder's connection is reset.
+                let waiter = lock(&self.pending).remove(&stream);
+                if waiter.is_none_or(|w| w.send(()).is_err()) {
+                    send_frame(&self.out, &Frame::Close { stream });
+                }
+            }
+            Frame::Connect { stream, .. } => {
+                return Err(SessionEnd::Protocol(format!(
+                    "the forwarder sent CONNECT for stream {stream}"
+                )));
             }
             Frame::Refused { peer } => on_open(Opened::Refused { peer }),
             Frame::Data { stream, data } => {
@@ -405,6 +452,8 @@ impl<R: AsyncRead + Unpin> Session<R> {
                 }
             }
             Frame::Close { stream } => {
+                // A CONNECT refused: its waiter learns it from the dropped sender.
+                lock(&self.pending).remove(&stream);
                 if let Some(e) = lock(&self.table).remove(&stream) {
                     close(&e);
                 }
@@ -430,8 +479,10 @@ impl<R: AsyncRead + Unpin> Session<R> {
         Ok(())
     }
 
-    /// Resets every open stream (the forwarder is gone, so are the workload's connections).
+    /// Resets every open stream (the forwarder is gone, so are the workload's connections) and
+    /// refuses every CONNECT still waiting.
     pub fn reset_all(&self) -> usize {
+        lock(&self.pending).clear();
         let entries: Vec<Entry> = lock(&self.table).drain().map(|(_, e)| e).collect();
         for e in &entries {
             close(e);
@@ -458,3 +509,44 @@ impl<R> Drop for Session<R> {
         self.writer.abort();
     }
 }
+
+/// A stream's table entry and its two halves.
+fn new_stream(
+    id: u32,
+    peer: String,
+    out: &mpsc::UnboundedSender<Vec<u8>>,
+    table: &Table,
+) -> (Entry, MuxStream) {
+    let shared = Arc::new(Shared {
+        credit: Mutex::new(Credit {
+            bytes: INITIAL_WINDOW as u64,
+            closed: false,
+        }),
+        notify: Notify::new(),
+        outstanding: AtomicU32::new(0),
+    });
+    let (tx, rx) = mpsc::unbounded_channel();
+    let stream = MuxStream {
+        peer,
+        reader: MuxReader {
+            id,
+            rx,
+            out: out.clone(),
+            shared: shared.clone(),
+            consumed: 0,
+            got_end: false,
+        },
+        writer: MuxWriter {
+            id,
+            out: out.clone(),
+            shared: shared.clone(),
+            sent_eof: false,
+        },
+        table: table.clone(),
+    };
+    (Entry { tx, shared }, stream)
+}
+
+#[cfg(test)]
+#[path = "mux_tests.rs"]
+mod tests;

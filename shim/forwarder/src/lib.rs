@@ -25,10 +25,16 @@
 //! | 6    | CREDIT | both      | id     | u32 BE: the receiver consumed this many bytes |
 //! | 7    | FATAL  | fwd→host  | 0      | why the forwarder stops (UTF-8) |
 //! | 8    | REFUSED| fwd→host  | 0      | the workload's address (UTF-8): a connection the forwarder closed unanswered, past its `--max-connections` |
+//! | 9    | CONNECT| host→fwd  | new id | the port (u16 BE) to dial on the sandbox's loopback: a connection to a published port |
+//! | 10   |ACCEPTED| fwd→host  | id     | none: the CONNECT's dial succeeded, DATA may flow |
 //!
-//! HELLO is the first frame and is sent only once the listening socket is bound: it is the
-//! readiness signal. Only the forwarder opens streams (ids increase from 1 and are not reused
-//! while open). A stream is gone for a side once it has both sent and received EOF or CLOSE,
+//! HELLO is the first frame and is sent only once the listening socket is bound (or, with no
+//! egress listener, once the forwarder runs): it is the readiness signal. Each side opens
+//! streams in its own half of the ids, so the two never collide: the forwarder's (OPEN, a
+//! workload's outbound connection) are below [`HOST_STREAM`], the shim's (CONNECT, a client's
+//! connection to a published port) have that bit set. Ids are not reused while open. The shim
+//! sends nothing on a CONNECT's stream before ACCEPTED; a dial that fails, or a port the
+//! forwarder was not told to serve, is answered with CLOSE. A stream is gone for a side once it has both sent and received EOF or CLOSE,
 //! or sent or received a CLOSE. Frames for an unknown stream are dropped: they are stragglers
 //! from a stream one side already reset.
 //!
@@ -45,7 +51,10 @@ use std::io::{self, Read};
 pub const MAGIC: [u8; 4] = *b"GVHF";
 /// The protocol version this crate speaks.
 /// 2: REFUSED (a shim speaking 1 would take it for garbage, so the two must match).
-pub const VERSION: u16 = 2;
+/// 3: CONNECT and ACCEPTED, streams the shim opens.
+pub const VERSION: u16 = 3;
+/// The bit set in every stream id the shim opens (CONNECT), clear in the forwarder's (OPEN).
+pub const HOST_STREAM: u32 = 0x8000_0000;
 /// Bytes of a frame header.
 pub const HEADER_LEN: usize = 9;
 /// The largest DATA payload; larger frames are refused by the decoder.
@@ -67,6 +76,8 @@ mod kind {
     pub const CREDIT: u8 = 6;
     pub const FATAL: u8 = 7;
     pub const REFUSED: u8 = 8;
+    pub const CONNECT: u8 = 9;
+    pub const ACCEPTED: u8 = 10;
 }
 
 /// One decoded frame.
@@ -80,6 +91,8 @@ pub enum Frame {
     Credit { stream: u32, bytes: u32 },
     Fatal { message: String },
     Refused { peer: String },
+    Connect { stream: u32, port: u16 },
+    Accepted { stream: u32 },
 }
 
 /// Why bytes are not a valid frame. Any of these ends the session: the two sides no longer
@@ -166,6 +179,11 @@ impl Frame {
                 put_header(out, kind::REFUSED, 0, peer.len());
                 out.extend_from_slice(peer.as_bytes());
             }
+            Frame::Connect { stream, port } => {
+                put_header(out, kind::CONNECT, *stream, 2);
+                out.extend_from_slice(&port.to_be_bytes());
+            }
+            Frame::Accepted { stream } => put_header(out, kind::ACCEPTED, *stream, 0),
         }
     }
 
@@ -184,7 +202,9 @@ impl Frame {
             | Frame::Data { stream, .. }
             | Frame::Eof { stream }
             | Frame::Close { stream }
-            | Frame::Credit { stream, .. } => *stream,
+            | Frame::Credit { stream, .. }
+            | Frame::Connect { stream, .. }
+            | Frame::Accepted { stream } => *stream,
         }
     }
 }
@@ -203,8 +223,9 @@ pub fn parse_header(h: &[u8; HEADER_LEN]) -> Result<Header, DecodeError> {
     let stream = u32::from_be_bytes([h[1], h[2], h[3], h[4]]);
     let len = u32::from_be_bytes([h[5], h[6], h[7], h[8]]);
     let max = match kind {
-        kind::EOF | kind::CLOSE => 0,
+        kind::EOF | kind::CLOSE | kind::ACCEPTED => 0,
         kind::CREDIT => 4,
+        kind::CONNECT => 2,
         kind::HELLO | kind::OPEN | kind::DATA | kind::FATAL | kind::REFUSED => MAX_PAYLOAD as u32,
         other => return Err(DecodeError::UnknownType(other)),
     };
@@ -232,6 +253,17 @@ pub fn frame_from_parts(h: Header, payload: Vec<u8>) -> Result<Frame, DecodeErro
             Ok(h.stream)
         }
     };
+    // A stream only the shim opens: its id carries HOST_STREAM.
+    let host_stream = |kind: u8| {
+        if h.stream & HOST_STREAM == 0 {
+            Err(DecodeError::BadPayload {
+                kind,
+                reason: "not a stream the shim opened",
+            })
+        } else {
+            Ok(h.stream)
+        }
+    };
     Ok(match h.kind {
         kind::HELLO => {
             if payload.len() < 6 || payload[..4] != MAGIC {
@@ -242,10 +274,18 @@ pub fn frame_from_parts(h: Header, payload: Vec<u8>) -> Result<Frame, DecodeErro
                 .map_err(|_| DecodeError::BadHello("listen address is not UTF-8"))?;
             Frame::Hello { version, listen }
         }
-        kind::OPEN => Frame::Open {
-            stream: needs_stream(h.kind)?,
-            peer: text(payload, h.kind)?,
-        },
+        kind::OPEN => {
+            if h.stream & HOST_STREAM != 0 {
+                return Err(DecodeError::BadPayload {
+                    kind: h.kind,
+                    reason: "OPEN of a stream id in the shim's half",
+                });
+            }
+            Frame::Open {
+                stream: needs_stream(h.kind)?,
+                peer: text(payload, h.kind)?,
+            }
+        }
         kind::DATA => {
             if payload.is_empty() {
                 return Err(DecodeError::BadPayload {
@@ -283,6 +323,30 @@ pub fn frame_from_parts(h: Header, payload: Vec<u8>) -> Result<Frame, DecodeErro
         },
         kind::REFUSED => Frame::Refused {
             peer: text(payload, h.kind)?,
+        },
+        kind::CONNECT => {
+            let port = match payload.as_slice() {
+                [hi, lo] => u16::from_be_bytes([*hi, *lo]),
+                _ => {
+                    return Err(DecodeError::BadPayload {
+                        kind: h.kind,
+                        reason: "CONNECT carries a 2-byte port",
+                    })
+                }
+            };
+            if port == 0 {
+                return Err(DecodeError::BadPayload {
+                    kind: h.kind,
+                    reason: "CONNECT to port 0",
+                });
+            }
+            Frame::Connect {
+                stream: host_stream(h.kind)?,
+                port,
+            }
+        }
+        kind::ACCEPTED => Frame::Accepted {
+            stream: host_stream(h.kind)?,
         },
         other => return Err(DecodeError::UnknownType(other)),
     })

@@ -3,9 +3,11 @@
 //! every accepted connection over stdin/stdout to the shim's egress proxy, framed as described
 //! in the library.
 //!
-//! Usage: `gvisor-hardened-forwarder [--listen ADDR] [--max-connections N]` (defaults
-//! 127.0.0.1:3128 and 512; past N open connections a new one is closed at once and reported to
-//! the shim with REFUSED, so it never waits unanswered in the backlog), or
+//! Usage: `gvisor-hardened-forwarder [--listen ADDR|none] [--max-connections N] [--ingress
+//! PORT[,PORT...]]` (defaults 127.0.0.1:3128, 512 and none; past N open connections a new one
+//! is closed at once and reported to the shim with REFUSED, so it never waits unanswered in the
+//! backlog; `--ingress` names the published ports the shim may open connections to on the
+//! sandbox's loopback, CONNECT in the protocol; `--listen none` carries those alone), or
 //! `gvisor-hardened-forwarder --await-listener ADDR [--timeout SECS] -- PROGRAM ARGS...` in front
 //! of a workload (`await_listener.rs`), or `gvisor-hardened-forwarder --hold`, the root process
 //! of a warm pool sandbox, which only waits to be killed, or `--hostname NAME`, which sets the
@@ -31,8 +33,8 @@ use std::thread;
 mod await_listener;
 
 use gvisor_hardened_forwarder::{
-    data_header, read_frame, Frame, RecvWindow, DEFAULT_LISTEN, HEADER_LEN, INITIAL_WINDOW,
-    MAX_PAYLOAD, VERSION,
+    data_header, read_frame, Frame, RecvWindow, DEFAULT_LISTEN, HEADER_LEN, HOST_STREAM,
+    INITIAL_WINDOW, MAX_PAYLOAD, VERSION,
 };
 
 /// Connection threads only copy bytes; their buffers live on the heap.
@@ -89,6 +91,9 @@ struct Conn {
 struct Shared {
     out: Out,
     conns: Mutex<HashMap<u32, Arc<Conn>>>,
+    /// The published ports the shim may CONNECT to on the sandbox's loopback.
+    ingress: Vec<u16>,
+    max_connections: usize,
 }
 
 impl Shared {
@@ -202,7 +207,7 @@ fn writer(sh: Arc<Shared>, c: Arc<Conn>) {
     sh.finish(&c);
 }
 
-fn accept_loop(sh: Arc<Shared>, listener: TcpListener, max_connections: usize) {
+fn accept_loop(sh: Arc<Shared>, listener: TcpListener) {
     let mut next: u32 = 0;
     loop {
         let (tcp, peer) = match listener.accept() {
@@ -213,10 +218,9 @@ fn accept_loop(sh: Arc<Shared>, listener: TcpListener, max_connections: usize) {
                 continue;
             }
         };
-        let _ = tcp.set_nodelay(true);
         let id = {
             let conns = lock(&sh.conns);
-            if conns.len() >= max_connections {
+            if conns.len() >= sh.max_connections {
                 drop(conns);
                 // Closed unanswered (the shim holds the reasons; the workload sees the close at
                 // once rather than a connection nobody serves); the shim audits it.
@@ -226,52 +230,97 @@ fn accept_loop(sh: Arc<Shared>, listener: TcpListener, max_connections: usize) {
                 });
                 continue;
             }
+            // Ours are the ids below HOST_STREAM; the shim's CONNECTs have the bit set.
             loop {
-                next = next.wrapping_add(1);
+                next = next.wrapping_add(1) & !HOST_STREAM;
                 if next != 0 && !conns.contains_key(&next) {
                     break next;
                 }
             }
         };
-        let c = Arc::new(Conn {
-            id,
+        serve(
+            &sh,
             tcp,
-            send: Mutex::new(SendSide {
-                credit: INITIAL_WINDOW as u64,
-                closed: false,
-            }),
-            send_cv: Condvar::new(),
-            recv: Mutex::new(RecvSide {
-                queue: VecDeque::new(),
-                window: RecvWindow::default(),
-            }),
-            recv_cv: Condvar::new(),
-            finished: AtomicU8::new(0),
-        });
-        // Registered before OPEN goes out, so the shim's first frame always finds it.
-        lock(&sh.conns).insert(id, c.clone());
-        sh.out.send(&Frame::Open {
-            stream: id,
-            peer: peer.to_string(),
-        });
-        for f in [reader, writer] {
-            let (sh2, c2) = (sh.clone(), c.clone());
-            let spawned = thread::Builder::new()
-                .stack_size(THREAD_STACK)
-                .spawn(move || f(sh2, c2));
-            if spawned.is_err() {
-                // Without its threads a connection would hang forever: reset it now.
-                sh.reset(&c);
-                lock(&sh.conns).remove(&c.id);
-                break;
+            id,
+            Frame::Open {
+                stream: id,
+                peer: peer.to_string(),
+            },
+        );
+    }
+}
+
+/// A connection to a published port, asked for by the shim: dialled on the sandbox's
+/// loopback, off the thread that reads the shim's frames. A port the forwarder was not told
+/// to serve, one past `--max-connections`, or a dial that fails is answered with CLOSE.
+fn connect(sh: &Arc<Shared>, stream: u32, port: u16) {
+    let full = lock(&sh.conns).len() >= sh.max_connections;
+    if full || !sh.ingress.contains(&port) {
+        sh.out.send(&Frame::Close { stream });
+        return;
+    }
+    let sh2 = sh.clone();
+    let spawned = thread::Builder::new()
+        .stack_size(THREAD_STACK)
+        .spawn(move || {
+            let target = SocketAddr::from(([127, 0, 0, 1], port));
+            match TcpStream::connect_timeout(&target, DIAL_TIMEOUT) {
+                Ok(tcp) => serve(&sh2, tcp, stream, Frame::Accepted { stream }),
+                Err(_) => sh2.out.send(&Frame::Close { stream }),
             }
+        });
+    if spawned.is_err() {
+        sh.out.send(&Frame::Close { stream });
+    }
+}
+
+/// How long a CONNECT's dial may take (a listener inside with a full backlog).
+const DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Carries `tcp` as stream `id`, announced with `announce` (OPEN for a workload's connection,
+/// ACCEPTED for a CONNECT's): registered first, so the shim's first frame always finds it.
+fn serve(sh: &Arc<Shared>, tcp: TcpStream, id: u32, announce: Frame) {
+    let _ = tcp.set_nodelay(true);
+    let c = Arc::new(Conn {
+        id,
+        tcp,
+        send: Mutex::new(SendSide {
+            credit: INITIAL_WINDOW as u64,
+            closed: false,
+        }),
+        send_cv: Condvar::new(),
+        recv: Mutex::new(RecvSide {
+            queue: VecDeque::new(),
+            window: RecvWindow::default(),
+        }),
+        recv_cv: Condvar::new(),
+        finished: AtomicU8::new(0),
+    });
+    lock(&sh.conns).insert(id, c.clone());
+    sh.out.send(&announce);
+    for f in [reader, writer] {
+        let (sh2, c2) = (sh.clone(), c.clone());
+        let spawned = thread::Builder::new()
+            .stack_size(THREAD_STACK)
+            .spawn(move || f(sh2, c2));
+        if spawned.is_err() {
+            // Without its threads a connection would hang forever: reset it now.
+            sh.reset(&c);
+            lock(&sh.conns).remove(&c.id);
+            break;
         }
     }
 }
 
-fn dispatch(sh: &Shared, f: Frame) -> Result<(), String> {
+fn dispatch(sh: &Arc<Shared>, f: Frame) -> Result<(), String> {
     let conn = |id: u32| lock(&sh.conns).get(&id).cloned();
     match f {
+        Frame::Connect { stream, port } => {
+            if conn(stream).is_some() {
+                return Err(format!("stream {stream} connected twice"));
+            }
+            connect(sh, stream, port);
+        }
         Frame::Data { stream, data } => {
             let Some(c) = conn(stream) else { return Ok(()) };
             let mut r = lock(&c.recv);
@@ -315,10 +364,21 @@ fn dispatch(sh: &Shared, f: Frame) -> Result<(), String> {
 /// Connections held at once when `--max-connections` is not given.
 const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
-fn parse_args() -> Result<(SocketAddr, usize), String> {
+/// The command line of the forwarder proper.
+struct Args {
+    /// Where the workload's outbound connections come in; `None` (`--listen none`): the
+    /// sandbox has no egress, the forwarder carries published ports only.
+    listen: Option<SocketAddr>,
+    max_connections: usize,
+    /// `--ingress PORT[,PORT...]`: the published ports the shim may connect to.
+    ingress: Vec<u16>,
+}
+
+fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let mut listen = DEFAULT_LISTEN.to_string();
     let mut max = DEFAULT_MAX_CONNECTIONS;
+    let mut ingress = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--listen" => listen = args.next().ok_or("--listen needs an address")?,
@@ -329,13 +389,35 @@ fn parse_args() -> Result<(SocketAddr, usize), String> {
                     _ => return Err(format!("bad --max-connections {n:?}: a positive number")),
                 };
             }
+            "--ingress" => {
+                let list = args.next().ok_or("--ingress needs a port list")?;
+                for p in list.split(',') {
+                    match p.parse::<u16>() {
+                        Ok(port) if port > 0 => ingress.push(port),
+                        _ => return Err(format!("bad --ingress port {p:?}: 1-65535")),
+                    }
+                }
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    let listen = listen
-        .parse()
-        .map_err(|e| format!("bad --listen {listen:?}: {e}"))?;
-    Ok((listen, max))
+    let listen = if listen == "none" {
+        None
+    } else {
+        Some(
+            listen
+                .parse()
+                .map_err(|e| format!("bad --listen {listen:?}: {e}"))?,
+        )
+    };
+    if listen.is_none() && ingress.is_empty() {
+        return Err("--listen none and no --ingress: nothing to carry".into());
+    }
+    Ok(Args {
+        listen,
+        max_connections: max,
+        ingress,
+    })
 }
 
 /// The warm pool's claim: the sandbox's hostname (one for all its containers, fixed by the
@@ -374,40 +456,48 @@ fn main() {
     // SAFETY: fds 0 and 1 are this process's stdio, owned by nothing else in this program
     // (std's own Stdout is never used, so no buffered copy races with these).
     let (mut stdin, stdout) = unsafe { (File::from_raw_fd(0), File::from_raw_fd(1)) };
-    let sh = Arc::new(Shared {
-        out: Out(Mutex::new(stdout)),
-        conns: Mutex::new(HashMap::new()),
-    });
-    let (listen, max_connections) = match parse_args() {
+    let out = Out(Mutex::new(stdout));
+    let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            sh.out.send(&Frame::Fatal { message: e });
+            out.send(&Frame::Fatal { message: e });
             exit(2);
         }
     };
-    let listener = match TcpListener::bind(listen) {
+    let listener = match args.listen.map(TcpListener::bind).transpose() {
         Ok(l) => l,
         Err(e) => {
-            sh.out.send(&Frame::Fatal {
-                message: format!("cannot listen on {listen}: {e}"),
+            out.send(&Frame::Fatal {
+                message: format!(
+                    "cannot listen on {}: {e}",
+                    args.listen.unwrap_or_else(|| ([0, 0, 0, 0], 0).into())
+                ),
             });
             exit(1);
         }
     };
+    let sh = Arc::new(Shared {
+        out,
+        conns: Mutex::new(HashMap::new()),
+        ingress: args.ingress,
+        max_connections: args.max_connections,
+    });
     sh.out.send(&Frame::Hello {
         version: VERSION,
-        listen: listen.to_string(),
+        listen: args.listen.map(|l| l.to_string()).unwrap_or_default(),
     });
-    let acceptor = sh.clone();
-    if thread::Builder::new()
-        .stack_size(THREAD_STACK)
-        .spawn(move || accept_loop(acceptor, listener, max_connections))
-        .is_err()
-    {
-        sh.out.send(&Frame::Fatal {
-            message: "cannot start the accept thread".into(),
-        });
-        exit(1);
+    if let Some(listener) = listener {
+        let acceptor = sh.clone();
+        if thread::Builder::new()
+            .stack_size(THREAD_STACK)
+            .spawn(move || accept_loop(acceptor, listener))
+            .is_err()
+        {
+            sh.out.send(&Frame::Fatal {
+                message: "cannot start the accept thread".into(),
+            });
+            exit(1);
+        }
     }
     let mut input = io::BufReader::with_capacity(HEADER_LEN + MAX_PAYLOAD, &mut stdin);
     loop {

@@ -26,7 +26,47 @@ fn all_frames() -> Vec<Frame> {
         Frame::Fatal {
             message: "cannot listen".into(),
         },
+        Frame::Connect {
+            stream: HOST_STREAM | 1,
+            port: 8080,
+        },
+        Frame::Accepted {
+            stream: HOST_STREAM | 1,
+        },
     ]
+}
+
+#[test]
+fn each_side_opens_streams_only_in_its_own_half_of_the_ids() {
+    let open_in_the_shims_half = Frame::Open {
+        stream: HOST_STREAM | 7,
+        peer: "127.0.0.1:40000".into(),
+    };
+    assert!(decode(&open_in_the_shims_half.to_bytes()).is_err());
+    for f in [
+        Frame::Connect {
+            stream: 7,
+            port: 80,
+        },
+        Frame::Accepted { stream: 7 },
+    ] {
+        assert!(decode(&f.to_bytes()).is_err(), "{f:?}");
+    }
+}
+
+#[test]
+fn a_connect_names_one_real_port() {
+    let zero = Frame::Connect {
+        stream: HOST_STREAM | 1,
+        port: 0,
+    };
+    assert!(decode(&zero.to_bytes()).is_err());
+    // Three payload bytes: not a port.
+    let mut wire = vec![9u8];
+    wire.extend_from_slice(&(HOST_STREAM | 1).to_be_bytes());
+    wire.extend_from_slice(&3u32.to_be_bytes());
+    wire.extend_from_slice(&[0, 80, 0]);
+    assert!(decode(&wire).is_err());
 }
 
 #[test]
