@@ -52,6 +52,29 @@ pub struct ConnectionRecord {
     pub duration_ms: u64,
 }
 
+/// One connection a client made to a published port of the sandbox (`crate::ingress`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngressRecord {
+    /// The client, as the listener saw it.
+    pub peer: String,
+    /// The listener's address (in the pod's or container's network namespace).
+    pub listen: String,
+    /// The port inside the sandbox the connection was carried to.
+    pub port: u16,
+    /// `allowed` (carried), `denied` (a cap or the sandbox refused it: reset at once), `cut`
+    /// (carried, then ended by a cap, a stall or the forwarder's end).
+    pub verdict: Verdict,
+    /// The rule that decided: the published port, or the cap's or refusal's name.
+    pub rule: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Client to sandbox.
+    pub bytes_in: u64,
+    /// Sandbox to client.
+    pub bytes_out: u64,
+    pub duration_ms: u64,
+}
+
 /// An egress event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 /// The `event` names all start with `egress-`, apart from the lifecycle events in the same log.
@@ -59,6 +82,9 @@ pub struct ConnectionRecord {
 pub enum EgressEvent {
     #[serde(rename = "egress-connection")]
     Connection(ConnectionRecord),
+    /// A connection into the sandbox through a published port.
+    #[serde(rename = "ingress-connection")]
+    IngressConnection(IngressRecord),
     #[serde(rename = "egress-lookup")]
     Lookup {
         host: String,

@@ -12,6 +12,7 @@
 //! - [`proxy`]: allowlist → resolve → guard → (SNI) → dial the checked address → carry bytes
 //!   within the byte cap, one audit record per connection;
 //! - [`net`]: the resolver and the dialer (from the pod's network namespace);
+//! - [`ingress`]: published ports, each connection carried into the sandbox (CONNECT);
 //! - [`audit`]: the records and the sink the shim connects to its audit log;
 //! - [`supervisor`]: keeps one forwarder alive per sandbox and stops it at the end;
 //! - [`spawn`]: the `runsc exec` spawner;
@@ -28,6 +29,7 @@ pub mod confined;
 pub mod credentials;
 pub mod guard;
 pub mod http;
+pub mod ingress;
 pub mod install;
 pub mod mux;
 pub mod net;

@@ -1,0 +1,332 @@
+//! Published ports: a listener on the host side (in the pod's or container's network
+//! namespace, where Services, the kubelet's probes, CRI port-forward and the engines' own port
+//! mappings deliver), and every connection it accepts carried over the forwarder to the same
+//! port on the sandbox's loopback (CONNECT in the forwarder's protocol). The sandbox keeps
+//! `--network=none`, and it never opens a listener on the host by itself: the shim opens one
+//! per port the container publishes and the policy allows.
+//!
+//! Each connection is one audit record (`ingress-connection`: peer, port, bytes each way,
+//! duration, how it ended), within per-sandbox caps of the same kinds egress has: connections
+//! open at once, new per second, and bytes. A connection that cannot be carried (a cap, no
+//! forwarder ready, nothing listening inside) is reset at once and recorded: the client sees a
+//! refusal, never a hang.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Notify};
+
+use crate::audit::{EgressAudit, EgressAuditSink, EgressEvent, IngressRecord, SandboxRef, Verdict};
+use crate::caps::{CapRefusal, ConnectionCaps};
+use crate::mux::{Connector, Inbound, MuxStream};
+
+/// The caps of one sandbox's published ports, together.
+#[derive(Debug, Clone, Copy)]
+pub struct IngressLimits {
+    pub max_connections: u32,
+    pub max_connection_rate: u32,
+    /// Bytes both ways over every connection of the sandbox's life; crossing it cuts them all.
+    pub max_bytes: u64,
+    /// The most a connection may go without a byte either way.
+    pub idle: Duration,
+}
+
+/// The forwarder's connector while one is ready; `None` between a death and the next HELLO.
+pub type ConnectorWatch = watch::Receiver<Option<Connector>>;
+
+/// One sandbox's published ports.
+pub struct Ingress {
+    sandbox: SandboxRef,
+    audit: Arc<dyn EgressAuditSink>,
+    limits: IngressLimits,
+    caps: ConnectionCaps,
+    connector: ConnectorWatch,
+    used: AtomicU64,
+    cap_crossed: AtomicBool,
+    cap_cut: Notify,
+}
+
+/// How a carried connection ended, when not by both sides closing.
+struct Cut {
+    rule: &'static str,
+    reason: String,
+}
+
+impl Ingress {
+    pub fn new(
+        sandbox: SandboxRef,
+        audit: Arc<dyn EgressAuditSink>,
+        limits: IngressLimits,
+        connector: ConnectorWatch,
+    ) -> Ingress {
+        Ingress {
+            sandbox,
+            audit,
+            caps: ConnectionCaps::new(limits.max_connections, limits.max_connection_rate),
+            limits,
+            connector,
+            used: AtomicU64::new(0),
+            cap_crossed: AtomicBool::new(false),
+            cap_cut: Notify::new(),
+        }
+    }
+
+    /// Accepts on `listener` for as long as the task runs, carrying each connection to
+    /// `port` inside. Abort the task to stop listening (open connections end with the
+    /// forwarder's session).
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, port: u16) {
+        let listen = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning on the same error.
+                    log::warn!("ingress {listen}: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let me = self.clone();
+            let listen = listen.clone();
+            tokio::spawn(async move { me.carry(tcp, peer, listen, port).await });
+        }
+    }
+
+    async fn carry(self: Arc<Self>, tcp: TcpStream, peer: SocketAddr, listen: String, port: u16) {
+        let started = Instant::now();
+        let mut rec = IngressRecord {
+            peer: peer.to_string(),
+            listen,
+            port,
+            verdict: Verdict::Allowed,
+            rule: format!("published port {port}"),
+            reason: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            duration_ms: 0,
+        };
+        let refused = |rec: &mut IngressRecord, rule: &str, reason: String| {
+            rec.verdict = Verdict::Denied;
+            rec.rule = rule.to_string();
+            rec.reason = Some(reason);
+        };
+        let carried = match self.caps.admit() {
+            Err(CapRefusal::Open { max }) => {
+                refused(
+                    &mut rec,
+                    "max_connections",
+                    format!("{max} connections to the sandbox's published ports are open"),
+                );
+                None
+            }
+            Err(CapRefusal::Rate { per_second }) => {
+                refused(
+                    &mut rec,
+                    "max_connection_rate",
+                    format!("more than {per_second} new connections in the last second"),
+                );
+                None
+            }
+            Ok(slot) => {
+                if self.cap_crossed.load(Ordering::Acquire) {
+                    refused(
+                        &mut rec,
+                        "max_bytes",
+                        format!(
+                            "the sandbox's published ports carried their {} bytes",
+                            self.limits.max_bytes
+                        ),
+                    );
+                    None
+                } else {
+                    let connector = self.connector.borrow().clone();
+                    match connector {
+                        None => {
+                            refused(
+                                &mut rec,
+                                "forwarder",
+                                "no forwarder is running in the sandbox".into(),
+                            );
+                            None
+                        }
+                        Some(c) => match c.connect(port, rec.peer.clone()).await {
+                            Ok(stream) => Some((slot, stream)),
+                            Err(e) => {
+                                refused(&mut rec, "sandbox", e.to_string());
+                                None
+                            }
+                        },
+                    }
+                }
+            }
+        };
+        match carried {
+            None => reset(tcp),
+            Some((_slot, stream)) => {
+                if let Err(cut) = self.relay(tcp, stream, &mut rec).await {
+                    rec.verdict = Verdict::Cut;
+                    rec.rule = cut.rule.to_string();
+                    rec.reason = Some(cut.reason);
+                }
+            }
+        }
+        rec.duration_ms = started.elapsed().as_millis() as u64;
+        self.audit.record(EgressAudit {
+            sandbox: self.sandbox.clone(),
+            event: EgressEvent::IngressConnection(rec),
+        });
+    }
+
+    /// Counts `n` bytes against the sandbox's ingress byte cap: false once it is crossed
+    /// (every carried connection is cut then).
+    fn charge(&self, n: usize) -> bool {
+        let total = self.used.fetch_add(n as u64, Ordering::AcqRel) + n as u64;
+        if total <= self.limits.max_bytes {
+            return true;
+        }
+        if !self.cap_crossed.swap(true, Ordering::AcqRel) {
+            self.cap_cut.notify_waiters();
+        }
+        false
+    }
+
+    /// Carries bytes both ways until both sides closed; a reset, a stall or the byte cap ends
+    /// both directions.
+    async fn relay(
+        &self,
+        tcp: TcpStream,
+        mut stream: MuxStream,
+        rec: &mut IngressRecord,
+    ) -> Result<(), Cut> {
+        let byte_cap = || Cut {
+            rule: "max_bytes",
+            reason: format!(
+                "the sandbox's published ports carried their {} bytes",
+                self.limits.max_bytes
+            ),
+        };
+        let cut = self.cap_cut.notified();
+        tokio::pin!(cut);
+        cut.as_mut().enable();
+        let (mut tcp_r, mut tcp_w) = tcp.into_split();
+        let (reader, writer) = stream.halves();
+        let bytes_in = AtomicU64::new(0);
+        let bytes_out = AtomicU64::new(0);
+        // The last time a byte moved either way, in ms since `start`.
+        let start = Instant::now();
+        let moved = AtomicU64::new(0);
+        let touch = || moved.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let inward = async {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match tcp_r.read(&mut buf).await {
+                    Ok(0) => {
+                        writer.send_eof();
+                        return Ok(());
+                    }
+                    Ok(n) => {
+                        if !self.charge(n) {
+                            return Err(byte_cap());
+                        }
+                        writer.send(&buf[..n]).await.map_err(|_| Cut {
+                            rule: "sandbox",
+                            reason: "the connection inside the sandbox is gone".into(),
+                        })?;
+                        bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+                        touch();
+                    }
+                    Err(e) => {
+                        return Err(Cut {
+                            rule: "client",
+                            reason: format!("the client's connection failed: {e}"),
+                        })
+                    }
+                }
+            }
+        };
+        let outward = async {
+            loop {
+                match reader.recv().await {
+                    Inbound::Data(d) => {
+                        if !self.charge(d.len()) {
+                            return Err(byte_cap());
+                        }
+                        tcp_w.write_all(&d).await.map_err(|e| Cut {
+                            rule: "client",
+                            reason: format!("the client's connection failed: {e}"),
+                        })?;
+                        bytes_out.fetch_add(d.len() as u64, Ordering::Relaxed);
+                        reader.consumed(d.len());
+                        touch();
+                    }
+                    Inbound::Eof => {
+                        let _ = tcp_w.shutdown().await;
+                        return Ok(());
+                    }
+                    Inbound::Reset => {
+                        return Err(Cut {
+                            rule: "sandbox",
+                            reason: "the connection inside the sandbox was reset".into(),
+                        })
+                    }
+                }
+            }
+        };
+        let idle = async {
+            loop {
+                let since = start
+                    .elapsed()
+                    .saturating_sub(Duration::from_millis(moved.load(Ordering::Relaxed)));
+                if since >= self.limits.idle {
+                    return Cut {
+                        rule: "idle",
+                        reason: format!(
+                            "nothing moved either way for {} s",
+                            self.limits.idle.as_secs()
+                        ),
+                    };
+                }
+                tokio::time::sleep(self.limits.idle - since).await;
+            }
+        };
+        let both = async { tokio::try_join!(inward, outward).map(drop) };
+        let ended = tokio::select! {
+            ended = both => ended,
+            cut = idle => Err(cut),
+            () = &mut cut => Err(byte_cap()),
+        };
+        rec.bytes_in = bytes_in.load(Ordering::Relaxed);
+        rec.bytes_out = bytes_out.load(Ordering::Relaxed);
+        if ended.is_err() {
+            stream.reset();
+            if let Ok(tcp) = tcp_r.reunite(tcp_w) {
+                reset(tcp);
+            }
+        }
+        ended
+    }
+}
+
+/// Ends a client's connection with a reset, so it learns at once that nothing serves it. A
+/// zero linger makes the close send RST and return at once (tokio deprecates `set_linger`
+/// for the blocking a non-zero linger causes; zero never blocks).
+fn reset(tcp: TcpStream) {
+    let off = nix::sys::socket::sockopt::Linger;
+    let zero = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    let _ = nix::sys::socket::setsockopt(&tcp, off, &zero);
+    drop(tcp);
+}
+
+#[cfg(test)]
+#[path = "ingress_tests.rs"]
+mod tests;
