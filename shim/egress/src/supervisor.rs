@@ -21,7 +21,8 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::audit::EgressEvent;
-use super::mux::{Opened, Session, SessionEnd};
+use super::ingress::ConnectorWatch;
+use super::mux::{Connector, Opened, Session, SessionEnd};
 use super::proxy::Proxy;
 use crate::confined::parent::Confined;
 
@@ -123,6 +124,8 @@ pub type SandboxRunning = Arc<dyn Fn() -> bool + Send + Sync>;
 pub struct EgressSupervisor {
     stop: watch::Sender<bool>,
     state: watch::Receiver<ForwarderState>,
+    /// The running session's connector (published ports), `None` between forwarders.
+    connector: ConnectorWatch,
     task: Option<JoinHandle<()>>,
     proxy: Arc<Proxy>,
 }
@@ -149,6 +152,7 @@ impl EgressSupervisor {
     ) -> EgressSupervisor {
         let (stop, stop_rx) = watch::channel(false);
         let (state_tx, state) = watch::channel(ForwarderState::Starting { attempt: 1 });
+        let (connector_tx, connector) = watch::channel(None);
         let task = tokio::spawn(supervise(
             proxy.clone(),
             confined,
@@ -156,11 +160,15 @@ impl EgressSupervisor {
             opts,
             running,
             stop_rx,
-            state_tx,
+            Published {
+                state: state_tx,
+                connector: connector_tx,
+            },
         ));
         EgressSupervisor {
             stop,
             state,
+            connector,
             task: Some(task),
             proxy,
         }
@@ -172,6 +180,13 @@ impl EgressSupervisor {
 
     pub fn proxy(&self) -> &Arc<Proxy> {
         &self.proxy
+    }
+
+    /// Opens connections into the sandbox over whichever forwarder runs (`crate::ingress`);
+    /// `None` while none is ready. Served by the in-process proxy only: a confined proxy
+    /// process holds its session itself.
+    pub fn connector(&self) -> ConnectorWatch {
+        self.connector.clone()
     }
 
     /// Waits until a forwarder is listening (`Ok(listen)`), or the deadline passes.
@@ -219,6 +234,13 @@ impl Drop for EgressSupervisor {
     }
 }
 
+/// What the supervision loop publishes: the forwarder's state, and the running session's
+/// connector.
+pub(crate) struct Published {
+    pub state: watch::Sender<ForwarderState>,
+    pub connector: watch::Sender<Option<Connector>>,
+}
+
 pub(crate) enum Outcome {
     Stop,
     Died(String),
@@ -231,8 +253,9 @@ async fn supervise(
     opts: SupervisorOptions,
     running: SandboxRunning,
     mut stop: watch::Receiver<bool>,
-    state: watch::Sender<ForwarderState>,
+    published: Published,
 ) {
+    let state = &published.state;
     let mut attempt = 0u32;
     let mut failures = 0u32;
     // Every workload connection being served, across forwarder restarts.
@@ -246,7 +269,7 @@ async fn supervise(
             Ok(io) if confined.is_some() => {
                 let confined = confined.as_ref().expect("checked");
                 crate::confined::parent::run_one(
-                    &proxy, confined, io, attempt, &opts, &mut stop, &state,
+                    &proxy, confined, io, attempt, &opts, &mut stop, state,
                 )
                 .await
             }
@@ -257,7 +280,7 @@ async fn supervise(
                     attempt,
                     &opts,
                     &mut stop,
-                    &state,
+                    &published,
                     &mut connections,
                 )
                 .await
@@ -318,9 +341,10 @@ async fn run_one(
     attempt: u32,
     opts: &SupervisorOptions,
     stop: &mut watch::Receiver<bool>,
-    state: &watch::Sender<ForwarderState>,
+    published: &Published,
     connections: &mut JoinSet<()>,
 ) -> Outcome {
+    let state = &published.state;
     let ForwarderIo {
         pipes,
         mut exited,
@@ -363,6 +387,7 @@ async fn run_one(
         attempt,
     });
     let _ = state.send(ForwarderState::Ready { attempt, listen });
+    published.connector.send_replace(Some(session.connector()));
     let serving = proxy.clone();
     let end = tokio::select! {
         end = session.run(|opened| match opened {
@@ -376,6 +401,8 @@ async fn run_one(
         why = &mut exited => Some((SessionEnd::Fatal(format!("its process exited: {why}")), true)),
         _ = stopped(stop) => None,
     };
+    // No new connection into the sandbox until the next forwarder says HELLO.
+    published.connector.send_replace(None);
     session.reset_all();
     drop(session);
     match end {

@@ -748,3 +748,81 @@ async fn max_rate_slows_a_download_to_the_cap_and_cuts_nothing() {
     assert_eq!(rec.bytes_down, SIZE as u64);
     w.stop().await;
 }
+
+/// A client of a published port, on the host's loopback: sends `what`, half-closes, reads the
+/// answer to its end (empty when reset).
+async fn ask_published(addr: std::net::SocketAddr, what: &[u8]) -> Vec<u8> {
+    let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+    c.write_all(what).await.unwrap();
+    c.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut answer))
+        .await
+        .expect("an answer or a reset, not a hang");
+    answer
+}
+
+#[tokio::test]
+async fn a_published_port_uses_the_running_forwarder_and_after_its_death_waits_for_the_next() {
+    use crate::ingress::{Ingress, IngressLimits};
+    let up = Upstream::echo_upper().await;
+    let mut w = World::new(&policy(&[]), &up).await;
+    let mut f = w.forwarder().await;
+    let ingress = std::sync::Arc::new(Ingress::new(
+        super::SandboxRef {
+            sandbox_id: "sb".into(),
+            container_id: "sb".into(),
+            policy: "gvisor-hardened-agent".into(),
+        },
+        w.sink(),
+        IngressLimits {
+            max_connections: 8,
+            max_connection_rate: 100,
+            max_bytes: 1 << 20,
+            idle: Duration::from_secs(300),
+        },
+        w.sup().connector(),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serving = tokio::spawn(ingress.serve(listener, 8080));
+
+    let client = tokio::spawn(ask_published(addr, b"ping"));
+    let (id, port) = f.next_connect().await;
+    assert_eq!(port, 8080);
+    f.send(Frame::Accepted { stream: id }).await;
+    assert_eq!(f.read_until(id, b"ping").await, b"ping");
+    f.data(id, b"PONG").await;
+    f.eof(id).await;
+    assert_eq!(client.await.unwrap(), b"PONG");
+
+    // Between a death and the next HELLO nothing carries connections in: refused, recorded.
+    f.die("gone").await;
+    let mut connector = w.sup().connector();
+    tokio::time::timeout(Duration::from_secs(10), connector.wait_for(Option::is_none))
+        .await
+        .unwrap()
+        .unwrap();
+    drop(connector);
+    assert_eq!(ask_published(addr, b"anyone?").await, b"");
+    let refused = poll(|| {
+        w.events().into_iter().find_map(|e| match e {
+            EgressEvent::IngressConnection(r) if r.rule == "forwarder" => Some(r),
+            _ => None,
+        })
+    })
+    .await;
+    assert_eq!(refused.verdict, Verdict::Denied);
+
+    // The next forwarder carries them again.
+    let mut f2 = w.forwarder().await;
+    let client = tokio::spawn(ask_published(addr, b"again"));
+    let (id, _) = f2.next_connect().await;
+    f2.send(Frame::Accepted { stream: id }).await;
+    f2.read_until(id, b"again").await;
+    f2.data(id, b"AGAIN").await;
+    f2.eof(id).await;
+    assert_eq!(client.await.unwrap(), b"AGAIN");
+    serving.abort();
+    w.stop().await;
+}

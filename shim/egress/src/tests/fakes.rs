@@ -185,6 +185,8 @@ pub struct Fwd {
     exit: Option<oneshot::Sender<String>>,
     inbox: Vec<u8>,
     streams: HashMap<u32, StreamBuf>,
+    /// CONNECTs from the host (stream, port), not yet taken by `next_connect`.
+    connects: Vec<(u32, u16)>,
     /// Credit every DATA at once, as a forwarder whose sockets keep up does.
     pub auto_credit: bool,
 }
@@ -254,6 +256,10 @@ impl Fwd {
                         self.streams.entry(stream).or_default().end = Some(End::Close);
                         None
                     }
+                    Frame::Connect { stream, port } => {
+                        self.connects.push((stream, port));
+                        None
+                    }
                     _ => None,
                 };
                 if let Some(id) = credit {
@@ -269,6 +275,14 @@ impl Fwd {
             assert!(n > 0, "the host closed the forwarder's stdin");
             self.inbox.extend_from_slice(&buf[..n]);
         }
+    }
+
+    /// The host's next CONNECT: its stream and port.
+    pub async fn next_connect(&mut self) -> (u32, u16) {
+        while self.connects.is_empty() {
+            self.pump().await;
+        }
+        self.connects.remove(0)
     }
 
     /// Reads stream `id` through the first `pat`.
@@ -641,6 +655,7 @@ impl World {
             exit: Some(end.exit),
             inbox: Vec::new(),
             streams: HashMap::new(),
+            connects: Vec::new(),
             auto_credit: true,
         }
     }
@@ -659,6 +674,11 @@ impl World {
 
     pub fn events(&self) -> Vec<EgressEvent> {
         self.sink.events()
+    }
+
+    /// The world's audit sink, for more writers (published ports).
+    pub fn sink(&self) -> Arc<dyn crate::audit::EgressAuditSink> {
+        self.sink.clone()
     }
 
     /// The next connection record, in order.
