@@ -314,6 +314,33 @@ impl Ingress {
     }
 }
 
+/// A listening socket for a published port at `addr`, in the network namespace at `netns` (the
+/// pod's or container's; `None`: this process's). Made by the shim, which may bind any port
+/// there; the socket keeps its namespace wherever it is served from afterwards (a confined
+/// proxy process gives up the right to bind low ports).
+pub fn listen_in_netns(
+    netns: Option<&std::path::Path>,
+    addr: SocketAddr,
+) -> std::io::Result<std::net::TcpListener> {
+    use nix::sys::socket::{bind, listen, setsockopt, sockopt, Backlog, SockaddrStorage};
+    let fd = match netns {
+        Some(path) => crate::net::socket_in_netns(path, addr.is_ipv4())?,
+        None => {
+            let l = std::net::TcpListener::bind(addr)?;
+            l.set_nonblocking(true)?;
+            return Ok(l);
+        }
+    };
+    // A port a client just left (TIME_WAIT) is bound again at once after a restart.
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(addr),
+    )?;
+    listen(&fd, Backlog::new(128).map_err(std::io::Error::from)?)?;
+    Ok(std::net::TcpListener::from(fd))
+}
+
 /// Ends a client's connection with a reset, so it learns at once that nothing serves it. A
 /// zero linger makes the close send RST and return at once (tokio deprecates `set_linger`
 /// for the blocking a non-zero linger causes; zero never blocks).

@@ -208,3 +208,46 @@ async fn the_byte_cap_cuts_a_connection_that_crosses_it() {
     // Nothing past the cap reached the sandbox.
     assert_eq!(rec.bytes_in, 0, "{rec:?}");
 }
+
+#[test]
+fn a_listener_without_a_namespace_is_in_this_processs() {
+    let l = listen_in_netns(None, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = l.local_addr().unwrap().port();
+    // The same namespace: the port is taken here.
+    let again = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap_err();
+    assert_eq!(again.kind(), std::io::ErrorKind::AddrInUse);
+}
+
+/// setns and unshare need CAP_SYS_ADMIN: with the tests that need root (`host-tests`).
+#[cfg(feature = "host-tests")]
+#[test]
+fn a_listener_made_in_another_network_namespace_listens_there_and_not_here() {
+    // A namespace of this test's own, held by a thread until the test ends.
+    let (path_tx, path_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let tid = nix::unistd::gettid();
+        path_tx
+            .send(format!("/proc/self/task/{tid}/ns/net"))
+            .unwrap();
+        let _ = done_rx.recv();
+    });
+    let path = std::path::PathBuf::from(path_rx.recv().unwrap());
+    let l = listen_in_netns(Some(&path), "127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = l.local_addr().unwrap().port();
+    // Here the port is free: the listener is in the other namespace.
+    std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    drop(done_tx);
+    holder.join().unwrap();
+}
+
+#[test]
+fn a_missing_namespace_is_an_error_naming_it() {
+    let e = listen_in_netns(
+        Some(std::path::Path::new("/nonexistent/netns")),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/netns"), "{e}");
+}
