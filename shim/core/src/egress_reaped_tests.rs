@@ -17,9 +17,17 @@ use crate::runsc::test_support::{Bundle, Harness, RUNSC};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// HELLO (protocol version 2) for 127.0.0.1:3128, then wait for stdin to close.
-const FAKE_FORWARDER: &str =
-    r"printf '\001\000\000\000\000\000\000\000\024GVHF\000\002127.0.0.1:3128'; cat >/dev/null";
+/// The forwarder's HELLO (this build's protocol version) for 127.0.0.1:3128, written by
+/// `printf` in octal escapes, then a wait for stdin to close.
+fn fake_forwarder() -> String {
+    let hello = gvisor_hardened_forwarder::Frame::Hello {
+        version: gvisor_hardened_forwarder::VERSION,
+        listen: "127.0.0.1:3128".into(),
+    }
+    .to_bytes();
+    let escaped: String = hello.iter().map(|b| format!("\\{b:03o}")).collect();
+    format!("printf '{escaped}'; cat >/dev/null")
+}
 
 #[tokio::test]
 async fn the_spawner_runs_under_the_shims_reaper_and_stops_with_stdin() {
@@ -43,7 +51,7 @@ async fn the_spawner_runs_under_the_shims_reaper_and_stops_with_stdin() {
         state_dir: state.path().to_path_buf(),
         process: json!({
             "terminal": false, "user": {"uid": 65532, "gid": 65532},
-            "args": ["/bin/sh", "-c", FAKE_FORWARDER], "env": ["PATH=/bin"], "cwd": "/",
+            "args": ["/bin/sh", "-c", fake_forwarder()], "env": ["PATH=/bin"], "cwd": "/",
             "capabilities": {"bounding": [], "effective": [], "inheritable": [], "permitted": [], "ambient": []},
             "noNewPrivileges": true
         }),
