@@ -427,12 +427,7 @@ impl LaunchSteps for Launch<'_> {
     /// A claimed warm sandbox is adopted and named (nothing booted or mounted); any other is
     /// booted. Either way the init is created.
     async fn boot(&self) -> Result<u32> {
-        let claimed = self
-            .claimed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let pid = match claimed {
+        let pid = match self.take_claim() {
             Some(c) => {
                 self.c
                     .boot_claimed(c, self.resources, self.hostname)
@@ -454,24 +449,23 @@ impl LaunchSteps for Launch<'_> {
         Ok(self.c.cgroups.get().cloned())
     }
 
+    /// A claimed warm sandbox, adopted or (refused before the boot) still only claimed.
     async fn kill_leftovers(&self) {
-        self.c.release_claim(
-            self.claimed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
+        self.c.release_claim(self.take_claim());
     }
 
     async fn undo(&self, error: &ShimError) {
-        // A launch refused before anything booted still holds its claim.
-        self.c.release_claim(
-            self.claimed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
         self.c.undo_create(error).await;
+    }
+}
+
+impl Launch<'_> {
+    /// The warm sandbox claimed for this pod, once: the boot adopts it, or an undo releases it.
+    fn take_claim(&self) -> Option<pool::Claimed> {
+        self.claimed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 }
 

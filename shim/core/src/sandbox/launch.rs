@@ -66,7 +66,8 @@ pub trait LaunchSteps: Send + Sync {
     /// Watches the sandbox's process for its exit (the front end keeps the watch) and finds
     /// its cgroups, which tell an OOM kill from a plain kill and which the idle timeout reads.
     fn watch(&self, pid: u32) -> Result<Option<Arc<dyn SandboxCgroups>>, Self::Error>;
-    /// After runsc's delete: what runsc cannot stop (a claimed warm sandbox, not our child).
+    /// What runsc cannot stop (a claimed warm sandbox, not our child): after runsc's delete,
+    /// or at once when the launch was refused before anything booted.
     async fn kill_leftovers(&self) {}
     /// The front end's own part of the undo (streams, mounts, files, the failure's record).
     async fn undo(&self, error: &Self::Error);
@@ -80,8 +81,10 @@ pub async fn launch<S: LaunchSteps + ?Sized>(
 ) -> Result<u32, S::Error> {
     if plan.makes_sandbox {
         if let Err(e) = steps.host().ensure_no_cgroups(plan.cgroups_path, plan.id) {
-            // Not ours to remove: the cgroup existed before us.
+            // Not ours to remove: the cgroup existed before us. Nothing booted, but a sandbox
+            // the front end holds for this launch must still go.
             let e = S::Error::from(LaunchError::Cgroup(e));
+            steps.kill_leftovers().await;
             steps.undo(&e).await;
             return Err(e);
         }
@@ -192,6 +195,9 @@ mod tests {
             *self.exit.lock().unwrap() = Some(exit);
             Ok(self.fake.sandbox_cgroups(pid).ok())
         }
+        async fn kill_leftovers(&self) {
+            self.undone.lock().unwrap().push("leftovers killed".into());
+        }
         async fn undo(&self, error: &String) {
             self.undone.lock().unwrap().push(error.clone());
         }
@@ -239,9 +245,13 @@ mod tests {
         steps.fake.add_foreign_cgroup("c1");
         let err = run(&steps, &plan(None)).unwrap_err();
         assert!(err.contains("/gvh/c1"), "{err}");
-        // Nothing booted, nothing of runsc's deleted, and the cgroup is not ours to remove.
+        // Nothing booted, nothing of runsc's deleted, and the cgroup is not ours to remove; a
+        // sandbox the front end holds for the launch (a warm claim) goes all the same.
         assert!(steps.fake.calls().is_empty(), "{:?}", steps.fake.calls());
-        assert_eq!(*steps.undone.lock().unwrap(), [err]);
+        assert_eq!(
+            *steps.undone.lock().unwrap(),
+            ["leftovers killed".into(), err]
+        );
     }
 
     #[test]
@@ -253,7 +263,10 @@ mod tests {
             steps.fake.calls(),
             ["create c1", "delete c1", "remove-cgroups c1"]
         );
-        assert_eq!(*steps.undone.lock().unwrap(), [err]);
+        assert_eq!(
+            *steps.undone.lock().unwrap(),
+            ["leftovers killed".into(), err]
+        );
     }
 
     #[test]
