@@ -307,11 +307,11 @@ impl Connector {
         match rx.await {
             Ok(()) => Ok(opened),
             Err(_) => {
-                // Refused: the stream never existed on the other side; nothing to reset.
+                // Refused (the waiter went with the CLOSE, or with the session): the stream
+                // never existed on the other side, so dropping it resets nothing.
                 let mut opened = opened;
                 opened.writer.sent_eof = true;
                 opened.reader.got_end = true;
-                lock(&self.pending).remove(&stream);
                 Err(ConnectRefused { port })
             }
         }
@@ -507,6 +507,8 @@ impl<R> Drop for Session<R> {
         // Streams hold senders to the writer; aborting it closes stdin now rather than when
         // the last proxy task ends.
         self.writer.abort();
+        // A CONNECT still waiting is refused: no answer can come any more.
+        lock(&self.pending).clear();
     }
 }
 
