@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
 
 use crate::audit::{EgressAudit, EgressAuditSink, EgressEvent, IngressRecord, SandboxRef, Verdict};
-use crate::caps::{CapRefusal, ConnectionCaps};
+use crate::caps::{CapRefusal, ConnectionCaps, Slot};
 use crate::mux::{Connector, Inbound, MuxStream};
 
 /// The caps of one sandbox's published ports, together.
@@ -50,8 +50,8 @@ pub struct Ingress {
     cap_cut: Notify,
 }
 
-/// How a carried connection ended, when not by both sides closing.
-struct Cut {
+/// Why a connection was refused, or how a carried one ended when not by both sides closing.
+struct Stop {
     rule: &'static str,
     reason: String,
 }
@@ -112,76 +112,69 @@ impl Ingress {
             bytes_out: 0,
             duration_ms: 0,
         };
-        let refused = |rec: &mut IngressRecord, rule: &str, reason: String| {
-            rec.verdict = Verdict::Denied;
-            rec.rule = rule.to_string();
-            rec.reason = Some(reason);
+        let ended = match self.admit(port, &rec.peer).await {
+            Err(stop) => {
+                reset(tcp);
+                Err((Verdict::Denied, stop))
+            }
+            Ok((_slot, stream)) => self
+                .relay(tcp, stream, &mut rec)
+                .await
+                .map_err(|stop| (Verdict::Cut, stop)),
         };
-        let carried = match self.caps.admit() {
-            Err(CapRefusal::Open { max }) => {
-                refused(
-                    &mut rec,
-                    "max_connections",
-                    format!("{max} connections to the sandbox's published ports are open"),
-                );
-                None
-            }
-            Err(CapRefusal::Rate { per_second }) => {
-                refused(
-                    &mut rec,
-                    "max_connection_rate",
-                    format!("more than {per_second} new connections in the last second"),
-                );
-                None
-            }
-            Ok(slot) => {
-                if self.cap_crossed.load(Ordering::Acquire) {
-                    refused(
-                        &mut rec,
-                        "max_bytes",
-                        format!(
-                            "the sandbox's published ports carried their {} bytes",
-                            self.limits.max_bytes
-                        ),
-                    );
-                    None
-                } else {
-                    let connector = self.connector.borrow().clone();
-                    match connector {
-                        None => {
-                            refused(
-                                &mut rec,
-                                "forwarder",
-                                "no forwarder is running in the sandbox".into(),
-                            );
-                            None
-                        }
-                        Some(c) => match c.connect(port, rec.peer.clone()).await {
-                            Ok(stream) => Some((slot, stream)),
-                            Err(e) => {
-                                refused(&mut rec, "sandbox", e.to_string());
-                                None
-                            }
-                        },
-                    }
-                }
-            }
-        };
-        match carried {
-            None => reset(tcp),
-            Some((_slot, stream)) => {
-                if let Err(cut) = self.relay(tcp, stream, &mut rec).await {
-                    rec.verdict = Verdict::Cut;
-                    rec.rule = cut.rule.to_string();
-                    rec.reason = Some(cut.reason);
-                }
-            }
+        if let Err((verdict, stop)) = ended {
+            rec.verdict = verdict;
+            rec.rule = stop.rule.to_string();
+            rec.reason = Some(stop.reason);
         }
         rec.duration_ms = started.elapsed().as_millis() as u64;
         self.audit.record(EgressAudit {
             sandbox: self.sandbox.clone(),
             event: EgressEvent::IngressConnection(rec),
         });
+    }
+
+    /// What a connection needs before bytes flow (a slot under the caps, the byte cap not
+    /// crossed, a forwarder, the sandbox's answer), or the rule that refused it.
+    async fn admit(&self, port: u16, peer: &str) -> Result<(Slot, MuxStream), Stop> {
+        let slot = self.caps.admit().map_err(|refusal| match refusal {
+            CapRefusal::Open { max } => Stop {
+                rule: "max_connections",
+                reason: format!("{max} connections to the sandbox's published ports are open"),
+            },
+            CapRefusal::Rate { per_second } => Stop {
+                rule: "max_connection_rate",
+                reason: format!("more than {per_second} new connections in the last second"),
+            },
+        })?;
+        if self.cap_crossed.load(Ordering::Acquire) {
+            return Err(self.byte_cap());
+        }
+        let Some(connector) = self.connector.borrow().clone() else {
+            return Err(Stop {
+                rule: "forwarder",
+                reason: "no forwarder is running in the sandbox".into(),
+            });
+        };
+        let stream = connector
+            .connect(port, peer.to_string())
+            .await
+            .map_err(|e| Stop {
+                rule: "sandbox",
+                reason: e.to_string(),
+            })?;
+        Ok((slot, stream))
+    }
+
+    /// The byte cap's refusal or cut.
+    fn byte_cap(&self) -> Stop {
+        Stop {
+            rule: "max_bytes",
+            reason: format!(
+                "the sandbox's published ports carried their {} bytes",
+                self.limits.max_bytes
+            ),
+        }
     }
 
     /// Counts `n` bytes against the sandbox's ingress byte cap: false once it is crossed
@@ -204,14 +197,7 @@ impl Ingress {
         tcp: TcpStream,
         mut stream: MuxStream,
         rec: &mut IngressRecord,
-    ) -> Result<(), Cut> {
-        let byte_cap = || Cut {
-            rule: "max_bytes",
-            reason: format!(
-                "the sandbox's published ports carried their {} bytes",
-                self.limits.max_bytes
-            ),
-        };
+    ) -> Result<(), Stop> {
         let cut = self.cap_cut.notified();
         tokio::pin!(cut);
         cut.as_mut().enable();
@@ -233,9 +219,9 @@ impl Ingress {
                     }
                     Ok(n) => {
                         if !self.charge(n) {
-                            return Err(byte_cap());
+                            return Err(self.byte_cap());
                         }
-                        writer.send(&buf[..n]).await.map_err(|_| Cut {
+                        writer.send(&buf[..n]).await.map_err(|_| Stop {
                             rule: "sandbox",
                             reason: "the connection inside the sandbox is gone".into(),
                         })?;
@@ -243,7 +229,7 @@ impl Ingress {
                         touch();
                     }
                     Err(e) => {
-                        return Err(Cut {
+                        return Err(Stop {
                             rule: "client",
                             reason: format!("the client's connection failed: {e}"),
                         })
@@ -256,9 +242,9 @@ impl Ingress {
                 match reader.recv().await {
                     Inbound::Data(d) => {
                         if !self.charge(d.len()) {
-                            return Err(byte_cap());
+                            return Err(self.byte_cap());
                         }
-                        tcp_w.write_all(&d).await.map_err(|e| Cut {
+                        tcp_w.write_all(&d).await.map_err(|e| Stop {
                             rule: "client",
                             reason: format!("the client's connection failed: {e}"),
                         })?;
@@ -271,7 +257,7 @@ impl Ingress {
                         return Ok(());
                     }
                     Inbound::Reset => {
-                        return Err(Cut {
+                        return Err(Stop {
                             rule: "sandbox",
                             reason: "the connection inside the sandbox was reset".into(),
                         })
@@ -285,7 +271,7 @@ impl Ingress {
                     .elapsed()
                     .saturating_sub(Duration::from_millis(moved.load(Ordering::Relaxed)));
                 if since >= self.limits.idle {
-                    return Cut {
+                    return Stop {
                         rule: "idle",
                         reason: format!(
                             "nothing moved either way for {} s",
@@ -300,7 +286,7 @@ impl Ingress {
         let ended = tokio::select! {
             ended = both => ended,
             cut = idle => Err(cut),
-            () = &mut cut => Err(byte_cap()),
+            () = &mut cut => Err(self.byte_cap()),
         };
         rec.bytes_in = bytes_in.load(Ordering::Relaxed);
         rec.bytes_out = bytes_out.load(Ordering::Relaxed);
