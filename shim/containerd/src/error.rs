@@ -125,7 +125,7 @@ impl From<gvisor_hardened_core::sandbox::release::ReleaseProblem> for ShimError 
         match e {
             R::Runsc(e) => ShimError::Runsc(e),
             R::Cgroup(e) => ShimError::Cgroup(e),
-            R::NoRuntime(why) | R::FrontEnd(why) => ShimError::Internal(why),
+            R::NoRuntime(why) | R::Step(why) => ShimError::Internal(why),
         }
     }
 }

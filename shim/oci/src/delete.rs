@@ -173,7 +173,7 @@ impl ReleaseSteps for EngineRelease<'_> {
         self.host
     }
 
-    async fn runsc_deleted(&self) -> bool {
+    fn runsc_deleted(&self) -> bool {
         self.deleted
     }
 

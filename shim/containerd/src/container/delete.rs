@@ -159,7 +159,7 @@ impl ReleaseSteps for Release<'_> {
         }
         if c.rootfs_mounted.swap(false, Ordering::SeqCst) {
             if let Err(e) = c.env.host.unmount_rootfs(&c.bundle.join("rootfs")) {
-                problems.push(ReleaseProblem::FrontEnd(e.to_string()));
+                problems.push(ReleaseProblem::Step(e.to_string()));
             }
         }
     }

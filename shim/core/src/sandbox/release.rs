@@ -41,9 +41,9 @@ pub enum ReleaseProblem {
     NoRuntime(String),
     #[error(transparent)]
     Cgroup(#[from] CgroupError),
-    /// The front end's own step (the message says which).
+    /// Another step (the message says which: the front end's own, or the workspace's).
     #[error("{0}")]
-    FrontEnd(String),
+    Step(String),
 }
 
 /// What the release did.
@@ -78,7 +78,7 @@ pub trait ReleaseSteps: Send + Sync {
     async fn before_runsc(&self) {}
     /// Whether runsc's container is known to be gone already (runsc-hardened's guard deletes
     /// it at the exit).
-    async fn runsc_deleted(&self) -> bool {
+    fn runsc_deleted(&self) -> bool {
         false
     }
     /// What the front end holds of the container: a warm pool's claim, the streams, the
@@ -90,7 +90,7 @@ pub trait ReleaseSteps: Send + Sync {
 pub async fn release<S: ReleaseSteps + ?Sized>(steps: &S, plan: ReleasePlan<'_>) -> Released {
     let mut problems = Vec::new();
     steps.before_runsc().await;
-    if !steps.runsc_deleted().await {
+    if !steps.runsc_deleted() {
         match steps.runtime() {
             Ok(runtime) => match runtime.delete(plan.runsc_id).await {
                 Err(e) if !e.is_gone() => problems.push(ReleaseProblem::Runsc(e)),
@@ -110,7 +110,7 @@ pub async fn release<S: ReleaseSteps + ?Sized>(steps: &S, plan: ReleasePlan<'_>)
         tokio::task::spawn_blocking(move || bundle::release_after_delete(&bundle, files))
             .await
             .unwrap_or_else(|e| {
-                problems.push(ReleaseProblem::FrontEnd(format!(
+                problems.push(ReleaseProblem::Step(format!(
                     "concluding the workspace: {e}"
                 )));
                 None
@@ -150,12 +150,12 @@ mod tests {
         async fn before_runsc(&self) {
             self.seen.lock().unwrap().push("before runsc".into());
         }
-        async fn runsc_deleted(&self) -> bool {
+        fn runsc_deleted(&self) -> bool {
             self.deleted_already
         }
         async fn let_go(&self, problems: &mut Vec<ReleaseProblem>) {
             self.seen.lock().unwrap().push("let go".into());
-            problems.push(ReleaseProblem::FrontEnd("unmounting: busy".into()));
+            problems.push(ReleaseProblem::Step("unmounting: busy".into()));
         }
     }
 
