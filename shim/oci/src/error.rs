@@ -89,4 +89,33 @@ impl OciError {
     }
 }
 
+/// The launch sequence's refusals, as runsc-hardened's own.
+impl From<gvisor_hardened_core::sandbox::launch::LaunchError> for OciError {
+    fn from(e: gvisor_hardened_core::sandbox::launch::LaunchError) -> OciError {
+        use gvisor_hardened_core::sandbox::launch::LaunchError as L;
+        match e {
+            L::Cgroup(e) => OciError::Cgroup(e),
+            L::Credentials(e) => OciError::Credential(e),
+            L::IdleSampling(reason) => OciError::Invalid {
+                what: "the idle timeout",
+                reason,
+            },
+        }
+    }
+}
+
+/// The start sequence's refusals, as runsc-hardened's own.
+impl From<gvisor_hardened_core::sandbox::start::StartError> for OciError {
+    fn from(e: gvisor_hardened_core::sandbox::start::StartError) -> OciError {
+        use gvisor_hardened_core::sandbox::start::StartError as S;
+        match e {
+            S::Artifacts(e) => OciError::Artifacts(e),
+            S::Walk(reason) => OciError::Invalid {
+                what: "the start manifest",
+                reason,
+            },
+        }
+    }
+}
+
 pub type Result<T, E = OciError> = std::result::Result<T, E>;

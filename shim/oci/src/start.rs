@@ -13,7 +13,7 @@ use super::guard::STARTED;
 use crate::opened::{not_running, Opened};
 use gvisor_hardened_core::artifacts::StartRecord;
 use gvisor_hardened_core::audit::AuditRecord;
-use gvisor_hardened_core::sandbox::start::{self, StartError, StartPlan, StartSteps};
+use gvisor_hardened_core::sandbox::start::{self, StartPlan, StartSteps};
 
 pub async fn run(c: &Opened) -> Result<()> {
     // Until our record is written: the guard writes the exit record after it.
@@ -31,18 +31,6 @@ pub async fn run(c: &Opened) -> Result<()> {
 
 /// runsc-hardened's steps of the core's start sequence.
 struct Start<'a>(&'a Opened);
-
-impl From<StartError> for OciError {
-    fn from(e: StartError) -> OciError {
-        match e {
-            StartError::Artifacts(e) => OciError::Artifacts(e),
-            StartError::Walk(reason) => OciError::Invalid {
-                what: "the start manifest",
-                reason,
-            },
-        }
-    }
-}
 
 #[async_trait]
 impl StartSteps for Start<'_> {

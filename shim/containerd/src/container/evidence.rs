@@ -22,7 +22,6 @@ use policy_injector::{Lifetime, Policy};
 use serde_json::Value;
 
 use super::Container;
-
 use crate::process::Process;
 use gvisor_hardened_core::artifacts::{self, StartRecord, WritableMount};
 use gvisor_hardened_core::idle::IdleThreshold;

@@ -3,12 +3,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::Container;
-use crate::error::Result;
-use crate::process::state::Op;
 use async_trait::async_trait;
 
-use crate::error::ShimError;
+use super::Container;
+use crate::error::{Result, ShimError};
+use crate::process::state::Op;
 use gvisor_hardened_core::artifacts::StartRecord;
 use gvisor_hardened_core::audit::AuditRecord;
 use gvisor_hardened_core::reaper::ExitStatus;

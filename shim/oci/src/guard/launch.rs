@@ -16,7 +16,7 @@ use crate::state::{proc_start_time, Record, StateDir};
 use gvisor_hardened_core::host::{Host, SandboxCgroups};
 use gvisor_hardened_core::runtime::{CreateCall, ExitWatch, SandboxRuntime};
 use gvisor_hardened_core::sandbox::host_process::HostProcess;
-use gvisor_hardened_core::sandbox::launch::{LaunchError, LaunchSteps};
+use gvisor_hardened_core::sandbox::launch::LaunchSteps;
 
 pub(super) struct GuardLaunch<'a> {
     pub state: &'a StateDir,
@@ -60,19 +60,6 @@ impl<'a> GuardLaunch<'a> {
                 what: "the launch",
                 reason: "it succeeded without booting the sandbox".into(),
             }),
-        }
-    }
-}
-
-impl From<LaunchError> for OciError {
-    fn from(e: LaunchError) -> OciError {
-        match e {
-            LaunchError::Cgroup(e) => OciError::Cgroup(e),
-            LaunchError::Credentials(e) => OciError::Credential(e),
-            LaunchError::IdleSampling(reason) => OciError::Invalid {
-                what: "the idle timeout",
-                reason,
-            },
         }
     }
 }
